@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"packwire/internal/datadir"
+	"packwire/internal/gittest"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "packwire-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "packwire")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		panic(string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func packwire(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+func TestAdminCommands(t *testing.T) {
+	env := gittest.New(t)
+	data := filepath.Join(t.TempDir(), "data")
+	// Flags may come after positional arguments.
+	if out, code := packwire(t, "repo", "create", "team/app", "--data", data); code != 0 || !strings.Contains(out, "created team/app") {
+		t.Fatalf("repo create: %d %s", code, out)
+	}
+	if out, code := packwire(t, "repo", "create", "team/app", "--data", data); code == 0 || !strings.Contains(out, "already exists") {
+		t.Fatalf("duplicate repo create: %d %s", code, out)
+	}
+	if out, code := packwire(t, "repo", "create", "../evil", "--data", data); code == 0 || !strings.Contains(out, "invalid repository name") {
+		t.Fatalf("bad name: %d %s", code, out)
+	}
+	src := filepath.Join(t.TempDir(), "src.git")
+	env.Build(src, gittest.Shape{Commits: 5, Branches: 1, Tags: 1})
+	if out, code := packwire(t, "--data", data, "repo", "import", "mirror", src); code != 2 {
+		// the command must come first
+		t.Fatalf("flags before the command: %d %s", code, out)
+	}
+	if out, code := packwire(t, "repo", "import", "--data", data, "team/mirror", src); code != 0 {
+		t.Fatalf("repo import: %d %s", code, out)
+	}
+	imported := filepath.Join(data, "repos", "team", "mirror.git")
+	if a, b := env.Git(src, "show-ref"), env.Git(imported, "show-ref"); a != b {
+		t.Fatalf("import differs:\n%s\n%s", a, b)
+	}
+	if out, code := packwire(t, "repo", "import", "bad", filepath.Join(t.TempDir(), "missing"), "--data", data); code == 0 {
+		t.Fatalf("import of a missing source succeeded: %s", out)
+	}
+	if _, err := os.Stat(filepath.Join(data, "repos", "bad.git")); err == nil {
+		t.Fatal("failed import left a repository behind")
+	}
+	if out, _ := packwire(t, "repo", "list", "--data", data); out != "team/app\nteam/mirror\n" {
+		t.Fatalf("repo list: %q", out)
+	}
+
+	keyFile := filepath.Join(t.TempDir(), "id.pub")
+	os.WriteFile(keyFile, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBfCe2DAk0Cfp5PnTQw9jhHcHShtEzUi2F2Pnbcy1uWl alice@laptop\n"), 0o644)
+	if out, code := packwire(t, "user", "add", "alice", "--key", keyFile, "--data", data); code != 0 || !strings.Contains(out, "key SHA256:") {
+		t.Fatalf("user add: %d %s", code, out)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.pub")
+	os.WriteFile(bad, []byte("not a key"), 0o644)
+	if out, code := packwire(t, "user", "add", "bob", "--key", bad, "--data", data); code == 0 || !strings.Contains(out, "not an SSH public key") {
+		t.Fatalf("bad key: %d %s", code, out)
+	}
+	if out, _ := packwire(t, "user", "list", "--data", data); out != "alice\n" {
+		t.Fatalf("a user with a bad key was added: %q", out)
+	}
+
+	out, code := packwire(t, "token", "create", "alice", "--data", data)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	token := lines[len(lines)-1]
+	if code != 0 || !regexp.MustCompile(`^pwt_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$`).MatchString(token) {
+		t.Fatalf("token create: %d %q", code, out)
+	}
+	d, err := datadir.Open(context.Background(), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	p, err := d.Access.PrincipalForToken(context.Background(), "alice", token)
+	if err != nil || p.User != "alice" {
+		t.Fatalf("token does not authenticate: %v %v", p, err)
+	}
+	db, _ := os.ReadFile(filepath.Join(data, "packwire.db"))
+	wal, _ := os.ReadFile(filepath.Join(data, "packwire.db-wal"))
+	secret := token[strings.LastIndex(token, "_")+1:]
+	if strings.Contains(string(db)+string(wal), secret) {
+		t.Fatal("the token secret is stored in clear")
+	}
+	if out, code := packwire(t, "token", "create", "nobody", "--data", data); code == 0 || !strings.Contains(out, `no user "nobody"`) {
+		t.Fatalf("token for unknown user: %d %s", code, out)
+	}
+	if out, code := packwire(t, "frobnicate"); code != 2 || !strings.Contains(out, "unknown command") {
+		t.Fatalf("unknown command: %d %s", code, out)
+	}
+	if out, code := packwire(t, "serve", "--help"); code != 0 || !strings.Contains(out, "--max-connections") && !strings.Contains(out, "-max-connections") {
+		t.Fatalf("serve --help: %d %s", code, out)
+	}
+}
+
+// TestServeSignal runs the real binary on embedded defaults (in a fresh
+// directory), starts a clone, sends SIGTERM mid-clone, and checks the clone
+// completes and the server exits 0; a second start keeps the host key.
+func TestServeSignal(t *testing.T) {
+	env := gittest.New(t)
+	work := t.TempDir()
+	data := filepath.Join(work, "packwire-data")
+	if out, code := packwire(t, "repo", "create", "big", "--data", data); code != 0 {
+		t.Fatal(out)
+	}
+	env.Build(filepath.Join(data, "repos", "big.git"), gittest.Shape{Commits: 2, Files: 30, BlobBytes: 1 << 20, Incompress: true})
+
+	start := func() (*exec.Cmd, map[string]string, string) {
+		cmd := exec.Command(binary, "serve", "--git", "127.0.0.1:0", "--http", "127.0.0.1:0", "--ssh", "127.0.0.1:0", "--grace", "20s")
+		cmd.Dir = work // embedded default: ./packwire-data
+		stdout, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		addrs := map[string]string{}
+		fingerprint := ""
+		sc := bufio.NewScanner(stdout)
+		re := regexp.MustCompile(`(git|http|ssh)://\s+listening on (\S+?),?(?: host key ssh-ed25519 (\S+))?$`)
+		for len(addrs) < 3 && sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addrs[m[1]] = m[2]
+				if m[3] != "" {
+					fingerprint = m[3]
+				}
+			}
+		}
+		go func() {
+			for sc.Scan() {
+			}
+		}()
+		if len(addrs) < 3 || fingerprint == "" {
+			cmd.Process.Kill()
+			t.Fatalf("serve did not print its addresses: %v", addrs)
+		}
+		return cmd, addrs, fingerprint
+	}
+
+	cmd, addrs, fp1 := start()
+	clone := exec.Command("git", "clone", "--progress", "http://"+addrs["http"]+"/big", filepath.Join(work, "c"))
+	clone.Env = env.Vars
+	stderr, _ := clone.StderrPipe()
+	clone.Start()
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "Receiving objects") || strings.Contains(sc.Text(), "remote:") {
+			break
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	if err := clone.Wait(); err != nil {
+		t.Fatalf("clone interrupted by graceful shutdown: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v, want 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+	env.Fsck(filepath.Join(work, "c"))
+
+	cmd, _, fp2 := start()
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve exited with %v after SIGINT", err)
+	}
+	if fp1 != fp2 {
+		t.Fatalf("host key changed across restarts: %s -> %s", fp1, fp2)
+	}
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"packwire/internal/server"
+)
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	d := server.Defaults
+	fs := newFlagSet("serve", "serve [FLAGS]", `Serve every bare repository under DATA/repos over git://, smart HTTP and SSH.
+The data directory is created on first start, with its SQLite store and an
+ed25519 SSH host key that persists. An empty address turns a transport off.
+SIGINT or SIGTERM stops accepting, lets running requests finish within --grace,
+then exits 0.`, stderr)
+	cfg := d
+	fs.StringVar(&cfg.DataDir, "data", d.DataDir, "data directory")
+	fs.StringVar(&cfg.GitAddr, "git", d.GitAddr, "git:// listen address (empty: off)")
+	fs.StringVar(&cfg.HTTPAddr, "http", d.HTTPAddr, "smart HTTP listen address (empty: off)")
+	fs.StringVar(&cfg.SSHAddr, "ssh", d.SSHAddr, "SSH listen address (empty: off)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM), with --tls-key")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "private key for --tls-cert (PEM)")
+	fs.DurationVar(&cfg.InitTimeout, "init-timeout", d.InitTimeout, "time a client has to send its request (git:// request line, SSH handshake, HTTP headers)")
+	fs.DurationVar(&cfg.IdleTimeout, "timeout", d.IdleTimeout, "end a request when no data moved either way for this long (0: never)")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", d.MaxConnections, "concurrent connections per git:// and SSH listener; more are refused with a message (0: no limit)")
+	fs.Int64Var(&cfg.MaxRequestBody, "max-request-body", d.MaxRequestBody, "bound in bytes on an HTTP fetch request body after gzip decoding")
+	ciphers := fs.String("ssh-ciphers", "", "SSH ciphers offered, comma-separated, in preference order (default: AES-GCM first, then chacha20-poly1305 and AES-CTR)")
+	fs.DurationVar(&cfg.SSHKeepAlive, "ssh-keepalive", d.SSHKeepAlive, "interval of SSH keepalive probes; 3 unanswered close the connection (0: off)")
+	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running requests get to finish before they are killed")
+	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")
+	if _, err := parseInterspersed(fs, args); err != nil {
+		return err
+	}
+	if *ciphers != "" {
+		cfg.SSHCiphers = strings.Split(*ciphers, ",")
+	}
+	switch *logFormat {
+	case "text":
+		cfg.Log = slog.New(slog.NewTextHandler(stderr, nil))
+	case "json":
+		cfg.Log = slog.New(slog.NewJSONHandler(stderr, nil))
+	default:
+		return usagef("--log-format must be text or json")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		return fmt.Errorf("git is not installed or not on PATH: packwire serves through git's own upload-pack and receive-pack (install it, e.g. apt-get install git)")
+	}
+
+	srv, err := server.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		srv.Data.Close()
+		return err
+	}
+	fmt.Fprintf(stdout, "packwire %s serving %s\n", version, srv.Data.Repos.Dir)
+	if srv.GitAddr != nil {
+		fmt.Fprintf(stdout, "  git://   listening on %s\n", srv.GitAddr)
+	}
+	if srv.HTTPAddr != nil {
+		scheme := "http://"
+		if cfg.TLSCert != "" {
+			scheme = "https://"
+		}
+		fmt.Fprintf(stdout, "  %-8s listening on %s\n", scheme, srv.HTTPAddr)
+	}
+	if srv.SSHAddr != nil {
+		fmt.Fprintf(stdout, "  ssh://   listening on %s, host key %s %s\n", srv.SSHAddr, srv.HostKey.PublicKey().Type(), srv.HostKeyFingerprint())
+	}
+
+	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-sigCtx.Done()
+	stop() // a second signal kills at once
+	fmt.Fprintf(stdout, "packwire: shutting down, waiting up to %s for %d running requests\n", *grace, srv.Pipeline.InFlight())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		fmt.Fprintf(stderr, "packwire: shutdown: %v\n", err)
+	}
+	return nil
+}

@@ -1,0 +1,288 @@
+// Package gitexec is the one place packwire spawns git. It starts
+// upload-pack, receive-pack or upload-archive with the settings served
+// repositories need, relays both directions as data arrives, kills the
+// whole process group when the client goes away or the request goes idle,
+// and reports what the process cost (bytes, CPU, peak RSS, wall).
+package gitexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Service is a git server program.
+type Service string
+
+const (
+	UploadPack    Service = "git-upload-pack"
+	ReceivePack   Service = "git-receive-pack"
+	UploadArchive Service = "git-upload-archive"
+)
+
+// ParseService accepts "git-upload-pack" or "upload-pack" (and the other two).
+func ParseService(s string) (Service, bool) {
+	switch strings.TrimPrefix(s, "git-") {
+	case "upload-pack":
+		return UploadPack, true
+	case "receive-pack":
+		return ReceivePack, true
+	case "upload-archive":
+		return UploadArchive, true
+	}
+	return "", false
+}
+
+// ServedConfig is passed with "git -c" to every spawn, so that served
+// repositories give clients what they need without editing each repo's
+// config (and so that it also applies to repositories imported as they are).
+var ServedConfig = []string{
+	"uploadpack.allowFilter=true",          // partial clone
+	"uploadpack.allowAnySHA1InWant=true",   // promisor fetches of single objects
+	"receive.advertisePushOptions=true",    // git push -o
+	"safe.directory=*",                     // repos are resolved and confined by packwire
+	"core.logAllRefUpdates=false",          // bare: no reflogs in the request path
+	"uploadarchive.allowUnreachable=false", // archive only what refs reach
+	// Not uploadpack.allowRefInWant: git 2.39's upload-pack then sends
+	// wanted-refs before shallow-info and its own client fails a v2
+	// "clone --depth" with "expected 'packfile', received 'shallow-info'".
+}
+
+// ErrIdle is returned when neither side sent anything for IdleTimeout.
+var ErrIdle = errors.New("idle timeout")
+
+// ErrClientGone is returned when writing to the client failed mid-response.
+var ErrClientGone = errors.New("client hung up")
+
+// Runner spawns git. Its zero value works: "git" from PATH, no idle limit.
+type Runner struct {
+	GitPath     string        // default "git"
+	IdleTimeout time.Duration // 0: none; kill after this long with no data either way
+	ExtraConfig []string      // more "key=value" settings for git -c
+}
+
+// Spec is one git invocation.
+type Spec struct {
+	Service       Service
+	RepoPath      string   // absolute path of the bare repository
+	Protocol      string   // GIT_PROTOCOL, e.g. "version=2"; empty for v0
+	StatelessRPC  bool     // smart HTTP: one request, one response
+	AdvertiseRefs bool     // smart HTTP info/refs
+	Env           []string // extra environment, e.g. PACKWIRE_USER=...
+}
+
+// Result is what one git process did and cost.
+type Result struct {
+	ExitCode int
+	BytesIn  int64 // client -> git
+	BytesOut int64 // git -> client
+	UserCPU  time.Duration
+	SysCPU   time.Duration
+	MaxRSS   int64 // bytes, largest process in the tree
+	Wall     time.Duration
+	Stderr   string // the last few KiB git wrote to stderr
+}
+
+// Args returns the git command line for spec (without the git binary).
+func (r *Runner) Args(spec Spec) []string {
+	args := make([]string, 0, 2*len(ServedConfig)+8)
+	for _, c := range ServedConfig {
+		args = append(args, "-c", c)
+	}
+	for _, c := range r.ExtraConfig {
+		args = append(args, "-c", c)
+	}
+	args = append(args, strings.TrimPrefix(string(spec.Service), "git-"))
+	if spec.Service != UploadArchive {
+		if spec.StatelessRPC {
+			args = append(args, "--stateless-rpc")
+		}
+		if spec.AdvertiseRefs {
+			args = append(args, "--advertise-refs")
+		}
+	}
+	if spec.Service == UploadPack {
+		args = append(args, "--strict") // never fall back to PATH/.git
+	}
+	return append(args, spec.RepoPath)
+}
+
+// Run spawns git for spec and relays stdin to it and its stdout to stdout,
+// as data arrives, until git exits. stderr may be nil. Cancelling ctx kills
+// git and everything it started.
+func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, stderr io.Writer) (Result, error) {
+	start := time.Now()
+	gitPath := r.GitPath
+	if gitPath == "" {
+		gitPath = "git"
+	}
+	cmd := exec.Command(gitPath, r.Args(spec)...)
+	cmd.Dir = spec.RepoPath
+	cmd.Env = childEnv(spec)
+	// Own process group: a kill reaches pack-objects and hooks too. Pdeathsig:
+	// if packwire dies, its git children die with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	tail := &tailBuffer{max: 4096}
+	if stderr != nil {
+		cmd.Stderr = io.MultiWriter(tail, stderr)
+	} else {
+		cmd.Stderr = tail
+	}
+	gitIn, err := cmd.StdinPipe()
+	if err != nil {
+		return Result{}, err
+	}
+	gitOut, err := cmd.StdoutPipe()
+	if err != nil {
+		return Result{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return Result{}, fmt.Errorf("spawn git: %w", err)
+	}
+
+	var (
+		res      Result
+		lastSeen atomic.Int64
+		killOnce sync.Once
+		killErr  error
+	)
+	lastSeen.Store(time.Now().UnixNano())
+	kill := func(why error) {
+		killOnce.Do(func() {
+			killErr = why
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		})
+	}
+
+	// Client -> git. On EOF git sees EOF; the goroutine is not waited for,
+	// since a client may keep its side open after git is done.
+	go func() {
+		n, _ := io.Copy(&activityWriter{w: gitIn, seen: &lastSeen}, stdin)
+		atomic.AddInt64(&res.BytesIn, n)
+		gitIn.Close()
+	}()
+
+	done := make(chan struct{})
+	go func() {
+		var idle <-chan time.Time
+		if r.IdleTimeout > 0 {
+			t := time.NewTicker(min(r.IdleTimeout/4, time.Second))
+			defer t.Stop()
+			idle = t.C
+		}
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				kill(ctx.Err())
+				return
+			case <-idle:
+				if time.Since(time.Unix(0, lastSeen.Load())) > r.IdleTimeout {
+					kill(ErrIdle)
+					return
+				}
+			}
+		}
+	}()
+
+	// git -> client, in the calling goroutine.
+	buf := make([]byte, 64<<10)
+	for {
+		n, rerr := gitOut.Read(buf)
+		if n > 0 {
+			lastSeen.Store(time.Now().UnixNano())
+			if _, werr := stdout.Write(buf[:n]); werr != nil {
+				kill(ErrClientGone)
+				io.Copy(io.Discard, gitOut)
+				break
+			}
+			res.BytesOut += int64(n)
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	waitErr := cmd.Wait()
+	close(done)
+
+	res.Wall = time.Since(start)
+	res.BytesIn = atomic.LoadInt64(&res.BytesIn)
+	res.Stderr = tail.String()
+	if st := cmd.ProcessState; st != nil {
+		res.ExitCode = st.ExitCode()
+		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+			res.UserCPU = time.Duration(ru.Utime.Nano())
+			res.SysCPU = time.Duration(ru.Stime.Nano())
+			res.MaxRSS = ru.Maxrss * 1024
+		}
+	}
+	if killErr != nil {
+		return res, killErr
+	}
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+		return res, waitErr
+	}
+	return res, nil
+}
+
+// childEnv is packwire's environment without the GIT_* variables that would
+// change what git does (GIT_DIR, GIT_TRACE..., a client's GIT_PROTOCOL),
+// plus the request's own.
+func childEnv(spec Spec) []string {
+	keep := map[string]bool{"GIT_CONFIG_NOSYSTEM": true, "GIT_CONFIG_GLOBAL": true, "GIT_EXEC_PATH": true}
+	env := make([]string, 0, len(os.Environ())+len(spec.Env)+1)
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "GIT_") && !keep[name] {
+			continue
+		}
+		env = append(env, kv)
+	}
+	if spec.Protocol != "" {
+		env = append(env, "GIT_PROTOCOL="+spec.Protocol)
+	}
+	return append(env, spec.Env...)
+}
+
+type activityWriter struct {
+	w    io.Writer
+	seen *atomic.Int64
+}
+
+func (a *activityWriter) Write(p []byte) (int, error) {
+	a.seen.Store(time.Now().UnixNano())
+	return a.w.Write(p)
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.b))
+}

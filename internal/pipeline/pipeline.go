@@ -1,0 +1,263 @@
+// Package pipeline is the one path every git request takes, whatever its
+// transport: resolve the repository, decide access, spawn and relay git,
+// log what it cost. Transports build a Request from their framing, call
+// Prepare, render a refusal in their own framing, or stream through Run.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"packwire/internal/access"
+	"packwire/internal/gitexec"
+	"packwire/internal/repo"
+)
+
+// Request is a transport-neutral git request.
+type Request struct {
+	Transport     string // "git", "http" or "ssh"
+	Service       gitexec.Service
+	RepoPath      string // as the client sent it
+	Protocol      string // GIT_PROTOCOL value ("version=2"), empty for v0
+	Principal     access.Principal
+	Remote        string // client address
+	StatelessRPC  bool   // smart HTTP
+	AdvertiseRefs bool   // smart HTTP info/refs
+}
+
+// Code classifies a refusal so that each transport can render it in its
+// framing (an HTTP status, an ERR pkt-line, an SSH exit status).
+type Code int
+
+const (
+	CodeBadRequest Code = iota + 1
+	CodeNotFound
+	CodeAuthRequired
+	CodeForbidden
+	CodeUnavailable
+	CodeInternal
+)
+
+// Error is a refusal with a one-line message in git's words.
+type Error struct {
+	Code    Code
+	Message string
+	Err     error // the underlying cause, for logs
+}
+
+func (e *Error) Error() string { return e.Message }
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrShuttingDown is the cause of refusals while the server drains.
+var ErrShuttingDown = errors.New("server shutting down")
+
+// Pipeline holds what every request needs.
+type Pipeline struct {
+	Repos  repo.Root
+	Access *access.Controller
+	Runner *gitexec.Runner
+	Log    *slog.Logger
+
+	mu       sync.Mutex
+	draining bool
+	active   sync.WaitGroup
+	inFlight atomic.Int64
+	kill     context.CancelFunc // kills every running request (after the grace period)
+	killCtx  context.Context
+	ids      atomic.Uint64
+}
+
+// Call is a prepared, authorized request, ready to run.
+type Call struct {
+	p         *Pipeline
+	Request   Request
+	Repo      repo.Repo
+	ID        uint64
+	started   time.Time
+	releaseWG func()
+}
+
+func (p *Pipeline) log() *slog.Logger {
+	if p.Log == nil {
+		return slog.Default()
+	}
+	return p.Log
+}
+
+// Prepare resolves the repository and decides access. The error, if any, is
+// an *Error to show the client. A successful Call must be Run or Abandoned.
+func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
+	p.mu.Lock()
+	if p.draining {
+		p.mu.Unlock()
+		return nil, &Error{Code: CodeUnavailable, Message: "server is shutting down, retry shortly", Err: ErrShuttingDown}
+	}
+	if p.killCtx == nil {
+		p.killCtx, p.kill = context.WithCancel(context.Background())
+	}
+	p.active.Add(1)
+	p.mu.Unlock()
+	req.Protocol = CleanProtocol(req.Protocol)
+	call := &Call{p: p, Request: req, ID: p.ids.Add(1), started: time.Now()}
+	var once sync.Once
+	call.releaseWG = func() { once.Do(p.active.Done) }
+
+	err := p.authorize(ctx, call)
+	if err != nil {
+		call.releaseWG()
+		p.log().Info("refused", "id", call.ID, "transport", req.Transport, "service", string(req.Service),
+			"repo", req.RepoPath, "user", req.Principal.String(), "remote", req.Remote, "reason", err.Error(),
+			"cause", fmt.Sprint(errors.Unwrap(err)))
+		return nil, err
+	}
+	return call, nil
+}
+
+func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
+	req := call.Request
+	if req.Service == "" {
+		return &Error{Code: CodeBadRequest, Message: "unsupported service"}
+	}
+	r, err := p.Repos.Resolve(req.RepoPath)
+	if err != nil {
+		if errors.Is(err, repo.ErrNotFound) || errors.Is(err, repo.ErrInvalidName) {
+			return &Error{Code: CodeNotFound, Message: fmt.Sprintf("repository '%s' not found", printable(strings.Trim(req.RepoPath, "/"))), Err: err}
+		}
+		return &Error{Code: CodeInternal, Message: "internal error resolving repository", Err: err}
+	}
+	call.Repo = r
+	op := access.Read
+	if req.Service == gitexec.ReceivePack {
+		op = access.Write
+	}
+	switch err := p.Access.Decide(ctx, req.Principal, op, r.Name); {
+	case err == nil:
+		return nil
+	case errors.Is(err, access.ErrAuthRequired):
+		return &Error{Code: CodeAuthRequired, Message: fmt.Sprintf("push to '%s' requires authentication", r.Name), Err: err}
+	case errors.Is(err, access.ErrDenied):
+		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("permission denied: %s may not %s '%s'", req.Principal, op, r.Name), Err: err}
+	default:
+		return &Error{Code: CodeInternal, Message: "internal error checking access", Err: err}
+	}
+}
+
+// Run spawns git for the call and relays until it exits. It returns git's
+// exit code; err is set when the relay failed (client gone, idle, shutdown).
+func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
+	defer c.releaseWG()
+	p := c.p
+	p.inFlight.Add(1)
+	defer p.inFlight.Add(-1)
+	// The request dies with the client's context or with the server's kill switch.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(p.killCtx, cancel)
+	defer stop()
+
+	req := c.Request
+	spec := gitexec.Spec{
+		Service:       req.Service,
+		RepoPath:      c.Repo.Path,
+		Protocol:      req.Protocol,
+		StatelessRPC:  req.StatelessRPC,
+		AdvertiseRefs: req.AdvertiseRefs,
+		Env: []string{
+			"PACKWIRE_USER=" + req.Principal.User,
+			"PACKWIRE_REPO=" + c.Repo.Name,
+			"PACKWIRE_TRANSPORT=" + req.Transport,
+			"PACKWIRE_REMOTE=" + req.Remote,
+		},
+	}
+	res, err := p.Runner.Run(ctx, spec, stdin, stdout, stderr)
+	attrs := []any{"id", c.ID, "transport", req.Transport, "service", string(req.Service), "repo", c.Repo.Name,
+		"protocol", protocolVersion(req.Protocol), "user", req.Principal.String(), "remote", req.Remote,
+		"stateless", req.StatelessRPC, "advertise", req.AdvertiseRefs,
+		"exit", res.ExitCode, "bytes_in", res.BytesIn, "bytes_out", res.BytesOut,
+		"cpu_user_ms", res.UserCPU.Milliseconds(), "cpu_sys_ms", res.SysCPU.Milliseconds(),
+		"max_rss_kb", res.MaxRSS / 1024, "wall_ms", time.Since(c.started).Milliseconds()}
+	if err != nil {
+		attrs = append(attrs, "error", err.Error())
+	}
+	if res.ExitCode != 0 && res.Stderr != "" {
+		attrs = append(attrs, "stderr", res.Stderr)
+	}
+	p.log().Info("request", attrs...)
+	return res, err
+}
+
+// Abandon releases a prepared call that will not run.
+func (c *Call) Abandon() { c.releaseWG() }
+
+// InFlight is the number of git processes running now.
+func (p *Pipeline) InFlight() int64 { return p.inFlight.Load() }
+
+// Shutdown refuses new requests and waits for running ones to finish until
+// ctx ends; then it kills what is left and waits for it to exit.
+func (p *Pipeline) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.draining = true
+	if p.killCtx == nil {
+		p.killCtx, p.kill = context.WithCancel(context.Background())
+	}
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() { p.active.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		p.kill()
+		<-done
+		return ctx.Err()
+	}
+}
+
+func protocolVersion(gitProtocol string) int {
+	for _, kv := range strings.Split(gitProtocol, ":") {
+		if kv == "version=2" {
+			return 2
+		}
+		if kv == "version=1" {
+			return 1
+		}
+	}
+	return 0
+}
+
+// printable keeps control characters out of messages echoed to clients and logs.
+func printable(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c == 0x7f {
+			b[i] = '?'
+		}
+	}
+	if len(b) > 200 {
+		b = append(b[:200], "..."...)
+	}
+	return string(b)
+}
+
+// CleanProtocol keeps a client's GIT_PROTOCOL value only if it is made of
+// the characters git's own values use ("version=2", "a=b:c=d"); anything
+// else is dropped so that no transport passes control bytes to git.
+func CleanProtocol(s string) string {
+	if len(s) > 1024 {
+		return ""
+	}
+	for _, c := range s {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("=:._-,", c)
+		if !ok {
+			return ""
+		}
+	}
+	return s
+}

@@ -1,0 +1,214 @@
+// Package repo maps the repository names clients ask for onto bare
+// repositories under one root directory, and refuses anything that could
+// reach outside it (.., absolute paths, symlinks, non-bare directories).
+package repo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+var (
+	// ErrInvalidName is returned for names that are not a clean relative path.
+	ErrInvalidName = errors.New("invalid repository name")
+	// ErrNotFound is returned when no bare repository exists under the name.
+	ErrNotFound = errors.New("repository not found")
+	// ErrExists is returned by Create and Import when the name is taken.
+	ErrExists = errors.New("repository already exists")
+)
+
+// Root is the directory that holds every served bare repository, each as
+// NAME.git (nested names are directories: team/app -> team/app.git).
+type Root struct {
+	Dir string
+}
+
+// Repo is one resolved repository.
+type Repo struct {
+	Name string // canonical name, without .git: "team/app"
+	Path string // absolute path of the bare repository directory
+}
+
+// CleanName turns what a client sent ("/team/app.git/", "~/x", "team/app")
+// into a canonical name, or returns ErrInvalidName. Every path segment must
+// be made of letters, digits, '.', '_' and '-', and must not start with '.'
+// so that "..", ".git" and hidden directories can never be named.
+func CleanName(raw string) (string, error) {
+	name := strings.Trim(raw, "/")
+	name = strings.TrimSuffix(name, ".git")
+	if name == "" || len(name) > 255 {
+		return "", ErrInvalidName
+	}
+	for _, seg := range strings.Split(name, "/") {
+		if seg == "" || seg[0] == '.' || seg[0] == '-' {
+			return "", ErrInvalidName
+		}
+		for _, c := range seg {
+			ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+			if !ok {
+				return "", ErrInvalidName
+			}
+		}
+		if strings.HasSuffix(seg, ".git") && seg != name[strings.LastIndex(name, "/")+1:] {
+			// "a.git/b" would nest a repository inside another's git directory.
+			return "", ErrInvalidName
+		}
+	}
+	return name, nil
+}
+
+// Resolve finds the bare repository a client asked for. It accepts the name
+// with or without ".git" and with leading or trailing slashes.
+func (r Root) Resolve(raw string) (Repo, error) {
+	name, err := CleanName(raw)
+	if err != nil {
+		return Repo{}, err
+	}
+	root, err := filepath.EvalSymlinks(r.Dir)
+	if err != nil {
+		return Repo{}, fmt.Errorf("repository root: %w", err)
+	}
+	for _, candidate := range []string{name + ".git", name} {
+		p := filepath.Join(root, filepath.FromSlash(candidate))
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			continue
+		}
+		// A symlink may only lead to another place inside the root.
+		if rel, err := filepath.Rel(root, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			continue
+		}
+		if IsBare(real) {
+			return Repo{Name: name, Path: real}, nil
+		}
+	}
+	return Repo{}, ErrNotFound
+}
+
+// IsBare reports whether dir is itself a git directory (HEAD, objects and
+// refs inside it), which is what a bare repository is. A work tree with a
+// .git inside does not qualify.
+func IsBare(dir string) bool {
+	for _, part := range []string{"HEAD", "objects", "refs"} {
+		if _, err := os.Lstat(filepath.Join(dir, part)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// PathFor returns where a repository of this canonical name lives.
+func (r Root) PathFor(name string) string {
+	return filepath.Join(r.Dir, filepath.FromSlash(name)+".git")
+}
+
+// Create makes an empty bare repository.
+func (r Root) Create(ctx context.Context, raw string) (Repo, error) {
+	name, path, err := r.prepareNew(raw)
+	if err != nil {
+		return Repo{}, err
+	}
+	tmp, err := r.tempDir()
+	if err != nil {
+		return Repo{}, err
+	}
+	defer os.RemoveAll(tmp)
+	if out, err := exec.CommandContext(ctx, "git", "init", "--bare", "--quiet", tmp).CombinedOutput(); err != nil {
+		return Repo{}, fmt.Errorf("git init: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return Repo{}, err
+	}
+	return Repo{Name: name, Path: path}, nil
+}
+
+// Import makes a bare mirror of source (a local path or any URL git clones
+// from). On failure nothing is left behind.
+func (r Root) Import(ctx context.Context, raw, source string) (Repo, error) {
+	name, path, err := r.prepareNew(raw)
+	if err != nil {
+		return Repo{}, err
+	}
+	tmp, err := r.tempDir()
+	if err != nil {
+		return Repo{}, err
+	}
+	defer os.RemoveAll(tmp)
+	os.Remove(tmp) // git clone wants to create it
+	cmd := exec.CommandContext(ctx, "git", "clone", "--mirror", "--quiet", "--", source, tmp)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Repo{}, fmt.Errorf("git clone --mirror %s: %v: %s", source, err, strings.TrimSpace(string(out)))
+	}
+	// A mirror would keep fetching from its source on "git remote update";
+	// the served copy is the repository of record now.
+	exec.CommandContext(ctx, "git", "-C", tmp, "remote", "remove", "origin").Run()
+	if err := os.Rename(tmp, path); err != nil {
+		return Repo{}, err
+	}
+	return Repo{Name: name, Path: path}, nil
+}
+
+// tempDir makes a directory under DIR/.tmp, a name no client can ask for
+// (segments starting with '.' are invalid), so a repository appears whole
+// or not at all when it is renamed into place.
+func (r Root) tempDir() (string, error) {
+	base := filepath.Join(r.Dir, ".tmp")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(base, "new-")
+}
+
+func (r Root) prepareNew(raw string) (name, path string, err error) {
+	name, err = CleanName(raw)
+	if err != nil {
+		return "", "", err
+	}
+	if _, err := r.Resolve(name); err == nil {
+		return "", "", ErrExists
+	}
+	path = r.PathFor(name)
+	if _, err := os.Lstat(path); err == nil {
+		return "", "", ErrExists
+	}
+	// Refuse to nest a repository inside another one ("app" then "app/x").
+	for parent := filepath.Dir(name); parent != "."; parent = filepath.Dir(parent) {
+		if _, err := r.Resolve(parent); err == nil {
+			return "", "", fmt.Errorf("%w: %q is inside repository %q", ErrInvalidName, name, parent)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", "", err
+	}
+	return name, path, nil
+}
+
+// List returns every bare repository under the root, sorted by name.
+func (r Root) List() ([]Repo, error) {
+	var repos []Repo
+	err := filepath.WalkDir(r.Dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() || p == r.Dir {
+			return nil
+		}
+		if IsBare(p) {
+			rel, _ := filepath.Rel(r.Dir, p)
+			if name, err := CleanName(filepath.ToSlash(rel)); err == nil {
+				repos = append(repos, Repo{Name: name, Path: p})
+			}
+			return filepath.SkipDir
+		}
+		if strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return repos, err
+}

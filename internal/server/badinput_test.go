@@ -1,0 +1,387 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"packwire/internal/gittest"
+	"packwire/internal/pktline"
+)
+
+// rawGit sends raw bytes to the git:// listener and returns what came back
+// before the server closed the connection.
+func rawGit(t *testing.T, addr string, send []byte) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(send)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, _ := io.ReadAll(c)
+	return string(b)
+}
+
+func mustPkt(payload string) []byte {
+	b, err := pktline.Append(nil, []byte(payload))
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func request(service, path, extra string) []byte {
+	b, _ := pktline.Append(nil, []byte(service+" "+path+"\x00host=localhost\x00"+extra))
+	return b
+}
+
+func TestGitProtocolBadInput(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.InitTimeout = 300 * time.Millisecond })
+	s.seed(t, "team/app")
+	outside := filepath.Join(t.TempDir(), "secret.git")
+	s.env.Git("", "init", "--bare", "-q", outside)
+	os.Symlink(outside, filepath.Join(s.Data.Repos.Dir, "escape.git"))
+	os.MkdirAll(filepath.Join(s.Data.Repos.Dir, "worktree"), 0o755)
+	s.env.Git(filepath.Join(s.Data.Repos.Dir, "worktree"), "init", "-q")
+	addr := s.GitAddr.String()
+
+	cases := []struct {
+		name string
+		send []byte
+		want string
+	}{
+		{"dotdot", request("git-upload-pack", "/../secret.git", ""), "ERR repository '../secret.git' not found"},
+		{"encoded dotdot", request("git-upload-pack", "/%2e%2e/secret.git", ""), "not found"},
+		{"absolute", request("git-upload-pack", outside, ""), "not found"},
+		{"symlink outside", request("git-upload-pack", "/escape.git", ""), "not found"},
+		{"non-bare", request("git-upload-pack", "/worktree", ""), "not found"},
+		{"non-bare .git", request("git-upload-pack", "/worktree/.git", ""), "not found"},
+		{"unknown", request("git-upload-pack", "/nope.git", ""), "ERR repository 'nope.git' not found"},
+		{"unknown service", request("git-frobnicate", "/team/app", ""), "service not supported"},
+		{"receive-pack", request("git-receive-pack", "/team/app", ""), "push over git:// is not supported"},
+		{"bad length", []byte("zzzzgit-upload-pack"), "ERR malformed request: pkt-line: invalid length prefix"},
+		{"flush first", []byte("0000"), "ERR malformed request"},
+		{"no NUL", mustPkt("git-upload-pack /x\n"), "ERR malformed request: no NUL"},
+		{"truncated", []byte("0040git-upload-pack /team/a"), "connection closed before the request line ended"},
+		{"never ends", []byte("0040git-upload-pack /team/app"), ""}, // connection kept open: see below
+		{"control chars in protocol", request("git-upload-pack", "/team/app", "\x00version=2\n\x01"), "version 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "never ends" {
+				conn, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				conn.Write(c.send)
+				conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				start := time.Now()
+				b, _ := io.ReadAll(conn)
+				if !strings.Contains(string(b), "timed out waiting for the request line") || time.Since(start) > 3*time.Second {
+					t.Fatalf("got %q after %v", b, time.Since(start))
+				}
+				return
+			}
+			send := c.send
+			if c.name == "truncated" {
+				conn, _ := net.Dial("tcp", addr)
+				conn.Write(send)
+				conn.(*net.TCPConn).CloseWrite()
+				conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				b, _ := io.ReadAll(conn)
+				conn.Close()
+				if !strings.Contains(string(b), c.want) {
+					t.Fatalf("got %q, want %q", b, c.want)
+				}
+				return
+			}
+			got := rawGit(t, addr, send)
+			if c.name == "control chars in protocol" {
+				// The bad GIT_PROTOCOL is dropped: the server answers in v0.
+				if strings.Contains(got, "version 2") || !strings.Contains(got, "refs/heads/main") {
+					t.Fatalf("got %q", got)
+				}
+				return
+			}
+			if !strings.Contains(got, c.want) {
+				t.Fatalf("got %q, want %q", got, c.want)
+			}
+		})
+	}
+	// The server still serves after all that.
+	if out := s.env.Git("", "ls-remote", s.gitURL("team/app")); !strings.Contains(out, "refs/heads/main") {
+		t.Fatalf("server stopped serving: %s", out)
+	}
+}
+
+func TestHTTPBadInput(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.MaxRequestBody = 1 << 20 })
+	s.seed(t, "team/app")
+	outside := filepath.Join(t.TempDir(), "secret.git")
+	s.env.Git("", "init", "--bare", "-q", outside)
+	os.Symlink(outside, filepath.Join(s.Data.Repos.Dir, "escape.git"))
+	base := "http://" + s.HTTPAddr.String()
+
+	rawGet := func(path string) string {
+		// net/http would clean the path; send it as written.
+		c, err := net.Dial("tcp", s.HTTPAddr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.Status + " " + string(b)
+	}
+	for _, p := range []string{
+		"/../secret.git/info/refs?service=git-upload-pack",
+		"/%2e%2e/secret.git/info/refs?service=git-upload-pack",
+		"/team/%2e%2e/%2e%2e/secret.git/info/refs?service=git-upload-pack",
+		"//" + strings.TrimPrefix(outside, "/") + "/info/refs?service=git-upload-pack",
+		"/escape.git/info/refs?service=git-upload-pack",
+		"/team/app.git%00/info/refs?service=git-upload-pack",
+	} {
+		if got := rawGet(p); !strings.HasPrefix(got, "404") {
+			t.Errorf("GET %s: %s", p, got)
+		}
+	}
+
+	post := func(body []byte, hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest("POST", base+"/team/app/git-upload-pack", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	// A gzip bomb: 1 GiB of valid want lines, which git would keep reading,
+	// in about 1 MiB.
+	var bomb bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestCompression)
+	line := mustPkt("want " + s.env.RevParse(filepath.Join(s.Data.Repos.Dir, "team/app.git"), "main") + "\n")
+	chunk := bytes.Repeat(line, (1<<20)/len(line))
+	for i := 0; i < 1024; i++ {
+		zw.Write(chunk)
+	}
+	zw.Close()
+	start := time.Now()
+	if code, body := post(bomb.Bytes(), map[string]string{"Content-Encoding": "gzip"}); code != 413 || !strings.Contains(body, "too large") {
+		t.Errorf("gzip bomb: %d %q", code, body)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("gzip bomb took %v", d)
+	}
+	if code, body := post([]byte("not gzip"), map[string]string{"Content-Encoding": "gzip"}); code != 400 {
+		t.Errorf("bad gzip: %d %q", code, body)
+	}
+	if code, _ := post([]byte("0000"), map[string]string{"Content-Encoding": "br"}); code != 415 {
+		t.Errorf("unknown encoding: %d", code)
+	}
+	if code, _ := post([]byte("0000"), map[string]string{"Content-Type": "text/plain"}); code != 415 {
+		t.Errorf("wrong content type: %d", code)
+	}
+	// Malformed pkt-lines reach git, which rejects them; the server answers and lives on.
+	for _, body := range []string{"zzzz", "fff0want", "0009want", "0032want 0000000000000000000000000000000000000000\n"} {
+		if code, _ := post([]byte(body), nil); code == 200 {
+			// git may answer with an ERR inside a 200; what matters is no hang and no crash.
+			continue
+		}
+	}
+	if out := s.env.Git("", "ls-remote", s.httpURL("team/app")); !strings.Contains(out, "refs/heads/main") {
+		t.Fatalf("server stopped serving: %s", out)
+	}
+}
+
+// gitChildren lists processes of this test binary's git children (the
+// server's upload-pack/receive-pack and what they started).
+func gitChildren(t *testing.T, match string) []string {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	self := strconv.Itoa(os.Getpid())
+	var found []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[1] != self {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.Contains(string(cmdline), match) {
+			found = append(found, strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	return found
+}
+
+func waitNoChildren(t *testing.T, match string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		left := gitChildren(t, match)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("git children still running %v after the client left: %v", within, left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestClientVanishesMidClone kills a cloning client once pack data flows
+// and checks that the server's git is killed and reaped within a second,
+// on both transports, and that the server keeps serving.
+func TestClientVanishesMidClone(t *testing.T) {
+	s := startServer(t, nil)
+	r, _ := s.Data.Repos.Create(context.Background(), "big")
+	s.env.Build(r.Path, gittest.Shape{Commits: 2, Files: 40, BlobBytes: 1 << 20, Incompress: true, Seed: 7})
+
+	for _, url := range []string{s.gitURL("big"), s.httpURL("big")} {
+		t.Run(url[:4], func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "c")
+			cmd := exec.Command("git", "clone", "--progress", url, dir)
+			cmd.Env = append(s.env.Vars, "GIT_TRACE_PACKET=0")
+			stderr, _ := cmd.StderrPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Wait until the pack is arriving ("Receiving objects: N%").
+			sc := bufio.NewScanner(stderr)
+			sc.Split(scanCRLF)
+			for sc.Scan() {
+				if strings.Contains(sc.Text(), "Receiving objects:") && !strings.Contains(sc.Text(), " 0% ") {
+					break
+				}
+			}
+			if len(gitChildren(t, "upload-pack")) == 0 {
+				t.Fatal("no upload-pack running mid-clone: the repository is too small to test this")
+			}
+			cmd.Process.Kill()
+			cmd.Wait()
+			waitNoChildren(t, "upload-pack", time.Second)
+		})
+	}
+	if out := s.env.Git("", "ls-remote", s.gitURL("big")); !strings.Contains(out, "refs/heads/main") {
+		t.Fatalf("server stopped serving: %s", out)
+	}
+}
+
+func scanCRLF(data []byte, atEOF bool) (int, []byte, error) {
+	for i, b := range data {
+		if b == '\r' || b == '\n' {
+			return i + 1, data[:i], nil
+		}
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
+}
+
+// TestClientVanishesMidPush kills a pushing client mid-pack: the server's
+// receive-pack is reaped, the refs are untouched and the repo is intact.
+func TestClientVanishesMidPush(t *testing.T) {
+	s := startServer(t, nil)
+	bare := s.seed(t, "team/app")
+	before := s.env.Git(bare, "show-ref")
+	w := filepath.Join(t.TempDir(), "w")
+	s.env.Git("", "clone", "-q", s.httpURL("team/app"), w)
+	// 40 MiB of incompressible data to push.
+	s.env.Build(filepath.Join(w, ".git"), gittest.Shape{Ref: "refs/heads/big", Commits: 1, Files: 40, BlobBytes: 1 << 20, Incompress: true, Seed: 9})
+	cmd := exec.Command("git", "push", "--progress", s.pushURL("team/app"), "big:refs/heads/big")
+	cmd.Dir = w
+	cmd.Env = s.env.Vars
+	stderr, _ := cmd.StderrPipe()
+	cmd.Start()
+	sc := bufio.NewScanner(stderr)
+	sc.Split(scanCRLF)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "Writing objects:") && !strings.Contains(sc.Text(), " 0% ") {
+			break
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	waitNoChildren(t, "receive-pack", time.Second)
+	if after := s.env.Git(bare, "show-ref"); after != before {
+		t.Fatalf("refs changed by an interrupted push:\n%s", after)
+	}
+	s.env.Fsck(bare)
+}
+
+// TestNoLeaks runs a batch of requests, good and bad, shuts the server
+// down, and checks goroutines, file descriptors and processes come back.
+func TestNoLeaks(t *testing.T) {
+	fdsBefore := countFDs()
+	goroutinesBefore := runtime.NumGoroutine()
+	s := startServer(t, nil)
+	s.seed(t, "team/app")
+	for i := 0; i < 5; i++ {
+		s.env.Git("", "ls-remote", s.gitURL("team/app"))
+		s.env.Git("", "ls-remote", s.httpURL("team/app"))
+		rawGit(t, s.GitAddr.String(), []byte("zzzz"))
+		s.env.Run("", nil, "ls-remote", s.gitURL("nope"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		g, fds := runtime.NumGoroutine(), countFDs()
+		if g <= goroutinesBefore+2 && fds <= fdsBefore+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			n := runtime.Stack(buf, true)
+			t.Fatalf("leak: goroutines %d -> %d, fds %d -> %d\n%s", goroutinesBefore, g, fdsBefore, fds, buf[:n])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if left := gitChildren(t, "git"); len(left) > 0 {
+		t.Fatalf("processes left: %v", left)
+	}
+}
+
+func countFDs() int {
+	entries, _ := os.ReadDir("/proc/self/fd")
+	return len(entries)
+}

@@ -1,0 +1,105 @@
+// Package store is packwire's embedded database: one SQLite file in the data
+// directory, opened in WAL mode so admin commands can write while the server
+// reads. The schema moves forward through numbered migrations.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// ErrNotFound is returned when a looked-up row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrExists is returned when a unique name or key is taken.
+var ErrExists = errors.New("already exists")
+
+// Store wraps the database handle.
+type Store struct {
+	DB *sql.DB
+}
+
+// migrations are applied in order; PRAGMA user_version records how many ran.
+var migrations = []string{
+	`CREATE TABLE users (
+		id      INTEGER PRIMARY KEY,
+		name    TEXT NOT NULL UNIQUE,
+		created INTEGER NOT NULL
+	);
+	CREATE TABLE ssh_keys (
+		fingerprint TEXT PRIMARY KEY,
+		user_id     INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+		public_key  TEXT NOT NULL,
+		comment     TEXT NOT NULL DEFAULT '',
+		created     INTEGER NOT NULL
+	);
+	CREATE TABLE tokens (
+		id       TEXT PRIMARY KEY,
+		user_id  INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+		hash     BLOB NOT NULL,
+		created  INTEGER NOT NULL,
+		expires  INTEGER,
+		revoked  INTEGER
+	);`,
+}
+
+// Open opens (creating if needed) the database at path and migrates it.
+func Open(ctx context.Context, path string) (*Store, error) {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{DB: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.DB.Close() }
+
+func (s *Store) migrate(ctx context.Context) error {
+	conn, err := s.DB.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// BEGIN IMMEDIATE serialises concurrent first starts (server and CLI).
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	var version int
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		conn.ExecContext(ctx, "ROLLBACK")
+		return err
+	}
+	for i := version; i < len(migrations); i++ {
+		if _, err := conn.ExecContext(ctx, migrations[i]); err != nil {
+			conn.ExecContext(ctx, "ROLLBACK")
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	if version < len(migrations) {
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
+			conn.ExecContext(ctx, "ROLLBACK")
+			return err
+		}
+	}
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	return err
+}
+
+func now() int64 { return time.Now().Unix() }

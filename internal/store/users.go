@@ -1,0 +1,157 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+)
+
+// User is a registered principal.
+type User struct {
+	ID      int64
+	Name    string
+	Created time.Time
+}
+
+// Key is a registered SSH public key.
+type Key struct {
+	Fingerprint string // SHA256:... as ssh-keygen -l prints it
+	User        string
+	PublicKey   string // authorized_keys format
+	Comment     string
+}
+
+// Token is an HTTP token's stored form: never the secret, only its hash.
+type Token struct {
+	ID      string
+	User    string
+	Hash    []byte
+	Created time.Time
+	Expires time.Time // zero: never
+	Revoked time.Time // zero: not revoked
+}
+
+func isUnique(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") ||
+		err != nil && strings.Contains(err.Error(), "constraint failed: PRIMARY KEY")
+}
+
+// AddUser registers a user.
+func (s *Store) AddUser(ctx context.Context, name string) (User, error) {
+	res, err := s.DB.ExecContext(ctx, "INSERT INTO users(name, created) VALUES(?, ?)", name, now())
+	if isUnique(err) {
+		return User{}, ErrExists
+	}
+	if err != nil {
+		return User{}, err
+	}
+	id, _ := res.LastInsertId()
+	return User{ID: id, Name: name, Created: time.Now()}, nil
+}
+
+// RemoveUser deletes a user with their keys and tokens.
+func (s *Store) RemoveUser(ctx context.Context, name string) error {
+	res, err := s.DB.ExecContext(ctx, "DELETE FROM users WHERE name = ?", name)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// GetUser looks a user up by name.
+func (s *Store) GetUser(ctx context.Context, name string) (User, error) {
+	var u User
+	var created int64
+	err := s.DB.QueryRowContext(ctx, "SELECT id, name, created FROM users WHERE name = ?", name).Scan(&u.ID, &u.Name, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return User{}, ErrNotFound
+	}
+	u.Created = time.Unix(created, 0)
+	return u, err
+}
+
+// ListUsers returns every user by name.
+func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
+	rows, err := s.DB.QueryContext(ctx, "SELECT id, name, created FROM users ORDER BY name")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var users []User
+	for rows.Next() {
+		var u User
+		var created int64
+		if err := rows.Scan(&u.ID, &u.Name, &created); err != nil {
+			return nil, err
+		}
+		u.Created = time.Unix(created, 0)
+		users = append(users, u)
+	}
+	return users, rows.Err()
+}
+
+// AddKey registers an SSH public key for a user. A key belongs to one user.
+func (s *Store) AddKey(ctx context.Context, user string, k Key) error {
+	u, err := s.GetUser(ctx, user)
+	if err != nil {
+		return err
+	}
+	_, err = s.DB.ExecContext(ctx, "INSERT INTO ssh_keys(fingerprint, user_id, public_key, comment, created) VALUES(?, ?, ?, ?, ?)",
+		k.Fingerprint, u.ID, k.PublicKey, k.Comment, now())
+	if isUnique(err) {
+		return ErrExists
+	}
+	return err
+}
+
+// KeyOwner returns the user a key fingerprint belongs to.
+func (s *Store) KeyOwner(ctx context.Context, fingerprint string) (string, error) {
+	var name string
+	err := s.DB.QueryRowContext(ctx, "SELECT u.name FROM ssh_keys k JOIN users u ON u.id = k.user_id WHERE k.fingerprint = ?", fingerprint).Scan(&name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", ErrNotFound
+	}
+	return name, err
+}
+
+// AddToken stores a token's hash.
+func (s *Store) AddToken(ctx context.Context, user, id string, hash []byte, expires time.Time) error {
+	u, err := s.GetUser(ctx, user)
+	if err != nil {
+		return err
+	}
+	var exp any
+	if !expires.IsZero() {
+		exp = expires.Unix()
+	}
+	_, err = s.DB.ExecContext(ctx, "INSERT INTO tokens(id, user_id, hash, created, expires) VALUES(?, ?, ?, ?, ?)", id, u.ID, hash, now(), exp)
+	return err
+}
+
+// GetToken looks a token up by its public id.
+func (s *Store) GetToken(ctx context.Context, id string) (Token, error) {
+	var t Token
+	var created int64
+	var expires, revoked sql.NullInt64
+	err := s.DB.QueryRowContext(ctx, `SELECT t.id, u.name, t.hash, t.created, t.expires, t.revoked
+		FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.id = ?`, id).Scan(&t.ID, &t.User, &t.Hash, &created, &expires, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Token{}, ErrNotFound
+	}
+	if err != nil {
+		return Token{}, err
+	}
+	t.Created = time.Unix(created, 0)
+	if expires.Valid {
+		t.Expires = time.Unix(expires.Int64, 0)
+	}
+	if revoked.Valid {
+		t.Revoked = time.Unix(revoked.Int64, 0)
+	}
+	return t, nil
+}

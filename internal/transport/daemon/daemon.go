@@ -1,0 +1,232 @@
+// Package daemon serves the git:// protocol (git-daemon's wire format): one
+// pkt-line request "git-upload-pack /path\0host=h\0\0version=2\0", then the
+// service's own stream. It only translates framing into a pipeline.Request.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"packwire/internal/access"
+	"packwire/internal/gitexec"
+	"packwire/internal/pipeline"
+	"packwire/internal/pktline"
+)
+
+// Server accepts git:// connections. Zero InitTimeout and MaxConnections
+// mean no limit.
+type Server struct {
+	Pipeline       *pipeline.Pipeline
+	InitTimeout    time.Duration // time allowed for the request line
+	MaxConnections int
+	Log            *slog.Logger
+
+	conns    atomic.Int64
+	mu       sync.Mutex
+	listener net.Listener
+	closed   bool
+	waiting  map[net.Conn]bool // connections still sending their request line
+	wg       sync.WaitGroup
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("daemon: server closed")
+
+// Request is a parsed git:// request line.
+type Request struct {
+	Service  string // "git-upload-pack" as sent
+	Path     string
+	Host     string
+	Protocol string // extra parameters joined with ':' (GIT_PROTOCOL)
+}
+
+// ParseRequest parses the payload of the first pkt-line of a git://
+// connection, following gitprotocol-pack's git-proto-request.
+func ParseRequest(line []byte) (Request, error) {
+	s := strings.TrimSuffix(string(line), "\n")
+	cmdPath, rest, ok := strings.Cut(s, "\x00")
+	if !ok {
+		return Request{}, errors.New("malformed request: no NUL after path")
+	}
+	service, path, ok := strings.Cut(cmdPath, " ")
+	if !ok || service == "" || path == "" {
+		return Request{}, errors.New("malformed request: want 'git-upload-pack /path'")
+	}
+	req := Request{Service: service, Path: path}
+	// rest: [host=HOST\0] [\0 extra\0 ...]
+	host, extras, _ := strings.Cut(rest, "\x00")
+	if host != "" {
+		h, ok := strings.CutPrefix(host, "host=")
+		if !ok {
+			return Request{}, errors.New("malformed request: bad host parameter")
+		}
+		req.Host = h
+	}
+	var params []string
+	for _, p := range strings.Split(extras, "\x00") {
+		if p != "" {
+			params = append(params, p)
+		}
+	}
+	req.Protocol = strings.Join(params, ":")
+	return req, nil
+}
+
+// Serve accepts connections on l until Close.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.listener = l
+	s.mu.Unlock()
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			return err
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(conn)
+		}()
+	}
+}
+
+// Close stops accepting and drops connections that have not sent their
+// request yet; running requests are drained by the pipeline.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for c := range s.waiting {
+		c.Close()
+	}
+	if s.listener != nil {
+		return s.listener.Close()
+	}
+	return nil
+}
+
+// track records whether conn is still waiting for its request line; it
+// reports false if the server is closing and the connection should end.
+func (s *Server) track(conn net.Conn, waiting bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiting == nil {
+		s.waiting = make(map[net.Conn]bool)
+	}
+	if waiting {
+		s.waiting[conn] = true
+	} else {
+		delete(s.waiting, conn)
+	}
+	return !s.closed
+}
+
+// Wait blocks until every connection handler has returned.
+func (s *Server) Wait() { s.wg.Wait() }
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
+func (s *Server) handle(conn net.Conn) {
+	defer conn.Close()
+	remote := conn.RemoteAddr().String()
+	n := s.conns.Add(1)
+	defer s.conns.Add(-1)
+	if s.MaxConnections > 0 && n > int64(s.MaxConnections) {
+		s.log().Warn("connection refused: too many connections", "transport", "git", "remote", remote, "max", s.MaxConnections)
+		pktline.WriteError(conn, fmt.Sprintf("server busy: too many connections (max %d), retry later", s.MaxConnections))
+		return
+	}
+	if !s.track(conn, true) {
+		return
+	}
+	if s.InitTimeout > 0 {
+		conn.SetReadDeadline(time.Now().Add(s.InitTimeout))
+	}
+	kind, line, err := pktline.NewReader(conn).Read()
+	if !s.track(conn, false) {
+		return
+	}
+	if err != nil || kind != pktline.Data {
+		if err == nil {
+			err = errors.New("expected a request line, got a special packet")
+		}
+		s.log().Info("bad request line", "transport", "git", "remote", remote, "error", err.Error())
+		pktline.WriteError(conn, "malformed request: "+errorText(err))
+		return
+	}
+	conn.SetReadDeadline(time.Time{})
+	dreq, err := ParseRequest(line)
+	if err != nil {
+		s.log().Info("bad request line", "transport", "git", "remote", remote, "error", err.Error())
+		pktline.WriteError(conn, err.Error())
+		return
+	}
+	service, ok := gitexec.ParseService(dreq.Service)
+	if !ok || dreq.Service != string(service) {
+		pktline.WriteError(conn, fmt.Sprintf("service not supported: %q", dreq.Service))
+		return
+	}
+	if service == gitexec.ReceivePack {
+		pktline.WriteError(conn, "push over git:// is not supported: git:// has no authentication; push over ssh:// or http(s):// instead")
+		return
+	}
+	req := pipeline.Request{
+		Transport: "git",
+		Service:   service,
+		RepoPath:  dreq.Path,
+		Protocol:  dreq.Protocol,
+		Principal: access.Anonymous,
+		Remote:    remote,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	call, err := s.Pipeline.Prepare(ctx, req)
+	if err != nil {
+		pktline.WriteError(conn, err.Error())
+		return
+	}
+	// git's stderr is not part of the git:// protocol: it goes to the log only.
+	call.Run(ctx, conn, conn, nil)
+}
+
+func errorText(err error) string {
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed before the request line ended"
+	case errors.Is(err, pktline.ErrBadLength), errors.Is(err, pktline.ErrTooLong):
+		return err.Error()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timed out waiting for the request line"
+	}
+	return err.Error()
+}

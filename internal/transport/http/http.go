@@ -1,0 +1,300 @@
+// Package http serves git's smart HTTP protocol (gitprotocol-http) as an
+// http.Handler: GET .../info/refs?service=..., POST .../git-upload-pack and
+// .../git-receive-pack, protocol v2 through the Git-Protocol header. It
+// decodes gzip bodies within a bound, streams git's output as it is made and
+// turns credentials into a principal; access and spawning stay in the pipeline.
+package http
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"packwire/internal/access"
+	"packwire/internal/gitexec"
+	"packwire/internal/pipeline"
+	"packwire/internal/pktline"
+)
+
+// DefaultMaxRequestBody bounds a fetch request (wants and haves) after gzip
+// decoding. A 5,000-ref mirror fetch is well under 1 MiB.
+const DefaultMaxRequestBody = 64 << 20
+
+// Handler is the smart HTTP endpoint. Its zero value is not usable: set
+// Pipeline and Access.
+type Handler struct {
+	Pipeline       *pipeline.Pipeline
+	Access         *access.Controller
+	MaxRequestBody int64 // bound on a decoded fetch request; 0: DefaultMaxRequestBody
+	MaxPushBody    int64 // bound on a decoded push; 0: none
+	Log            *slog.Logger
+}
+
+const realm = `Basic realm="packwire", charset="UTF-8"`
+
+func (h *Handler) log() *slog.Logger {
+	if h.Log == nil {
+		return slog.Default()
+	}
+	return h.Log
+}
+
+// Route splits a URL path into the repository part and the smart HTTP
+// endpoint it names ("info/refs", "git-upload-pack", "git-receive-pack").
+func Route(path string) (repoPath, endpoint string, ok bool) {
+	for _, ep := range []string{"/info/refs", "/git-upload-pack", "/git-receive-pack"} {
+		if p, found := strings.CutSuffix(path, ep); found && p != "" {
+			return p, ep[1:], true
+		}
+	}
+	return "", "", false
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	repoPath, endpoint, ok := Route(r.URL.Path)
+	if !ok {
+		plainError(w, http.StatusNotFound, "not found")
+		return
+	}
+	var serviceName string
+	switch endpoint {
+	case "info/refs":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			methodNotAllowed(w, "GET")
+			return
+		}
+		serviceName = r.URL.Query().Get("service")
+		if serviceName == "" {
+			plainError(w, http.StatusForbidden, "packwire serves the smart HTTP protocol only (git 1.6.6 or later)")
+			return
+		}
+	default:
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, "POST")
+			return
+		}
+		serviceName = endpoint
+	}
+	service, ok := gitexec.ParseService(serviceName)
+	if !ok || service == gitexec.UploadArchive || serviceName != string(service) {
+		plainError(w, http.StatusForbidden, fmt.Sprintf("service not supported: %q", serviceName))
+		return
+	}
+
+	principal := access.Anonymous
+	if user, token, hasAuth := r.BasicAuth(); hasAuth {
+		p, err := h.Access.PrincipalForToken(r.Context(), user, token)
+		if err != nil {
+			h.log().Info("refused", "transport", "http", "remote", r.RemoteAddr, "repo", repoPath, "reason", err.Error())
+			w.Header().Set("WWW-Authenticate", realm)
+			msg := "invalid credentials: use a packwire token as the password"
+			if !errors.Is(err, access.ErrBadCredentials) {
+				msg = "internal error checking credentials"
+			}
+			plainError(w, http.StatusUnauthorized, msg)
+			return
+		}
+		principal = p
+	}
+
+	advertise := endpoint == "info/refs"
+	protocol := r.Header.Get("Git-Protocol")
+	req := pipeline.Request{
+		Transport:     "http",
+		Service:       service,
+		RepoPath:      repoPath,
+		Protocol:      protocol,
+		Principal:     principal,
+		Remote:        r.RemoteAddr,
+		StatelessRPC:  true,
+		AdvertiseRefs: advertise,
+	}
+	call, err := h.Pipeline.Prepare(r.Context(), req)
+	if err != nil {
+		writePipelineError(w, err)
+		return
+	}
+
+	var body io.Reader = http.NoBody
+	var limited *limitReader
+	if !advertise {
+		if ct := r.Header.Get("Content-Type"); ct != "application/x-"+string(service)+"-request" {
+			call.Abandon()
+			plainError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("expected Content-Type application/x-%s-request", service))
+			return
+		}
+		raw := io.Reader(r.Body)
+		switch enc := r.Header.Get("Content-Encoding"); enc {
+		case "", "identity":
+		case "gzip", "x-gzip":
+			gz, err := gzip.NewReader(r.Body)
+			if err != nil {
+				call.Abandon()
+				plainError(w, http.StatusBadRequest, "malformed gzip request body")
+				return
+			}
+			defer gz.Close()
+			raw = gz
+		default:
+			call.Abandon()
+			plainError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported Content-Encoding %q", enc))
+			return
+		}
+		max := h.MaxRequestBody
+		if max == 0 {
+			max = DefaultMaxRequestBody
+		}
+		if service == gitexec.ReceivePack {
+			max = h.MaxPushBody
+		}
+		limited = &limitReader{r: raw, max: max, remaining: max, unlimited: max <= 0}
+		body = limited
+	}
+
+	out := &streamWriter{w: w, contentType: "application/x-" + string(service) + resultSuffix(advertise)}
+	if advertise && !(service == gitexec.UploadPack && isV2(req.Protocol)) {
+		// git-http-backend's preamble for protocol v0/v1 advertisements.
+		var pre []byte
+		pre, _ = pktline.Append(pre, []byte("# service="+string(service)+"\n"))
+		pre = append(pre, "0000"...)
+		out.Write(pre)
+	}
+	if r.Method == http.MethodHead {
+		call.Abandon()
+		out.start()
+		return
+	}
+	call.Run(r.Context(), body, out, nil)
+	if limited != nil && limited.exceeded && !out.started {
+		plainError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body too large (limit %d bytes after decoding)", limited.max))
+		return
+	}
+	if !out.started {
+		// git wrote nothing: a request it rejected. Say so rather than send an empty 200.
+		plainError(w, http.StatusBadRequest, "git could not process the request")
+	}
+}
+
+func resultSuffix(advertise bool) string {
+	if advertise {
+		return "-advertisement"
+	}
+	return "-result"
+}
+
+func isV2(protocol string) bool {
+	for _, kv := range strings.Split(protocol, ":") {
+		if kv == "version=2" {
+			return true
+		}
+	}
+	return false
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	plainError(w, http.StatusMethodNotAllowed, "method not allowed")
+}
+
+// plainError sends a one-line text/plain body; git prints it as "remote: ...".
+func plainError(w http.ResponseWriter, status int, msg string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	io.WriteString(w, msg+"\n")
+}
+
+func writePipelineError(w http.ResponseWriter, err error) {
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) {
+		plainError(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	status := http.StatusInternalServerError
+	switch pe.Code {
+	case pipeline.CodeBadRequest:
+		status = http.StatusBadRequest
+	case pipeline.CodeNotFound:
+		status = http.StatusNotFound
+	case pipeline.CodeAuthRequired:
+		w.Header().Set("WWW-Authenticate", realm)
+		status = http.StatusUnauthorized
+	case pipeline.CodeForbidden:
+		status = http.StatusForbidden
+	case pipeline.CodeUnavailable:
+		w.Header().Set("Retry-After", "5")
+		status = http.StatusServiceUnavailable
+	}
+	plainError(w, status, pe.Message)
+}
+
+// streamWriter sends headers on the first write and flushes every write, so
+// the client sees git's output as it is produced, never buffered whole.
+type streamWriter struct {
+	w           http.ResponseWriter
+	contentType string
+	started     bool
+}
+
+func (s *streamWriter) start() {
+	if s.started {
+		return
+	}
+	s.started = true
+	h := s.w.Header()
+	h.Set("Content-Type", s.contentType)
+	h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
+	h.Set("Pragma", "no-cache")
+	h.Set("Expires", "Fri, 01 Jan 1980 00:00:00 GMT")
+	s.w.WriteHeader(http.StatusOK)
+}
+
+func (s *streamWriter) Write(p []byte) (int, error) {
+	s.start()
+	n, err := s.w.Write(p)
+	if err != nil {
+		return n, err
+	}
+	return n, http.NewResponseController(s.w).Flush()
+}
+
+// limitReader fails once more than remaining bytes are read; it records
+// that, so a gzip bomb becomes a 413 and not a broken git stream.
+type limitReader struct {
+	r         io.Reader
+	max       int64
+	remaining int64
+	read      int64
+	unlimited bool
+	exceeded  bool
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.unlimited {
+		n, err := l.r.Read(p)
+		l.read += int64(n)
+		return n, err
+	}
+	if l.remaining <= 0 {
+		// One byte more tells "exactly at the limit" from "over it".
+		var one [1]byte
+		if n, _ := l.r.Read(one[:]); n > 0 {
+			l.exceeded = true
+			return 0, errors.New("request body too large")
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > l.remaining {
+		p = p[:l.remaining]
+	}
+	n, err := l.r.Read(p)
+	l.remaining -= int64(n)
+	l.read += int64(n)
+	return n, err
+}

@@ -1,0 +1,134 @@
+package ssh
+
+import (
+	"errors"
+	"fmt"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"packwire/internal/gitexec"
+	"packwire/internal/pipeline"
+	"packwire/internal/pktline"
+)
+
+const (
+	shellRefusal          = "packwire: interactive shells are not supported; use git clone ssh://...\n"
+	invalidCommandRefusal = "fatal: invalid command: packwire only runs git-upload-pack, git-receive-pack or git-upload-archive with one repository path\n"
+)
+
+// Exit statuses of sessions in which git did not run to the end.
+const (
+	exitRefused   = 128 // what git itself exits with when it dies
+	exitShell     = 1
+	exitRelayFail = 1 // the relay failed and git left no exit code of its own
+)
+
+// serveSession answers a session channel's requests: GIT_PROTOCOL, then one
+// exec. It keeps reading requests while the command runs, since an
+// unserviced request channel stalls the whole connection.
+func (c *conn) serveSession(ch gossh.Channel, reqs <-chan *gossh.Request) {
+	var (
+		protocol string
+		started  bool
+		done     = make(chan struct{})
+	)
+	for req := range reqs {
+		switch req.Type {
+		case "env":
+			var kv struct{ Name, Value string }
+			ok := !started && gossh.Unmarshal(req.Payload, &kv) == nil && kv.Name == "GIT_PROTOCOL"
+			if ok {
+				protocol = kv.Value
+			}
+			req.Reply(ok, nil)
+		case "exec", "shell":
+			var cmd struct{ Command string }
+			if started || req.Type == "exec" && gossh.Unmarshal(req.Payload, &cmd) != nil {
+				req.Reply(false, nil)
+				continue
+			}
+			started = true
+			req.Reply(true, nil)
+			c.beginCommand()
+			go func(shell bool, command, protocol string) {
+				defer close(done)
+				defer c.endCommand()
+				var status uint32
+				if shell {
+					status = c.refuseShell(ch)
+				} else {
+					status = c.exec(ch, command, protocol)
+				}
+				finish(ch, status)
+			}(req.Type == "shell", cmd.Command, protocol)
+		default: // pty-req, subsystem, x11-req, auth-agent-req, window-change, signal...
+			req.Reply(false, nil)
+		}
+	}
+	if started {
+		<-done
+	}
+}
+
+// finish ends a session the way sshd does, so that the client always learns
+// an exit status: EOF, exit-status, close.
+func finish(ch gossh.Channel, status uint32) {
+	ch.CloseWrite()
+	ch.SendRequest("exit-status", false, gossh.Marshal(struct{ Status uint32 }{status}))
+	ch.Close()
+}
+
+func (c *conn) refuseShell(ch gossh.Channel) uint32 {
+	c.log.Info("refused", "reason", "interactive shell requested")
+	fmt.Fprint(ch.Stderr(), shellRefusal)
+	return exitShell
+}
+
+// exec runs one git command through the pipeline and returns the exit
+// status to report.
+func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
+	service, path, err := ParseCommand(command)
+	if err != nil {
+		c.log.Info("refused", "reason", "invalid command", "command", truncate(command, 200))
+		fmt.Fprint(ch.Stderr(), invalidCommandRefusal)
+		return exitRefused
+	}
+	svc, _ := gitexec.ParseService(service)
+	call, err := c.srv.Pipeline.Prepare(c.ctx, pipeline.Request{
+		Transport: "ssh",
+		Service:   svc,
+		RepoPath:  path,
+		Protocol:  protocol,
+		Principal: c.principal,
+		Remote:    c.remote,
+	})
+	if err != nil {
+		// The pipeline has logged the refusal. git shows the ERR pkt-line as
+		// "fatal: remote error: ..."; stderr is for a human running ssh.
+		msg := "internal error"
+		if perr := (*pipeline.Error)(nil); errors.As(err, &perr) {
+			msg = perr.Message
+		}
+		pktline.WriteError(ch, msg)
+		fmt.Fprintf(ch.Stderr(), "fatal: %s\n", msg)
+		return exitRefused
+	}
+	// c.ctx ends with the connection; a closed channel ends the relay
+	// through the failed write, and the client's EOF reaches git's stdin.
+	res, err := call.Run(c.ctx, ch, ch, ch.Stderr())
+	if err != nil {
+		c.log.Info("request ended early", "service", service, "repo", path, "error", err.Error())
+	}
+	// -1: git was killed; 0 after a failed relay: the client did not get it all.
+	if res.ExitCode < 0 || err != nil && res.ExitCode == 0 {
+		return exitRelayFail
+	}
+	return uint32(res.ExitCode)
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

@@ -1,0 +1,410 @@
+// Package ssh serves git over SSH (golang.org/x/crypto/ssh). It turns the
+// client's key into a principal, the exec request into a pipeline.Request,
+// and relays the session channel to git; the pipeline decides everything
+// else. Nothing is ever run through a shell.
+package ssh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"packwire/internal/access"
+	"packwire/internal/pipeline"
+)
+
+// Server accepts SSH connections and serves git exec requests on them.
+type Server struct {
+	Pipeline       *pipeline.Pipeline
+	Access         *access.Controller
+	HostKey        gossh.Signer
+	Ciphers        []string      // preference order offered; nil: DefaultCiphers
+	InitTimeout    time.Duration // handshake + first exec must finish within this
+	KeepAlive      time.Duration // interval of keepalive@openssh.com probes; 0: off
+	MaxConnections int           // 0: no limit
+	Log            *slog.Logger
+
+	mu       sync.Mutex
+	listener net.Listener
+	closed   bool
+	conns    map[*conn]struct{} // connections past the handshake
+	wg       sync.WaitGroup     // connection handlers
+	open     atomic.Int64       // connections now open, counted against MaxConnections
+	accepted atomic.Int64       // connections accepted since start
+}
+
+// DefaultCiphers offers AES-GCM first: hardware-accelerated on x86.
+var DefaultCiphers = []string{"aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com", "aes128-ctr", "aes192-ctr", "aes256-ctr"}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("ssh: server closed")
+
+// ServerVersion is the identification string sent before key exchange.
+const ServerVersion = "SSH-2.0-packwire"
+
+// Extensions of gossh.Permissions that carry the identity from
+// authentication to the session. Auth callbacks keep no other state: the
+// library may call them for keys that are then not used.
+const (
+	extUser = "packwire-user"   // empty for anonymous
+	extVia  = "packwire-via"    // access.Principal.Via
+	extKey  = "packwire-key-fp" // SHA256 fingerprint, for logs; empty without a key
+)
+
+// keepAliveMisses is how many unanswered keepalive probes close a connection.
+const keepAliveMisses = 3
+
+// Serve accepts connections on l until Close.
+func (s *Server) Serve(l net.Listener) error {
+	if s.HostKey == nil {
+		return errors.New("ssh: no host key")
+	}
+	config := s.serverConfig()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.listener = l
+	s.mu.Unlock()
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			return err
+		}
+		// Add under the lock that Close takes, so that Wait after Close
+		// never races a handler being added.
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerClosed
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			s.handleConn(nc, config)
+		}()
+	}
+}
+
+// Close stops accepting; running requests are drained by the pipeline.
+// Connections with no request running are closed now, the others as soon
+// as their last request ends, so that Wait returns even when clients keep
+// connections open (OpenSSH ControlPersist).
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	var err error
+	if s.listener != nil {
+		err = s.listener.Close()
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.drain()
+	}
+	return err
+}
+
+// Wait blocks until every connection handler has returned.
+func (s *Server) Wait() { s.wg.Wait() }
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
+func (s *Server) serverConfig() *gossh.ServerConfig {
+	config := &gossh.ServerConfig{
+		ServerVersion: ServerVersion,
+		// Any key may authenticate: an unknown key is anonymous, and the
+		// identity is looked up once the client has proven it holds the key.
+		PublicKeyCallback: func(gossh.ConnMetadata, gossh.PublicKey) (*gossh.Permissions, error) {
+			return &gossh.Permissions{}, nil
+		},
+		VerifiedPublicKeyCallback: func(md gossh.ConnMetadata, key gossh.PublicKey, _ *gossh.Permissions, _ string) (*gossh.Permissions, error) {
+			p, err := s.Access.PrincipalForKey(context.Background(), key)
+			if err != nil {
+				s.log().Error("key lookup failed", "transport", "ssh", "remote", md.RemoteAddr().String(), "error", err.Error())
+				return nil, err
+			}
+			return permissionsFor(p, gossh.FingerprintSHA256(key)), nil
+		},
+		// Zero questions: lets a client without keys in (anonymous, read-only).
+		KeyboardInteractiveCallback: func(gossh.ConnMetadata, gossh.KeyboardInteractiveChallenge) (*gossh.Permissions, error) {
+			return permissionsFor(access.Anonymous, ""), nil
+		},
+	}
+	config.Ciphers = s.Ciphers
+	if len(config.Ciphers) == 0 {
+		config.Ciphers = DefaultCiphers
+	}
+	config.AddHostKey(s.HostKey)
+	return config
+}
+
+func permissionsFor(p access.Principal, fingerprint string) *gossh.Permissions {
+	return &gossh.Permissions{Extensions: map[string]string{extUser: p.User, extVia: p.Via, extKey: fingerprint}}
+}
+
+func principalOf(perms *gossh.Permissions) access.Principal {
+	if perms == nil || perms.Extensions[extUser] == "" {
+		return access.Anonymous
+	}
+	return access.Principal{User: perms.Extensions[extUser], Via: perms.Extensions[extVia]}
+}
+
+// handleConn runs one connection from accept to close.
+func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
+	start := time.Now()
+	s.accepted.Add(1)
+	defer nc.Close()
+	n := s.open.Add(1)
+	defer s.open.Add(-1)
+	remote := nc.RemoteAddr().String()
+	log := s.log().With("transport", "ssh", "remote", remote)
+	if s.MaxConnections > 0 && n > int64(s.MaxConnections) {
+		log.Warn("connection refused", "reason", fmt.Sprintf("too many connections (max %d)", s.MaxConnections))
+		return
+	}
+
+	if s.InitTimeout > 0 {
+		nc.SetDeadline(start.Add(s.InitTimeout))
+	}
+	sconn, chans, globalReqs, err := gossh.NewServerConn(nc, config)
+	if err != nil {
+		log.Info("connection refused", "reason", "handshake failed", "error", err.Error())
+		return
+	}
+	nc.SetDeadline(time.Time{})
+	defer sconn.Close()
+
+	principal := principalOf(sconn.Permissions)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &conn{
+		srv:       s,
+		ssh:       sconn,
+		ctx:       ctx,
+		remote:    remote,
+		principal: principal,
+		log:       log.With("user", principal.String()),
+	}
+	if !s.track(c) {
+		return
+	}
+	defer s.untrack(c)
+	if sconn.Permissions != nil && sconn.Permissions.Extensions[extKey] != "" {
+		c.log = c.log.With("key", sconn.Permissions.Extensions[extKey])
+	}
+
+	// The rest of InitTimeout is for the first command: a connection that
+	// authenticates and then sits there holds a slot for nothing.
+	if s.InitTimeout > 0 {
+		c.initTimer = time.AfterFunc(time.Until(start.Add(s.InitTimeout)), c.expireInit)
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		sconn.Wait()
+		cancel() // requests on this connection end with it
+	}()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.serveGlobalRequests(globalReqs)
+	}()
+	if s.KeepAlive > 0 {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.keepAlive(s.KeepAlive)
+		}()
+	}
+	for newCh := range chans {
+		c.openChannel(newCh)
+	}
+	c.wg.Wait()
+}
+
+func (s *Server) track(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = make(map[*conn]struct{})
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// conn is one authenticated connection. It may carry several sessions at
+// once (OpenSSH ControlMaster multiplexes commands over one connection).
+type conn struct {
+	srv       *Server
+	ssh       *gossh.ServerConn
+	ctx       context.Context // cancelled when the connection closes
+	remote    string
+	principal access.Principal
+	log       *slog.Logger
+	initTimer *time.Timer
+	wg        sync.WaitGroup // everything started for this connection
+
+	mu         sync.Mutex
+	sawCommand bool
+	running    int  // sessions with a command in progress
+	draining   bool // server closed: close once running is 0
+}
+
+// expireInit closes a connection that sent no command within InitTimeout.
+func (c *conn) expireInit() {
+	c.mu.Lock()
+	expired := !c.sawCommand
+	c.mu.Unlock()
+	if expired {
+		c.log.Info("connection closed", "reason", "no command within the init timeout", "timeout", c.srv.InitTimeout.String())
+		c.ssh.Close()
+	}
+}
+
+// beginCommand records a command starting.
+func (c *conn) beginCommand() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.sawCommand {
+		c.sawCommand = true
+		if c.initTimer != nil {
+			c.initTimer.Stop()
+		}
+	}
+	c.running++
+}
+
+func (c *conn) endCommand() {
+	c.mu.Lock()
+	c.running--
+	idle := c.draining && c.running == 0
+	c.mu.Unlock()
+	if idle {
+		c.ssh.Close()
+	}
+}
+
+func (c *conn) drain() {
+	c.mu.Lock()
+	c.draining = true
+	idle := c.running == 0
+	c.mu.Unlock()
+	if idle {
+		c.ssh.Close()
+	}
+}
+
+func (c *conn) isDraining() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.draining
+}
+
+// serveGlobalRequests refuses everything: packwire offers no forwarding, and
+// a client's own keepalives only need an answer, which a refusal is.
+func (c *conn) serveGlobalRequests(reqs <-chan *gossh.Request) {
+	for req := range reqs {
+		if req.Type == "tcpip-forward" || req.Type == "streamlocal-forward@openssh.com" {
+			c.log.Info("refused", "reason", "remote port forwarding is not supported", "request", req.Type)
+		}
+		if req.WantReply {
+			req.Reply(false, nil)
+		}
+	}
+}
+
+// keepAlive probes the client every interval and closes the connection when
+// keepAliveMisses probes in a row went unanswered: a client that vanished
+// without a FIN would otherwise hold its git processes until TCP gives up.
+func (c *conn) keepAlive(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	answered := make(chan struct{}, 1)
+	answered <- struct{}{} // no probe outstanding
+	missed := 0
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		select {
+		case <-answered:
+			missed = 0
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				// Any answer counts, a refusal included (OpenSSH refuses it).
+				if _, _, err := c.ssh.SendRequest("keepalive@openssh.com", true, nil); err == nil {
+					answered <- struct{}{}
+				}
+			}()
+		default:
+			if missed++; missed >= keepAliveMisses {
+				c.log.Info("connection closed", "reason", "keepalive unanswered", "missed", missed, "interval", interval.String())
+				c.ssh.Close()
+				return
+			}
+		}
+	}
+}
+
+// openChannel accepts session channels and refuses the rest (forwarding).
+func (c *conn) openChannel(newCh gossh.NewChannel) {
+	switch typ := newCh.ChannelType(); {
+	case typ != "session":
+		c.log.Info("refused", "reason", "channel type not supported", "channel", typ)
+		newCh.Reject(gossh.Prohibited, "packwire: port forwarding is not supported")
+	case c.isDraining():
+		newCh.Reject(gossh.ResourceShortage, "packwire: server is shutting down, retry shortly")
+	default:
+		ch, reqs, err := newCh.Accept()
+		if err != nil {
+			return
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.serveSession(ch, reqs)
+		}()
+	}
+}
