@@ -115,9 +115,19 @@ func (r *Runner) Args(spec Spec) []string {
 	return append(args, spec.RepoPath)
 }
 
+// WriteDeadliner is implemented by client streams whose blocked writes can
+// be cut short (net.Conn, and the HTTP and SSH transports' writers). When a
+// request is killed, Run sets a deadline of now so that a write stuck on a
+// client that stopped reading cannot hold the request open.
+type WriteDeadliner interface {
+	SetWriteDeadline(time.Time) error
+}
+
 // Run spawns git for spec and relays stdin to it and its stdout to stdout,
-// as data arrives, until git exits. stderr may be nil. Cancelling ctx kills
-// git and everything it started.
+// as data arrives, until git exits. stderr may be nil; write errors on it
+// are ignored (a client not reading progress must not fail a fetch).
+// Cancelling ctx kills git and everything it started. No write to stdout
+// or stderr happens after Run returns.
 func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, stderr io.Writer) (Result, error) {
 	start := time.Now()
 	gitPath := r.GitPath
@@ -132,7 +142,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	tail := &tailBuffer{max: 4096}
 	if stderr != nil {
-		cmd.Stderr = io.MultiWriter(tail, stderr)
+		cmd.Stderr = io.MultiWriter(tail, &bestEffortWriter{w: stderr})
 	} else {
 		cmd.Stderr = tail
 	}
@@ -140,34 +150,69 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	if err != nil {
 		return Result{}, err
 	}
-	gitOut, err := cmd.StdoutPipe()
+	// Our own pipe rather than StdoutPipe: Wait must not close the read end
+	// under the copying goroutine.
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		return Result{}, err
 	}
+	cmd.Stdout = outW
 	if err := cmd.Start(); err != nil {
+		outR.Close()
+		outW.Close()
 		return Result{}, fmt.Errorf("spawn git: %w", err)
 	}
+	outW.Close()
 
 	var (
-		res      Result
-		lastSeen atomic.Int64
-		killOnce sync.Once
-		killErr  error
+		bytesIn, bytesOut atomic.Int64
+		lastSeen          atomic.Int64
+		killMu            sync.Mutex
+		killErr           error
+		finished          bool
 	)
 	lastSeen.Store(time.Now().UnixNano())
 	kill := func(why error) {
-		killOnce.Do(func() {
-			killErr = why
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		})
+		killMu.Lock()
+		defer killMu.Unlock()
+		if finished || killErr != nil {
+			return
+		}
+		killErr = why
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		if d, ok := stdout.(WriteDeadliner); ok {
+			d.SetWriteDeadline(time.Now())
+		}
 	}
 
-	// Client -> git. On EOF git sees EOF; the goroutine is not waited for,
-	// since a client may keep its side open after git is done.
+	// Client -> git. On EOF git sees EOF. Not waited for: a client may keep
+	// its side open after git is done; the transport's close ends it.
 	go func() {
-		n, _ := io.Copy(&activityWriter{w: gitIn, seen: &lastSeen}, stdin)
-		atomic.AddInt64(&res.BytesIn, n)
+		io.Copy(&countingWriter{w: gitIn, n: &bytesIn, seen: &lastSeen}, stdin)
 		gitIn.Close()
+	}()
+
+	// git -> client.
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		defer outR.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, rerr := outR.Read(buf)
+			if n > 0 {
+				lastSeen.Store(time.Now().UnixNano())
+				if _, werr := stdout.Write(buf[:n]); werr != nil {
+					kill(ErrClientGone)
+					io.Copy(io.Discard, outR)
+					return
+				}
+				bytesOut.Add(int64(n))
+			}
+			if rerr != nil {
+				return
+			}
+		}
 	}()
 
 	done := make(chan struct{})
@@ -194,29 +239,20 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 		}
 	}()
 
-	// git -> client, in the calling goroutine.
-	buf := make([]byte, 64<<10)
-	for {
-		n, rerr := gitOut.Read(buf)
-		if n > 0 {
-			lastSeen.Store(time.Now().UnixNano())
-			if _, werr := stdout.Write(buf[:n]); werr != nil {
-				kill(ErrClientGone)
-				io.Copy(io.Discard, gitOut)
-				break
-			}
-			res.BytesOut += int64(n)
-		}
-		if rerr != nil {
-			break
-		}
-	}
+	<-copied
 	waitErr := cmd.Wait()
 	close(done)
+	killMu.Lock()
+	finished = true
+	why := killErr
+	killMu.Unlock()
 
-	res.Wall = time.Since(start)
-	res.BytesIn = atomic.LoadInt64(&res.BytesIn)
-	res.Stderr = tail.String()
+	res := Result{
+		Wall:     time.Since(start),
+		BytesIn:  bytesIn.Load(),
+		BytesOut: bytesOut.Load(),
+		Stderr:   tail.String(),
+	}
 	if st := cmd.ProcessState; st != nil {
 		res.ExitCode = st.ExitCode()
 		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
@@ -225,8 +261,8 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 			res.MaxRSS = ru.Maxrss * 1024
 		}
 	}
-	if killErr != nil {
-		return res, killErr
+	if why != nil {
+		return res, why
 	}
 	var exitErr *exec.ExitError
 	if waitErr != nil && !errors.As(waitErr, &exitErr) {
@@ -254,14 +290,35 @@ func childEnv(spec Spec) []string {
 	return append(env, spec.Env...)
 }
 
-type activityWriter struct {
+// countingWriter counts what reaches git and when it last moved.
+type countingWriter struct {
 	w    io.Writer
+	n    *atomic.Int64
 	seen *atomic.Int64
 }
 
-func (a *activityWriter) Write(p []byte) (int, error) {
-	a.seen.Store(time.Now().UnixNano())
-	return a.w.Write(p)
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.seen.Store(time.Now().UnixNano())
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// bestEffortWriter passes git's stderr (progress, hook output) on and never
+// fails: os/exec would otherwise report a successful git as failed when the
+// client stopped reading stderr. A client that is gone shows on stdout.
+type bestEffortWriter struct {
+	w      io.Writer
+	failed bool
+}
+
+func (b *bestEffortWriter) Write(p []byte) (int, error) {
+	if !b.failed {
+		if _, err := b.w.Write(p); err != nil {
+			b.failed = true
+		}
+	}
+	return len(p), nil
 }
 
 // tailBuffer keeps the last max bytes written to it.

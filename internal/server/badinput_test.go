@@ -385,3 +385,61 @@ func countFDs() int {
 	entries, _ := os.ReadDir("/proc/self/fd")
 	return len(entries)
 }
+
+// TestShutdownWithStuckReader: a client asks for a large pack and never
+// reads it, so the relay's write blocks. Shutdown must still end within
+// its grace period (plus a little), killing git and unblocking the write.
+func TestShutdownWithStuckReader(t *testing.T) {
+	s := startServer(t, nil)
+	r, _ := s.Data.Repos.Create(context.Background(), "big")
+	s.env.Build(r.Path, gittest.Shape{Commits: 2, Files: 40, BlobBytes: 1 << 20, Incompress: true, Seed: 3})
+	head := s.env.RevParse(r.Path, "main")
+
+	var conns []net.Conn
+	for _, transport := range []string{"git", "http"} {
+		conn, err := net.Dial("tcp", map[string]string{"git": s.GitAddr.String(), "http": s.HTTPAddr.String()}[transport])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conns = append(conns, conn)
+		wants := string(mustPkt("want "+head+" ofs-delta\n")) + "0000" + string(mustPkt("done\n"))
+		if transport == "git" {
+			conn.Write(request("git-upload-pack", "/big", ""))
+			// Read the advertisement up to its flush, then ask and stop reading.
+			pr := pktline.NewReader(conn)
+			for {
+				kind, _, err := pr.Read()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if kind == pktline.Flush {
+					break
+				}
+			}
+			conn.Write([]byte(wants))
+		} else {
+			fmt.Fprintf(conn, "POST /big/git-upload-pack HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-git-upload-pack-request\r\nContent-Length: %d\r\n\r\n%s", len(wants), wants)
+		}
+	}
+	// Let both relays fill the socket buffers and block.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(gitChildren(t, "upload-pack")) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { s.Shutdown(ctx); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		for _, c := range conns {
+			c.Close()
+		}
+		<-done
+		t.Fatal("shutdown still blocked 3s into a 500ms grace period by clients that stopped reading")
+	}
+	waitNoChildren(t, "upload-pack", time.Second)
+}

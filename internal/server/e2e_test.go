@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,17 +23,17 @@ type testServer struct {
 	*Server
 	env   *gittest.Env
 	token string // a token of user "alice"
-	logs  *strings.Builder
+	logs  *logBuffer
 }
 
 func startServer(t *testing.T, mutate func(*Config)) *testServer {
 	t.Helper()
 	env := gittest.New(t)
-	logs := &strings.Builder{}
+	logs := &logBuffer{}
 	cfg := Defaults
 	cfg.DataDir = filepath.Join(t.TempDir(), "data")
 	cfg.GitAddr, cfg.HTTPAddr, cfg.SSHAddr = "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.Log = slog.New(slog.NewTextHandler(&lockedWriter{w: logs}, nil))
+	cfg.Log = slog.New(slog.NewTextHandler(logs, nil))
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -79,25 +80,22 @@ func (s *testServer) pushURL(name string) string {
 	return fmt.Sprintf("http://alice:%s@%s/%s", s.token, s.HTTPAddr, name)
 }
 
-type lockedWriter struct {
-	mu chanMutex
-	w  io.Writer
+// logBuffer collects the server's log lines for assertions.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
 }
 
-type chanMutex struct{ ch chan struct{} }
-
-func (m *chanMutex) lock() {
-	if m.ch == nil {
-		m.ch = make(chan struct{}, 1)
-	}
-	m.ch <- struct{}{}
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
 }
-func (m *chanMutex) unlock() { <-m.ch }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.lock()
-	defer l.mu.unlock()
-	return l.w.Write(p)
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // protocolEnv makes the client use protocol v0 or v2 and trace packets, so

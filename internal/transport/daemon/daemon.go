@@ -161,7 +161,11 @@ func (s *Server) handle(conn net.Conn) {
 	defer s.conns.Add(-1)
 	if s.MaxConnections > 0 && n > int64(s.MaxConnections) {
 		s.log().Warn("connection refused: too many connections", "transport", "git", "remote", remote, "max", s.MaxConnections)
-		pktline.WriteError(conn, fmt.Sprintf("server busy: too many connections (max %d), retry later", s.MaxConnections))
+		// Read the request first: a client still writing it when the
+		// connection closes dies of EPIPE instead of showing the message.
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		pktline.NewReader(conn).Read()
+		refuse(conn, fmt.Sprintf("server busy: too many connections (max %d), retry later", s.MaxConnections))
 		return
 	}
 	if !s.track(conn, true) {
@@ -179,23 +183,23 @@ func (s *Server) handle(conn net.Conn) {
 			err = errors.New("expected a request line, got a special packet")
 		}
 		s.log().Info("bad request line", "transport", "git", "remote", remote, "error", err.Error())
-		pktline.WriteError(conn, "malformed request: "+errorText(err))
+		refuse(conn, "malformed request: "+errorText(err))
 		return
 	}
 	conn.SetReadDeadline(time.Time{})
 	dreq, err := ParseRequest(line)
 	if err != nil {
 		s.log().Info("bad request line", "transport", "git", "remote", remote, "error", err.Error())
-		pktline.WriteError(conn, err.Error())
+		refuse(conn, err.Error())
 		return
 	}
 	service, ok := gitexec.ParseService(dreq.Service)
 	if !ok || dreq.Service != string(service) {
-		pktline.WriteError(conn, fmt.Sprintf("service not supported: %q", dreq.Service))
+		refuse(conn, fmt.Sprintf("service not supported: %q", dreq.Service))
 		return
 	}
 	if service == gitexec.ReceivePack {
-		pktline.WriteError(conn, "push over git:// is not supported: git:// has no authentication; push over ssh:// or http(s):// instead")
+		refuse(conn, "push over git:// is not supported: git:// has no authentication; push over ssh:// or http(s):// instead")
 		return
 	}
 	req := pipeline.Request{
@@ -210,11 +214,23 @@ func (s *Server) handle(conn net.Conn) {
 	defer cancel()
 	call, err := s.Pipeline.Prepare(ctx, req)
 	if err != nil {
-		pktline.WriteError(conn, err.Error())
+		refuse(conn, err.Error())
 		return
 	}
 	// git's stderr is not part of the git:// protocol: it goes to the log only.
 	call.Run(ctx, conn, conn, nil)
+}
+
+// refuse sends an ERR packet and half-closes, then waits briefly for the
+// client to close first: closing with unread input would send a reset that
+// can destroy the message before git reads it.
+func refuse(conn net.Conn, msg string) {
+	pktline.WriteError(conn, msg)
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	io.Copy(io.Discard, io.LimitReader(conn, 1<<20))
 }
 
 func errorText(err error) string {

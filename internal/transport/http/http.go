@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"packwire/internal/access"
 	"packwire/internal/gitexec"
@@ -262,6 +263,12 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 		return n, err
 	}
 	return n, http.NewResponseController(s.w).Flush()
+}
+
+// SetWriteDeadline lets the relay cut short a write to a client that
+// stopped reading, when the request is killed.
+func (s *streamWriter) SetWriteDeadline(t time.Time) error {
+	return http.NewResponseController(s.w).SetWriteDeadline(t)
 }
 
 // limitReader fails once more than remaining bytes are read; it records

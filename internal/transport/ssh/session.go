@@ -3,6 +3,7 @@ package ssh
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
@@ -115,7 +116,7 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	}
 	// c.ctx ends with the connection; a closed channel ends the relay
 	// through the failed write, and the client's EOF reaches git's stdin.
-	res, err := call.Run(c.ctx, ch, ch, ch.Stderr())
+	res, err := call.Run(c.ctx, ch, channelWriter{ch}, ch.Stderr())
 	if err != nil {
 		c.log.Info("request ended early", "service", service, "repo", path, "error", err.Error())
 	}
@@ -125,6 +126,13 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	}
 	return uint32(res.ExitCode)
 }
+
+// channelWriter gives a session channel the write deadline the relay uses
+// to unblock a write stuck on a client that stopped reading: an SSH channel
+// has no deadlines, so it closes the channel instead.
+type channelWriter struct{ gossh.Channel }
+
+func (c channelWriter) SetWriteDeadline(time.Time) error { return c.Channel.Close() }
 
 func truncate(s string, n int) string {
 	if len(s) > n {

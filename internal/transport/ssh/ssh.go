@@ -205,28 +205,23 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
 	defer sconn.Close()
 
 	principal := principalOf(sconn.Permissions)
+	log = log.With("user", principal.String())
+	if perms := sconn.Permissions; perms != nil && perms.Extensions[extKey] != "" {
+		log = log.With("key", perms.Extensions[extKey])
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := &conn{
-		srv:       s,
-		ssh:       sconn,
-		ctx:       ctx,
-		remote:    remote,
-		principal: principal,
-		log:       log.With("user", principal.String()),
-	}
+	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log}
 	if !s.track(c) {
 		return
 	}
 	defer s.untrack(c)
-	if sconn.Permissions != nil && sconn.Permissions.Extensions[extKey] != "" {
-		c.log = c.log.With("key", sconn.Permissions.Extensions[extKey])
-	}
 
 	// The rest of InitTimeout is for the first command: a connection that
 	// authenticates and then sits there holds a slot for nothing.
 	if s.InitTimeout > 0 {
 		c.initTimer = time.AfterFunc(time.Until(start.Add(s.InitTimeout)), c.expireInit)
+		defer c.initTimer.Stop()
 	}
 	c.wg.Add(1)
 	go func() {
@@ -346,9 +341,7 @@ func (c *conn) serveGlobalRequests(reqs <-chan *gossh.Request) {
 		if req.Type == "tcpip-forward" || req.Type == "streamlocal-forward@openssh.com" {
 			c.log.Info("refused", "reason", "remote port forwarding is not supported", "request", req.Type)
 		}
-		if req.WantReply {
-			req.Reply(false, nil)
-		}
+		req.Reply(false, nil) // a no-op unless the client wants a reply
 	}
 }
 

@@ -326,7 +326,7 @@ func TestCloneAndFetch(t *testing.T) {
 			if err != nil {
 				t.Fatalf("clone: %v\n%s", err, out)
 			}
-			if got := strings.Contains(out, "git< version 2"); got != (version == "2") {
+			if got := strings.Contains(out, "< version 2"); got != (version == "2") {
 				t.Fatalf("protocol v2 in use: %v, want %v\n%s", got, version == "2", out)
 			}
 			if got, want := h.env.RevParse(dir, "HEAD"), h.env.RevParse(bare, "main"); got != want {
@@ -342,7 +342,7 @@ func TestCloneAndFetch(t *testing.T) {
 			if err != nil {
 				t.Fatalf("fetch: %v\n%s", err, out)
 			}
-			if got := strings.Contains(out, "git< version 2"); got != (version == "2") {
+			if got := strings.Contains(out, "< version 2"); got != (version == "2") {
 				t.Fatalf("fetch: protocol v2 in use: %v, want %v\n%s", got, version == "2", out)
 			}
 			if got := h.env.RevParse(dir, "origin/main"); got != next {
@@ -510,6 +510,12 @@ func TestArchive(t *testing.T) {
 	if err != nil {
 		t.Fatalf("git archive --remote: %v\n%s", err, stderr.String())
 	}
+	// A refusal reaches git archive as a remote error.
+	out, err := h.env.Run(t.TempDir(), []string{h.sshCommand(h.aliceKey)}, "archive", "--remote="+h.url("team/nope.git"), "HEAD")
+	if err == nil || !strings.Contains(out, "remote error: repository 'team/nope.git' not found") {
+		t.Fatalf("archive of an unknown repository: err %v\n%s", err, out)
+	}
+
 	tar := exec.Command("tar", "-t")
 	tar.Stdin = bytes.NewReader(archive)
 	list, err := tar.Output()
@@ -648,14 +654,14 @@ func TestBadCommands(t *testing.T) {
 func TestShellAndSessionRequestsRefused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	for _, args := range [][]string{{"-tt"}, {"-T"}} {
-		cmd := h.sshCmd(h.aliceKey, "", args...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), &stdout, &stderr
-		cmd.Run()
-		if code := cmd.ProcessState.ExitCode(); code != exitShell || !strings.Contains(stderr.String(), strings.TrimSpace(shellRefusal)) {
-			t.Errorf("ssh %v: exit %d, stderr %q; want %d and the refusal", args, code, stderr.String(), exitShell)
-		}
+	h.repo("team/app", gittest.Shape{Commits: 1})
+	// Without a terminal: the shell request gets the explanation, exit 1.
+	if r := h.runSSH(h.aliceKey, "-T"); r.code != exitShell || r.stderr != shellRefusal {
+		t.Errorf("ssh -T: exit %d, stderr %q; want %d and %q", r.code, r.stderr, exitShell, shellRefusal)
+	}
+	// -tt: the pty is refused, and OpenSSH gives up on a forced pty.
+	if r := h.runSSH(h.aliceKey, "-tt"); r.code == 0 || !strings.Contains(r.stderr, "PTY allocation request failed") {
+		t.Errorf("ssh -tt: exit %d, stderr %q; want a failure", r.code, r.stderr)
 	}
 	if r := h.runSSH(h.aliceKey, "-s", "sftp"); r.code == 0 {
 		t.Errorf("sftp subsystem: exit 0")
@@ -680,6 +686,38 @@ func TestShellAndSessionRequestsRefused(t *testing.T) {
 	}
 	if err := sess.RequestSubsystem("sftp"); err == nil {
 		t.Errorf("subsystem accepted")
+	}
+	// What an interactive "ssh host" does after its pty was refused.
+	var stderr bytes.Buffer
+	sess.Stderr = &stderr
+	if err := sess.Shell(); err != nil {
+		t.Fatal(err)
+	}
+	var exitErr *gossh.ExitError
+	if err := sess.Wait(); !errors.As(err, &exitErr) || exitErr.ExitStatus() != exitShell || stderr.String() != shellRefusal {
+		t.Errorf("shell after a refused pty: %v, stderr %q", err, stderr.String())
+	}
+
+	// One command per channel: a second exec, or env once it runs, is refused.
+	ch, reqs, err := client.OpenChannel("session", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	go gossh.DiscardRequests(reqs)
+	exec := gossh.Marshal(struct{ Command string }{"git-upload-pack '/team/app.git'"})
+	if ok, err := ch.SendRequest("exec", true, exec); !ok || err != nil {
+		t.Fatalf("exec: %v %v", ok, err)
+	}
+	if ok, _ := ch.SendRequest("exec", true, exec); ok {
+		t.Errorf("second exec on one channel accepted")
+	}
+	if ok, _ := ch.SendRequest("env", true, gossh.Marshal(struct{ Name, Value string }{"GIT_PROTOCOL", "version=2"})); ok {
+		t.Errorf("env accepted after exec")
+	}
+	pktline.WriteFlush(ch)
+	if out, err := io.ReadAll(ch); err != nil || !bytes.Contains(out, []byte("refs/heads/main")) {
+		t.Errorf("first exec: %v %q", err, out)
 	}
 }
 
@@ -857,7 +895,7 @@ func TestClientVanishesMidClone(t *testing.T) {
 
 func TestKeepAlive(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(s *Server) { s.KeepAlive = 100 * time.Millisecond })
+	h := newHarness(t, func(s *Server) { s.KeepAlive = 200 * time.Millisecond })
 	h.repo("team/app", gittest.Shape{Commits: 2})
 
 	// OpenSSH answers the probes: nothing is cut.
@@ -891,10 +929,10 @@ func TestKeepAlive(t *testing.T) {
 	start := time.Now()
 	select {
 	case <-closed:
-		if d := time.Since(start); d < 250*time.Millisecond {
+		if d := time.Since(start); d < 500*time.Millisecond {
 			t.Fatalf("mute client closed after %v, before three probes could be missed", d)
 		}
-	case <-time.After(3 * time.Second):
+	case <-time.After(5 * time.Second):
 		t.Fatal("a client that never answers keepalives is still connected")
 	}
 	if _, _, err := answering.SendRequest("ping@packwire.test", true, nil); err != nil {
@@ -907,7 +945,7 @@ func TestKeepAlive(t *testing.T) {
 
 func TestInitTimeout(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(s *Server) { s.InitTimeout = 300 * time.Millisecond })
+	h := newHarness(t, func(s *Server) { s.InitTimeout = time.Second })
 	h.repo("team/app", gittest.Shape{Commits: 1})
 
 	// Silent after TCP connect: the version banner, then closed.
@@ -945,7 +983,7 @@ func TestInitTimeout(t *testing.T) {
 		}
 	}
 	run()
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
 	run()
 	if !strings.Contains(h.logs.String(), "no command within the init timeout") {
 		t.Fatalf("init timeout not logged:\n%s", h.logs.String())
@@ -1020,5 +1058,62 @@ func TestCloseDrains(t *testing.T) {
 	case <-waited:
 	case <-time.After(3 * time.Second):
 		t.Fatal("Wait did not return once the last request ended")
+	}
+}
+
+func TestCiphers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		server         []string
+		accept, refuse string
+	}{
+		{nil, "aes128-gcm@openssh.com", "aes128-cbc"},
+		{[]string{"aes256-ctr"}, "aes256-ctr", "aes128-gcm@openssh.com"},
+	} {
+		h := newHarness(t, func(s *Server) { s.Ciphers = tc.server })
+		h.repo("team/app", gittest.Shape{Commits: 1})
+		if out, err := h.env.Run("", []string{h.sshCommand(h.aliceKey, "-c", tc.accept)}, "ls-remote", h.url("team/app")); err != nil {
+			t.Errorf("server ciphers %v, client %s: %v\n%s", tc.server, tc.accept, err, out)
+		}
+		if out, err := h.env.Run("", []string{h.sshCommand(h.aliceKey, "-c", tc.refuse)}, "ls-remote", h.url("team/app")); err == nil {
+			t.Errorf("server ciphers %v, client %s: connected\n%s", tc.server, tc.refuse, out)
+		}
+		// Either side may notice first; the server logs a failed handshake.
+		if !waitFor(2*time.Second, func() bool { return strings.Contains(h.logs.String(), `reason="handshake failed"`) }) {
+			t.Errorf("server ciphers %v, client %s: refusal not logged\n%s", tc.server, tc.refuse, h.logs.String())
+		}
+	}
+}
+
+// TestClientEOFReachesGit: when the client closes its side of the channel,
+// git reads EOF and ends; the session ends with an exit status.
+func TestClientEOFReachesGit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.repo("team/app", gittest.Shape{Commits: 1})
+	client := h.dial(h.signer(h.aliceKey))
+	for _, service := range []string{"git-upload-pack", "git-receive-pack", "git-upload-archive"} {
+		sess, err := client.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdin, _ := sess.StdinPipe()
+		sess.Stdout = io.Discard
+		if err := sess.Start(service + " '/team/app.git'"); err != nil {
+			t.Fatal(err)
+		}
+		stdin.Close() // EOF on the channel, which stays open for git's answer
+		done := make(chan error, 1)
+		go func() { done <- sess.Wait() }()
+		select {
+		case err := <-done:
+			var exitErr *gossh.ExitError
+			if err != nil && !errors.As(err, &exitErr) {
+				t.Errorf("%s: session ended without an exit status: %v", service, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: git did not end after the client's EOF", service)
+		}
+		sess.Close()
 	}
 }
