@@ -27,8 +27,8 @@ import (
 type target struct {
 	name   string
 	url    string
-	env    []string // extra client environment
-	server int      // pid whose CPU (with reaped children) is the server's; 0: none
+	env    []string  // extra client environment
+	server *cpuMeter // the server's CPU; nil: not a server
 }
 
 type sample struct{ wall, serverCPU time.Duration }
@@ -37,6 +37,7 @@ func main() {
 	rounds := flag.Int("rounds", 7, "clones per target")
 	outDir := flag.String("out", "bench/out/clone", "work directory (repository, data, clones)")
 	src := flag.String("src", runtime.GOROOT()+"/src", "source tree the benchmark history is made from")
+	only := flag.String("only", "", "comma-separated substrings: run only targets whose name contains one")
 	flag.Parse()
 	log.SetFlags(0)
 	must := func(err error) {
@@ -70,14 +71,22 @@ func main() {
 	srvLog, _ := os.Create(filepath.Join(out, "packwire.log"))
 	srv.Stdout, srv.Stderr = srvLog, srvLog
 	must(srv.Start())
-	defer srv.Process.Signal(syscall.SIGTERM)
+	packwireCPU := newCPUMeter("packwire", srv.Process.Pid)
 
 	// The peer: git daemon serving the same repository directory.
 	daemon := exec.Command("git", "daemon", "--export-all", "--reuseaddr", "--base-path="+filepath.Join(data, "repos"),
 		"--listen=127.0.0.1", "--port="+daemonPort, filepath.Join(data, "repos"))
 	daemon.Env = clientEnv
 	must(daemon.Start())
-	defer daemon.Process.Kill()
+	daemonCPU := newCPUMeter("git-daemon", daemon.Process.Pid)
+	defer func() {
+		srv.Process.Signal(syscall.SIGTERM)
+		daemon.Process.Kill()
+		srv.Wait()
+		daemon.Wait()
+		packwireCPU.close()
+		daemonCPU.close()
+	}()
 	for _, p := range []string{gitPort, httpPort, sshPort, daemonPort} {
 		waitPort(p)
 	}
@@ -88,11 +97,23 @@ func main() {
 
 	targets := []target{
 		{name: "file:// --no-local", url: "file://" + imported},
-		{name: "git daemon (git://)", url: "git://127.0.0.1:" + daemonPort + "/bench.git", server: daemon.Process.Pid},
-		{name: "packwire git://", url: "git://127.0.0.1:" + gitPort + "/bench", server: srv.Process.Pid},
-		{name: "packwire http://", url: "http://127.0.0.1:" + httpPort + "/bench.git", server: srv.Process.Pid},
-		{name: "packwire ssh (client default cipher)", url: "ssh://git@127.0.0.1:" + sshPort + "/bench.git", env: []string{"GIT_SSH_COMMAND=" + sshBase}, server: srv.Process.Pid},
-		{name: "packwire ssh (aes128-gcm)", url: "ssh://git@127.0.0.1:" + sshPort + "/bench.git", env: []string{"GIT_SSH_COMMAND=" + sshBase + " -c aes128-gcm@openssh.com"}, server: srv.Process.Pid},
+		{name: "git daemon (git://)", url: "git://127.0.0.1:" + daemonPort + "/bench.git", server: daemonCPU},
+		{name: "packwire git://", url: "git://127.0.0.1:" + gitPort + "/bench", server: packwireCPU},
+		{name: "packwire http://", url: "http://127.0.0.1:" + httpPort + "/bench.git", server: packwireCPU},
+		{name: "packwire ssh (client default cipher)", url: "ssh://git@127.0.0.1:" + sshPort + "/bench.git", env: []string{"GIT_SSH_COMMAND=" + sshBase}, server: packwireCPU},
+		{name: "packwire ssh (aes128-gcm)", url: "ssh://git@127.0.0.1:" + sshPort + "/bench.git", env: []string{"GIT_SSH_COMMAND=" + sshBase + " -c aes128-gcm@openssh.com"}, server: packwireCPU},
+	}
+	if *only != "" {
+		var kept []target
+		for _, t := range targets {
+			for _, o := range strings.Split(*only, ",") {
+				if strings.Contains(t.name, o) {
+					kept = append(kept, t)
+					break
+				}
+			}
+		}
+		targets = kept
 	}
 	results := map[string][]sample{}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
@@ -103,7 +124,7 @@ func main() {
 			t := targets[i]
 			dst := filepath.Join(out, "clone")
 			os.RemoveAll(dst)
-			cpu0 := processCPU(t.server)
+			cpu0 := t.server.read()
 			start := time.Now()
 			cmd := exec.Command("git", "clone", "-q", "--no-local", t.url, dst)
 			cmd.Env = append(append([]string{}, clientEnv...), t.env...)
@@ -114,7 +135,7 @@ func main() {
 			// The server's accounting of a finished request can trail the
 			// client's exit by a moment: let the git child be reaped.
 			time.Sleep(100 * time.Millisecond)
-			cpu := processCPU(t.server) - cpu0
+			cpu := t.server.read() - cpu0
 			if r >= 0 {
 				results[t.name] = append(results[t.name], sample{wall, cpu})
 			}
@@ -128,7 +149,8 @@ func main() {
 	fmt.Printf("Full clone, %s repository (%d objects, pack %.1f MiB), %d rounds after 1 warm-up, order shuffled each round.\n",
 		"Go-source-shaped", countObjects(imported), float64(packSize)/(1<<20), *rounds)
 	fmt.Printf("%s, %s, %d CPUs, %s, %s\n\n", gitVersion, sshVersion, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Println("| target | median wall | min - max | wall / file:// | server CPU (median) |")
+	fmt.Printf("Server CPU from %s.\n\n", packwireCPU.source())
+	fmt.Println("| target | median wall | min - max | wall / first row | server CPU (median) |")
 	fmt.Println("|---|---:|---:|---:|---:|")
 	base := median(results[targets[0].name], func(s sample) time.Duration { return s.wall })
 	for _, t := range targets {
@@ -139,7 +161,7 @@ func main() {
 			lo, hi = min(lo, x.wall), max(hi, x.wall)
 		}
 		cpu := "-"
-		if t.server != 0 {
+		if t.server != nil {
 			cpu = fmt.Sprintf("%.2f s", median(s, func(s sample) time.Duration { return s.serverCPU }).Seconds())
 		}
 		fmt.Printf("| %s | %.2f s | %.2f - %.2f s | %.3fx | %s |\n", t.name, m.Seconds(), lo.Seconds(), hi.Seconds(), m.Seconds()/base.Seconds(), cpu)
@@ -158,13 +180,43 @@ func median(s []sample, f func(sample) time.Duration) time.Duration {
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
-// processCPU is user+system CPU of pid and of the children it has reaped
-// (git daemon and packwire both wait for their git processes).
-func processCPU(pid int) time.Duration {
-	if pid == 0 {
+// cpuMeter reads the CPU a server and everything it starts used: from a
+// cgroup v1 cpuacct group when this process may make one (root), since
+// some servers reap their children late or never; else from /proc
+// (the process and the children it has reaped).
+type cpuMeter struct {
+	pid    int
+	cgroup string
+}
+
+func newCPUMeter(name string, pid int) *cpuMeter {
+	m := &cpuMeter{pid: pid}
+	dir := fmt.Sprintf("/sys/fs/cgroup/cpuacct/packwire-bench-%d/%s", os.Getpid(), name)
+	if os.MkdirAll(dir, 0o755) == nil && os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0o644) == nil {
+		m.cgroup = dir
+	}
+	return m
+}
+
+func (m *cpuMeter) source() string {
+	if m.cgroup != "" {
+		return "a cgroup v1 cpuacct group per server (all its processes)"
+	}
+	return "/proc/PID/stat utime+stime+cutime+cstime (children only once reaped)"
+}
+
+func (m *cpuMeter) read() time.Duration {
+	if m == nil {
 		return 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if m.cgroup != "" {
+		b, err := os.ReadFile(m.cgroup + "/cpuacct.usage")
+		if err == nil {
+			ns, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			return time.Duration(ns)
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.pid))
 	if err != nil {
 		return 0
 	}
@@ -175,6 +227,27 @@ func processCPU(pid int) time.Duration {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+// close kills whatever is left in the cgroup (git daemon's wrapper leaves
+// the real daemon behind) and removes it.
+func (m *cpuMeter) close() {
+	if m.cgroup == "" {
+		return
+	}
+	for i := 0; i < 50; i++ {
+		procs, _ := os.ReadFile(m.cgroup + "/cgroup.procs")
+		for _, p := range strings.Fields(string(procs)) {
+			if pid, err := strconv.Atoi(p); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if os.Remove(m.cgroup) == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	os.Remove(filepath.Dir(m.cgroup))
 }
 
 func run(name string, args ...string) {

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Service is a git server program.
@@ -55,6 +57,10 @@ var ServedConfig = []string{
 	// wanted-refs before shallow-info and its own client fails a v2
 	// "clone --depth" with "expected 'packfile', received 'shallow-info'".
 }
+
+// PipeSize is the capacity asked for the pipe carrying git's output; the
+// kernel caps it at /proc/sys/fs/pipe-max-size (1 MiB by default).
+var PipeSize = 1 << 20
 
 // ErrIdle is returned when neither side sent anything for IdleTimeout.
 var ErrIdle = errors.New("idle timeout")
@@ -156,6 +162,11 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	if err != nil {
 		return Result{}, err
 	}
+	// A larger pipe lets git write ahead instead of waking the relay every
+	// 64 KiB (the default): on two cores that ping-pong was measurable.
+	if PipeSize > 0 {
+		unix.FcntlInt(outW.Fd(), unix.F_SETPIPE_SZ, PipeSize)
+	}
 	cmd.Stdout = outW
 	if err := cmd.Start(); err != nil {
 		outR.Close()
@@ -197,7 +208,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	go func() {
 		defer close(copied)
 		defer outR.Close()
-		buf := make([]byte, 64<<10)
+		buf := make([]byte, 256<<10)
 		for {
 			n, rerr := outR.Read(buf)
 			if n > 0 {
