@@ -49,8 +49,16 @@ var migrations = []string{
 	);`,
 }
 
-// Open opens (creating if needed) the database at path and migrates it.
+// Open opens (creating if needed) packwire's main database at path
+// (users, keys, tokens, access rules) and migrates it.
 func Open(ctx context.Context, path string) (*Store, error) {
+	return OpenWith(ctx, path, migrations)
+}
+
+// OpenWith opens a SQLite database with the same settings and applies the
+// given migrations. Other concerns with their own write load (request
+// records) keep their own file, so they never contend with admin writes.
+func OpenWith(ctx context.Context, path string, migrations []string) (*Store, error) {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
@@ -61,7 +69,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{DB: db}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrate(ctx, migrations); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store %s: %w", path, err)
 	}
@@ -71,7 +79,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 // Close closes the database.
 func (s *Store) Close() error { return s.DB.Close() }
 
-func (s *Store) migrate(ctx context.Context) error {
+func (s *Store) migrate(ctx context.Context, migrations []string) error {
 	conn, err := s.DB.Conn(ctx)
 	if err != nil {
 		return err
