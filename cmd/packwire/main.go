@@ -25,6 +25,7 @@ commands:
   user remove NAME           remove a user with their keys and tokens
   key add USER FILE          add an SSH public key to a user
   token create USER          create an HTTP token; printed once, alone on the last line
+  governor                   what requests cost: by kind, repo, user, transport (--last N, tail)
   version                    print the version
 
 Every command takes --data DIR (default ./packwire-data) and is safe to run
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdKey(ctx, args[1:], stdout, stderr)
 	case "token":
 		err = cmdToken(ctx, args[1:], stdout, stderr)
+	case "governor":
+		err = cmdGovernor(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "packwire", version)
 	case "help", "-h", "--help":

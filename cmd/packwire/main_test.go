@@ -202,7 +202,32 @@ func TestServeSignal(t *testing.T) {
 	}
 	env.Fsck(filepath.Join(work, "c"))
 
-	cmd, _, fp2 := start()
+	// The clone left a governor record that the CLI can read.
+	out, code := packwire(t, "governor", "--data", data, "--by", "transport", "--json")
+	if code != 0 || !strings.Contains(out, `"key": "http"`) {
+		t.Fatalf("governor summary: %d %s", code, out)
+	}
+	out, code = packwire(t, "governor", "--data", data, "--last", "5")
+	if code != 0 || !strings.Contains(out, "full-clone") || !strings.Contains(out, "result=ok") {
+		t.Fatalf("governor --last: %d %s", code, out)
+	}
+	if out, code := packwire(t, "governor", "--data", data, "--by", "color"); code != 2 {
+		t.Fatalf("bad --by: %d %s", code, out)
+	}
+
+	cmd, addrs2, fp2 := start()
+	// governor tail follows records as they are written.
+	tail := exec.Command(binary, "governor", "tail", "--data", data)
+	tailOut, _ := tail.StdoutPipe()
+	tail.Start()
+	time.Sleep(500 * time.Millisecond)
+	env.Git("", "ls-remote", "git://"+addrs2["git"]+"/big")
+	line, _ := bufio.NewReader(tailOut).ReadString('\n')
+	tail.Process.Signal(syscall.SIGINT)
+	tail.Wait()
+	if !strings.Contains(line, "no-op") || !strings.Contains(line, "git") {
+		t.Fatalf("governor tail printed %q", line)
+	}
 	cmd.Process.Signal(syscall.SIGINT)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("serve exited with %v after SIGINT", err)

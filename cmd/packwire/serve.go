@@ -35,6 +35,9 @@ then exits 0.`, stderr)
 	fs.Int64Var(&cfg.MaxRequestBody, "max-request-body", d.MaxRequestBody, "bound in bytes on an HTTP fetch request body after gzip decoding")
 	ciphers := fs.String("ssh-ciphers", "", "SSH ciphers offered, comma-separated, in preference order (default: AES-GCM first, then chacha20-poly1305 and AES-CTR)")
 	fs.DurationVar(&cfg.SSHKeepAlive, "ssh-keepalive", d.SSHKeepAlive, "interval of SSH keepalive probes; 3 unanswered close the connection (0: off)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics", "", "serve Prometheus /metrics on this separate address (default: on the HTTP listener)")
+	fs.DurationVar(&cfg.RecordsMaxAge, "records-max-age", d.RecordsMaxAge, "keep request records this long (0: no age bound)")
+	fs.IntVar(&cfg.RecordsMaxCount, "records-max-count", d.RecordsMaxCount, "keep at most this many request records (0: no bound)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running requests get to finish before they are killed")
 	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")
 	if _, err := parseInterspersed(fs, args); err != nil {
@@ -73,6 +76,9 @@ then exits 0.`, stderr)
 			scheme = "https://"
 		}
 		fmt.Fprintf(stdout, "  %-8s listening on %s\n", scheme, srv.HTTPAddr)
+	}
+	if srv.MetricsAddr != nil {
+		fmt.Fprintf(stdout, "  metrics  listening on %s (/metrics)\n", srv.MetricsAddr)
 	}
 	if srv.SSHAddr != nil {
 		fmt.Fprintf(stdout, "  ssh://   listening on %s, host key %s %s\n", srv.SSHAddr, srv.HostKey.PublicKey().Type(), srv.HostKeyFingerprint())

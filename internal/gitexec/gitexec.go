@@ -83,6 +83,9 @@ type Spec struct {
 	StatelessRPC  bool     // smart HTTP: one request, one response
 	AdvertiseRefs bool     // smart HTTP info/refs
 	Env           []string // extra environment, e.g. PACKWIRE_USER=...
+	// OutputTap, if set, sees git's output before the client does. It must
+	// be cheap and never fail (the classifier stops after the first section).
+	OutputTap io.Writer
 }
 
 // Result is what one git process did and cost.
@@ -213,6 +216,9 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 			n, rerr := outR.Read(buf)
 			if n > 0 {
 				lastSeen.Store(time.Now().UnixNano())
+				if spec.OutputTap != nil {
+					spec.OutputTap.Write(buf[:n])
+				}
 				if _, werr := stdout.Write(buf[:n]); werr != nil {
 					kill(ErrClientGone)
 					io.Copy(io.Discard, outR)

@@ -17,6 +17,8 @@ import (
 
 	"packwire/internal/access"
 	"packwire/internal/gitexec"
+	"packwire/internal/governor"
+	"packwire/internal/protocol"
 	"packwire/internal/repo"
 )
 
@@ -60,10 +62,11 @@ var ErrShuttingDown = errors.New("server shutting down")
 
 // Pipeline holds what every request needs.
 type Pipeline struct {
-	Repos  repo.Root
-	Access *access.Controller
-	Runner *gitexec.Runner
-	Log    *slog.Logger
+	Repos    repo.Root
+	Access   *access.Controller
+	Runner   *gitexec.Runner
+	Governor *governor.Governor // nil: requests are logged, not recorded
+	Log      *slog.Logger
 
 	mu       sync.Mutex
 	draining bool
@@ -112,12 +115,43 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 	err := p.authorize(ctx, call)
 	if err != nil {
 		call.releaseWG()
-		p.log().Info("refused", "id", call.ID, "transport", req.Transport, "service", string(req.Service),
-			"repo", req.RepoPath, "user", req.Principal.String(), "remote", req.Remote, "reason", err.Error(),
-			"cause", fmt.Sprint(errors.Unwrap(err)))
+		rec := call.record()
+		rec.Repo = printable(strings.Trim(req.RepoPath, "/"))
+		rec.Kind = string(protocol.NewClassifier(string(req.Service), false).Summary(req.AdvertiseRefs, req.StatelessRPC).Kind)
+		rec.Result = governor.ResultRefused
+		rec.Error = err.Error()
+		rec.Wall = governor.Duration(time.Since(call.started))
+		p.finish(&rec, slog.String("cause", fmt.Sprint(errors.Unwrap(err))))
 		return nil, err
 	}
 	return call, nil
+}
+
+// record starts the request's governor record with what is known up front.
+func (c *Call) record() governor.Record {
+	req := c.Request
+	return governor.Record{
+		ID:        governor.NewID(c.started),
+		Start:     c.started,
+		Transport: req.Transport,
+		Protocol:  protocolVersion(req.Protocol),
+		Repo:      c.Repo.Name,
+		User:      req.Principal.User,
+		Remote:    req.Remote,
+		Service:   string(req.Service),
+	}
+}
+
+// finish logs the request's one line and hands the record to the governor.
+func (p *Pipeline) finish(rec *governor.Record, extra ...slog.Attr) {
+	level := slog.LevelInfo
+	if rec.Result != governor.ResultOK && rec.Result != governor.ResultRefused {
+		level = slog.LevelWarn
+	}
+	p.log().LogAttrs(context.Background(), level, "request", append(rec.LogAttrs(), extra...)...)
+	if p.Governor != nil {
+		p.Governor.Record(*rec)
+	}
 }
 
 func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
@@ -176,20 +210,38 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			"PACKWIRE_REMOTE=" + req.Remote,
 		},
 	}
-	res, err := p.Runner.Run(ctx, spec, stdin, stdout, stderr)
-	attrs := []any{"id", c.ID, "transport", req.Transport, "service", string(req.Service), "repo", c.Repo.Name,
-		"protocol", protocolVersion(req.Protocol), "user", req.Principal.String(), "remote", req.Remote,
-		"stateless", req.StatelessRPC, "advertise", req.AdvertiseRefs,
-		"exit", res.ExitCode, "bytes_in", res.BytesIn, "bytes_out", res.BytesOut,
-		"cpu_user_ms", res.UserCPU.Milliseconds(), "cpu_sys_ms", res.SysCPU.Milliseconds(),
-		"max_rss_kb", res.MaxRSS / 1024, "wall_ms", time.Since(c.started).Milliseconds()}
+	classifier := protocol.NewClassifier(string(req.Service), protocol.IsV2(req.Protocol))
+	spec.OutputTap = classifier.Response()
+	res, err := p.Runner.Run(ctx, spec, io.TeeReader(stdin, classifier), stdout, stderr)
+
+	sum := classifier.Summary(req.AdvertiseRefs, req.StatelessRPC)
+	rec := c.record()
+	rec.Kind = string(sum.Kind)
+	rec.Wants, rec.Haves, rec.Depth, rec.Filter, rec.PushedRefs = sum.Wants, sum.Haves, sum.Depth, sum.Filter, sum.PushedRefs
+	rec.BytesIn, rec.BytesOut = res.BytesIn, res.BytesOut
+	rec.Wall = governor.Duration(time.Since(c.started))
+	rec.UserCPU, rec.SysCPU = governor.Duration(res.UserCPU), governor.Duration(res.SysCPU)
+	rec.MaxRSS, rec.ExitCode = res.MaxRSS, res.ExitCode
+	rec.Result = governor.ResultOK
+	switch {
+	case errors.Is(err, gitexec.ErrClientGone):
+		rec.Result = governor.ResultClientGone
+	case errors.Is(err, gitexec.ErrIdle):
+		rec.Result = governor.ResultTimeout
+	case err != nil && p.killCtx.Err() != nil:
+		rec.Result = governor.ResultKilled
+	case err != nil:
+		// The transport cancelled: its client went away (HTTP) or its connection closed.
+		rec.Result = governor.ResultClientGone
+	case res.ExitCode != 0:
+		rec.Result = governor.ResultGitError
+	}
 	if err != nil {
-		attrs = append(attrs, "error", err.Error())
+		rec.Error = err.Error()
+	} else if res.ExitCode != 0 {
+		rec.Error = res.Stderr
 	}
-	if res.ExitCode != 0 && res.Stderr != "" {
-		attrs = append(attrs, "stderr", res.Stderr)
-	}
-	p.log().Info("request", attrs...)
+	p.finish(&rec)
 	return res, err
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"packwire/internal/gittest"
+	"packwire/internal/governor"
 	"packwire/internal/pktline"
 )
 
@@ -273,6 +274,7 @@ func TestClientVanishesMidClone(t *testing.T) {
 
 	for _, url := range []string{s.gitURL("big"), s.httpURL("big")} {
 		t.Run(url[:4], func(t *testing.T) {
+			seq := s.lastSeq(t)
 			dir := filepath.Join(t.TempDir(), "c")
 			cmd := exec.Command("git", "clone", "--progress", url, dir)
 			cmd.Env = append(s.env.Vars, "GIT_TRACE_PACKET=0")
@@ -294,6 +296,12 @@ func TestClientVanishesMidClone(t *testing.T) {
 			cmd.Process.Kill()
 			cmd.Wait()
 			waitNoChildren(t, "upload-pack", time.Second)
+			// The governor still has a record of it, with the reason.
+			recs := s.recordsAfter(t, seq, func(r []governor.Record) bool { _, ok := findKind(r, "full-clone"); return ok })
+			rec, _ := findKind(recs, "full-clone")
+			if rec.Result != governor.ResultClientGone || rec.Error == "" || rec.BytesOut == 0 {
+				t.Fatalf("record of the abandoned clone: %+v", rec)
+			}
 		})
 	}
 	if out := s.env.Git("", "ls-remote", s.gitURL("big")); !strings.Contains(out, "refs/heads/main") {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	nethttp "net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"packwire/internal/datadir"
 	"packwire/internal/gitexec"
+	"packwire/internal/governor"
 	"packwire/internal/pipeline"
 	"packwire/internal/transport/daemon"
 	httptransport "packwire/internal/transport/http"
@@ -40,20 +42,26 @@ type Config struct {
 	SSHCiphers     []string
 	SSHKeepAlive   time.Duration
 
+	MetricsAddr     string        // separate listener for /metrics; empty: /metrics on the HTTP listener
+	RecordsMaxAge   time.Duration // governor retention by age (0: keep)
+	RecordsMaxCount int           // governor retention by count (0: no bound)
+
 	Log *slog.Logger
 }
 
 // Defaults are the values `packwire serve` uses when no flag is given.
 var Defaults = Config{
-	DataDir:        datadir.DefaultDir,
-	GitAddr:        ":9418",
-	HTTPAddr:       ":8080",
-	SSHAddr:        ":2222",
-	InitTimeout:    30 * time.Second,
-	IdleTimeout:    10 * time.Minute,
-	MaxConnections: 1024,
-	MaxRequestBody: httptransport.DefaultMaxRequestBody,
-	SSHKeepAlive:   30 * time.Second,
+	DataDir:         datadir.DefaultDir,
+	GitAddr:         ":9418",
+	HTTPAddr:        ":8080",
+	SSHAddr:         ":2222",
+	InitTimeout:     30 * time.Second,
+	IdleTimeout:     10 * time.Minute,
+	MaxConnections:  1024,
+	MaxRequestBody:  httptransport.DefaultMaxRequestBody,
+	SSHKeepAlive:    30 * time.Second,
+	RecordsMaxAge:   30 * 24 * time.Hour,
+	RecordsMaxCount: 1_000_000,
 }
 
 // Server is a running packwire.
@@ -61,17 +69,19 @@ type Server struct {
 	Config   Config
 	Data     *datadir.Data
 	Pipeline *pipeline.Pipeline
+	Governor *governor.Governor
 	HostKey  gossh.Signer
 
-	// Listening addresses, set by Start for the transports that are on.
-	GitAddr, HTTPAddr, SSHAddr net.Addr
+	// Listening addresses, set by Start for the listeners that are on.
+	GitAddr, HTTPAddr, SSHAddr, MetricsAddr net.Addr
 
-	daemon *daemon.Server
-	http   *nethttp.Server
-	ssh    *sshtransport.Server
-	wg     sync.WaitGroup
-	errMu  sync.Mutex
-	err    error
+	metrics *nethttp.Server
+	daemon  *daemon.Server
+	http    *nethttp.Server
+	ssh     *sshtransport.Server
+	wg      sync.WaitGroup
+	errMu   sync.Mutex
+	err     error
 }
 
 // New opens the data directory (creating it) and builds the pipeline.
@@ -83,15 +93,23 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Config: cfg, Data: data}
-	s.Pipeline = &pipeline.Pipeline{
-		Repos:  data.Repos,
-		Access: data.Access,
-		Runner: &gitexec.Runner{IdleTimeout: cfg.IdleTimeout},
-		Log:    cfg.Log,
+	gov, err := governor.Open(ctx, filepath.Join(data.Dir, governor.FileName))
+	if err != nil {
+		data.Close()
+		return nil, err
 	}
+	s := &Server{Config: cfg, Data: data, Governor: gov}
+	s.Pipeline = &pipeline.Pipeline{
+		Repos:    data.Repos,
+		Access:   data.Access,
+		Runner:   &gitexec.Runner{IdleTimeout: cfg.IdleTimeout},
+		Governor: gov,
+		Log:      cfg.Log,
+	}
+	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })
 	if cfg.SSHAddr != "" {
 		if s.HostKey, err = data.HostKey(); err != nil {
+			gov.Close()
 			data.Close()
 			return nil, err
 		}
@@ -142,6 +160,13 @@ func (s *Server) Start() error {
 			return fail(err)
 		}
 	}
+	var metricsL net.Listener
+	if cfg.MetricsAddr != "" {
+		if metricsL, err = listen(cfg.MetricsAddr, "metrics"); err != nil {
+			return fail(err)
+		}
+	}
+	s.Governor.Start(governor.Options{MaxAge: cfg.RecordsMaxAge, MaxRows: cfg.RecordsMaxCount, Log: cfg.Log})
 
 	if gitL != nil {
 		s.GitAddr = gitL.Addr()
@@ -150,19 +175,29 @@ func (s *Server) Start() error {
 	}
 	if httpL != nil {
 		s.HTTPAddr = httpL.Addr()
+		git := &httptransport.Handler{
+			Pipeline:       s.Pipeline,
+			Access:         s.Data.Access,
+			MaxRequestBody: cfg.MaxRequestBody,
+			Log:            cfg.Log,
+		}
+		routes := map[string]nethttp.Handler{}
+		if metricsL == nil {
+			routes["/metrics"] = s.Governor.MetricsHandler()
+		}
 		s.http = &nethttp.Server{
-			Handler: &httptransport.Handler{
-				Pipeline:       s.Pipeline,
-				Access:         s.Data.Access,
-				MaxRequestBody: cfg.MaxRequestBody,
-				Log:            cfg.Log,
-			},
+			Handler:           exactRoutes(routes, git),
 			ReadHeaderTimeout: cfg.InitTimeout,
 			IdleTimeout:       cfg.IdleTimeout,
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn),
 		}
 		s.serve("http", func() error { return s.http.Serve(httpL) }, nethttp.ErrServerClosed)
+	}
+	if metricsL != nil {
+		s.MetricsAddr = metricsL.Addr()
+		s.metrics = &nethttp.Server{Handler: exactRoutes(map[string]nethttp.Handler{"/metrics": s.Governor.MetricsHandler()}, nethttp.NotFoundHandler()), ReadHeaderTimeout: cfg.InitTimeout}
+		s.serve("metrics", func() error { return s.metrics.Serve(metricsL) }, nethttp.ErrServerClosed)
 	}
 	if sshL != nil {
 		s.SSHAddr = sshL.Addr()
@@ -192,6 +227,19 @@ func (s *Server) serve(what string, serve func() error, closed error) {
 			s.errMu.Unlock()
 		}
 	}()
+}
+
+// exactRoutes sends a request whose path is exactly a key of routes to that
+// handler and everything else to fallback. Not http.ServeMux: it cleans
+// paths and redirects, which would turn "/team/../other" into "/other".
+func exactRoutes(routes map[string]nethttp.Handler, fallback nethttp.Handler) nethttp.Handler {
+	return nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		if h, ok := routes[r.URL.Path]; ok && (r.Method == nethttp.MethodGet || r.Method == nethttp.MethodHead) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		fallback.ServeHTTP(w, r)
+	})
 }
 
 // HostKeyFingerprint is the SHA256 fingerprint clients see for the SSH host key.
@@ -230,7 +278,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.ssh != nil {
 		s.ssh.Wait()
 	}
+	if s.metrics != nil {
+		s.metrics.Close()
+	}
 	s.wg.Wait()
+	s.Governor.Close()
 	s.Data.Close()
 	s.errMu.Lock()
 	defer s.errMu.Unlock()

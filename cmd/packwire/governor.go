@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"packwire/internal/datadir"
+	"packwire/internal/governor"
+)
+
+func cmdGovernor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	tail := len(args) > 0 && args[0] == "tail"
+	if tail {
+		args = args[1:]
+	}
+	fs := newFlagSet("governor", "governor [--since DUR] [--by repo|user|kind|transport|service|result] [--top N] [--json]\n       packwire governor --last N [--json]\n       packwire governor tail [--json]",
+		`Show what requests cost: count, wall time percentiles (p50/p95/p99),
+git CPU in total and per request (user+system of git and the children it
+waited for: pack-objects, hooks), and bytes sent, grouped and sorted by CPU.
+"governor tail" prints records as they are written, until Ctrl-C.`, stderr)
+	dir := fs.String("data", datadir.DefaultDir, "data directory")
+	since := fs.Duration("since", 24*time.Hour, "summarise requests that started within this long")
+	by := fs.String("by", "kind", "group by repo, user, kind, transport, service or result")
+	top := fs.Int("top", 20, "show at most this many groups")
+	last := fs.Int("last", 0, "print the last N raw records instead of a summary")
+	asJSON := fs.Bool("json", false, "machine-readable output")
+	if _, err := parseInterspersed(fs, args); err != nil {
+		return err
+	}
+	if _, ok := governor.GroupBy[*by]; !ok {
+		return usagef("--by must be one of repo, user, kind, transport, service, result")
+	}
+	path := filepath.Join(*dir, governor.FileName)
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("no request records at %s (has packwire serve run with --data %s?)", path, *dir)
+	}
+	gov, err := governor.Open(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer gov.Close()
+
+	switch {
+	case tail:
+		return tailRecords(ctx, gov, stdout, *asJSON)
+	case *last > 0:
+		recs, err := gov.Last(ctx, *last)
+		if err != nil {
+			return err
+		}
+		return printRecords(stdout, recs, *asJSON)
+	}
+	groups, err := gov.Summarize(ctx, time.Now().Add(-*since), *by, *top)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"since": time.Now().Add(-*since).UTC(), "by": *by, "groups": groups})
+	}
+	if len(groups) == 0 {
+		fmt.Fprintf(stdout, "no requests in the last %s\n", *since)
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%s\tcount\tp50 wall\tp95 wall\tp99 wall\tgit CPU\tCPU/req\tbytes out\terrors\t\n", strings.ToUpper(*by))
+	for _, g := range groups {
+		key := g.Key
+		if key == "" {
+			key = "(anonymous)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", key, g.Count, ms(g.P50), ms(g.P95), ms(g.P99),
+			ms(g.CPU), ms(g.CPUPerReq), bytesText(g.BytesOut), g.Errors)
+	}
+	return tw.Flush()
+}
+
+func tailRecords(ctx context.Context, gov *governor.Governor, out io.Writer, asJSON bool) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	defer stop()
+	seq, err := gov.LastSeq(ctx)
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		recs, next, err := gov.After(ctx, seq, time.Time{}, 1000)
+		if err != nil {
+			return err
+		}
+		seq = next
+		if err := printRecords(out, recs, asJSON); err != nil {
+			return err
+		}
+	}
+}
+
+func printRecords(out io.Writer, recs []governor.Record, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		for _, r := range recs {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, r := range recs {
+		user := r.User
+		if user == "" {
+			user = "anonymous"
+		}
+		fmt.Fprintf(out, "%s %s %-5s v%d %-16s %-18s %-12s wall=%s cpu=%s out=%s result=%s", r.Start.Format("15:04:05.000"), r.ID,
+			r.Transport, r.Protocol, r.Repo, r.Kind, user, ms(time.Duration(r.Wall)), ms(r.CPU()), bytesText(r.BytesOut), r.Result)
+		if r.Error != "" {
+			fmt.Fprintf(out, " error=%q", firstLine(r.Error))
+		}
+		fmt.Fprintln(out)
+	}
+	return nil
+}
+
+func ms(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}

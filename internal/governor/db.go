@@ -1,0 +1,332 @@
+package governor
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"packwire/internal/store"
+)
+
+// FileName is the governor's database in the data directory. It is apart
+// from packwire.db so that a flood of request records never contends with
+// admin writes.
+const FileName = "governor.db"
+
+var migrations = []string{`
+CREATE TABLE requests (
+	seq         INTEGER PRIMARY KEY,
+	id          TEXT NOT NULL UNIQUE,
+	start_ns    INTEGER NOT NULL,
+	transport   TEXT NOT NULL,
+	protocol    INTEGER NOT NULL,
+	repo        TEXT NOT NULL,
+	user        TEXT NOT NULL,
+	remote      TEXT NOT NULL,
+	service     TEXT NOT NULL,
+	kind        TEXT NOT NULL,
+	wants       INTEGER NOT NULL,
+	haves       INTEGER NOT NULL,
+	depth       INTEGER NOT NULL,
+	filter      TEXT NOT NULL,
+	pushed_refs INTEGER NOT NULL,
+	bytes_in    INTEGER NOT NULL,
+	bytes_out   INTEGER NOT NULL,
+	queue_ns    INTEGER NOT NULL,
+	wall_ns     INTEGER NOT NULL,
+	cpu_user_ns INTEGER NOT NULL,
+	cpu_sys_ns  INTEGER NOT NULL,
+	max_rss     INTEGER NOT NULL,
+	exit_code   INTEGER NOT NULL,
+	result      TEXT NOT NULL,
+	error       TEXT NOT NULL
+);
+CREATE INDEX requests_start ON requests(start_ns);`,
+}
+
+const columns = `seq, id, start_ns, transport, protocol, repo, user, remote, service, kind, wants, haves, depth, filter,
+	pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss, exit_code, result, error`
+
+// Options bound what the governor keeps and how it writes.
+type Options struct {
+	MaxAge        time.Duration // records older than this are trimmed; 0: keep
+	MaxRows       int           // at most this many records are kept; 0: no bound
+	FlushInterval time.Duration // batch writes at most this far apart (default 500ms)
+	Log           *slog.Logger
+}
+
+// Governor owns the request records.
+type Governor struct {
+	db      *store.Store
+	opts    Options
+	metrics *Metrics
+
+	queue   chan Record
+	wg      sync.WaitGroup
+	stop    chan struct{}
+	closeMu sync.Once
+}
+
+// Open opens (creating) the governor database at path. Queries work at once;
+// Start begins accepting records (the server does, the CLI does not).
+func Open(ctx context.Context, path string) (*Governor, error) {
+	db, err := store.OpenWith(ctx, path, migrations)
+	if err != nil {
+		return nil, err
+	}
+	return &Governor{db: db, metrics: newMetrics()}, nil
+}
+
+// Start begins the batch writer and the retention loop.
+func (g *Governor) Start(opts Options) {
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 500 * time.Millisecond
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	g.opts = opts
+	g.queue = make(chan Record, 4096)
+	g.stop = make(chan struct{})
+	g.wg.Add(1)
+	go g.writer()
+}
+
+// Record accounts for one finished request: metrics at once, the database
+// in the next batch. It blocks only if the writer is thousands of records
+// behind, which is after the client has been answered.
+func (g *Governor) Record(r Record) {
+	g.metrics.observe(&r)
+	if g.queue != nil {
+		g.queue <- r
+	}
+}
+
+// Close writes what is queued and closes the database.
+func (g *Governor) Close() error {
+	g.closeMu.Do(func() {
+		if g.stop != nil {
+			close(g.stop)
+			g.wg.Wait()
+		}
+	})
+	return g.db.Close()
+}
+
+func (g *Governor) writer() {
+	defer g.wg.Done()
+	tick := time.NewTicker(g.opts.FlushInterval)
+	defer tick.Stop()
+	trim := time.NewTicker(time.Minute)
+	defer trim.Stop()
+	var batch []Record
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if err := g.insert(batch); err != nil {
+			g.opts.Log.Error("governor: writing request records", "records", len(batch), "error", err.Error())
+		}
+		batch = batch[:0]
+	}
+	g.trim()
+	for {
+		select {
+		case r := <-g.queue:
+			batch = append(batch, r)
+			if len(batch) >= 512 {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		case <-trim.C:
+			g.trim()
+		case <-g.stop:
+			for {
+				select {
+				case r := <-g.queue:
+					batch = append(batch, r)
+				default:
+					flush()
+					return
+				}
+			}
+		}
+	}
+}
+
+func (g *Governor) insert(batch []Record) error {
+	ctx := context.Background()
+	tx, err := g.db.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO requests (id, start_ns, transport, protocol, repo, user, remote, service, kind,
+		wants, haves, depth, filter, pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss,
+		exit_code, result, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, r := range batch {
+		if _, err := stmt.ExecContext(ctx, r.ID, r.Start.UnixNano(), r.Transport, r.Protocol, r.Repo, r.User, r.Remote,
+			r.Service, r.Kind, r.Wants, r.Haves, r.Depth, r.Filter, r.PushedRefs, r.BytesIn, r.BytesOut,
+			int64(r.QueueWait), int64(r.Wall), int64(r.UserCPU), int64(r.SysCPU), r.MaxRSS, r.ExitCode, r.Result, r.Error); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// trim applies the retention bounds.
+func (g *Governor) trim() {
+	if _, err := g.Trim(context.Background(), time.Now()); err != nil {
+		g.opts.Log.Error("governor: retention", "error", err.Error())
+	}
+}
+
+// Trim deletes records older than MaxAge before now and all but the newest
+// MaxRows; it returns how many went.
+func (g *Governor) Trim(ctx context.Context, now time.Time) (int64, error) {
+	var total int64
+	if g.opts.MaxAge > 0 {
+		res, err := g.db.DB.ExecContext(ctx, "DELETE FROM requests WHERE start_ns < ?", now.Add(-g.opts.MaxAge).UnixNano())
+		if err != nil {
+			return total, err
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	if g.opts.MaxRows > 0 {
+		res, err := g.db.DB.ExecContext(ctx, `DELETE FROM requests WHERE seq <= (SELECT seq FROM requests ORDER BY seq DESC LIMIT 1 OFFSET ?)`, g.opts.MaxRows)
+		if err != nil {
+			return total, err
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}
+
+func scanRecords(rows *sql.Rows) ([]Record, int64, error) {
+	defer rows.Close()
+	var out []Record
+	var lastSeq int64
+	for rows.Next() {
+		var r Record
+		var startNs, queue, wall, cu, cs int64
+		if err := rows.Scan(&lastSeq, &r.ID, &startNs, &r.Transport, &r.Protocol, &r.Repo, &r.User, &r.Remote, &r.Service,
+			&r.Kind, &r.Wants, &r.Haves, &r.Depth, &r.Filter, &r.PushedRefs, &r.BytesIn, &r.BytesOut, &queue, &wall,
+			&cu, &cs, &r.MaxRSS, &r.ExitCode, &r.Result, &r.Error); err != nil {
+			return nil, 0, err
+		}
+		r.Start = time.Unix(0, startNs)
+		r.QueueWait, r.Wall, r.UserCPU, r.SysCPU = Duration(queue), Duration(wall), Duration(cu), Duration(cs)
+		out = append(out, r)
+	}
+	return out, lastSeq, rows.Err()
+}
+
+// Last returns the newest n records, oldest first.
+func (g *Governor) Last(ctx context.Context, n int) ([]Record, error) {
+	rows, err := g.db.DB.QueryContext(ctx, "SELECT "+columns+" FROM (SELECT * FROM requests ORDER BY seq DESC LIMIT ?) ORDER BY seq", n)
+	if err != nil {
+		return nil, err
+	}
+	recs, _, err := scanRecords(rows)
+	return recs, err
+}
+
+// After returns up to limit records written after sequence number seq, and
+// the sequence number to continue from (for tail and the lab's API).
+func (g *Governor) After(ctx context.Context, seq int64, since time.Time, limit int) ([]Record, int64, error) {
+	rows, err := g.db.DB.QueryContext(ctx, "SELECT "+columns+" FROM requests WHERE seq > ? AND start_ns >= ? ORDER BY seq LIMIT ?", seq, since.UnixNano(), limit)
+	if err != nil {
+		return nil, seq, err
+	}
+	recs, last, err := scanRecords(rows)
+	if len(recs) == 0 {
+		last = seq
+	}
+	return recs, last, err
+}
+
+// LastSeq is the sequence number of the newest record (0 if none).
+func (g *Governor) LastSeq(ctx context.Context) (int64, error) {
+	var seq sql.NullInt64
+	err := g.db.DB.QueryRowContext(ctx, "SELECT max(seq) FROM requests").Scan(&seq)
+	return seq.Int64, err
+}
+
+// Group is one row of a summary.
+type Group struct {
+	Key         string        `json:"key"`
+	Count       int64         `json:"count"`
+	P50         time.Duration `json:"wall_p50_ns"`
+	P95         time.Duration `json:"wall_p95_ns"`
+	P99         time.Duration `json:"wall_p99_ns"`
+	CPU         time.Duration `json:"cpu_total_ns"`
+	CPUPerReq   time.Duration `json:"cpu_per_request_ns"`
+	BytesOut    int64         `json:"bytes_out"`
+	BytesPerReq int64         `json:"bytes_out_per_request"`
+	Errors      int64         `json:"errors"`
+}
+
+// GroupBy names the columns a summary can group by.
+var GroupBy = map[string]string{"repo": "repo", "user": "user", "kind": "kind", "transport": "transport", "service": "service", "result": "result"}
+
+// Summarize aggregates records since a time, grouped by one column, the
+// groups with the most git CPU first. Counting and sums happen in SQL;
+// each percentile is one indexed lookup.
+func (g *Governor) Summarize(ctx context.Context, since time.Time, by string, top int) ([]Group, error) {
+	col, ok := GroupBy[by]
+	if !ok {
+		return nil, fmt.Errorf("cannot group by %q (repo, user, kind, transport, service, result)", by)
+	}
+	rows, err := g.db.DB.QueryContext(ctx, fmt.Sprintf(`SELECT %[1]s, count(*), sum(cpu_user_ns + cpu_sys_ns), sum(bytes_out),
+		sum(result != 'ok') FROM requests WHERE start_ns >= ? GROUP BY %[1]s ORDER BY 3 DESC, 2 DESC LIMIT ?`, col), since.UnixNano(), top)
+	if err != nil {
+		return nil, err
+	}
+	var groups []Group
+	for rows.Next() {
+		var gr Group
+		var cpu int64
+		if err := rows.Scan(&gr.Key, &gr.Count, &cpu, &gr.BytesOut, &gr.Errors); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		gr.CPU = time.Duration(cpu)
+		gr.CPUPerReq = gr.CPU / time.Duration(max(gr.Count, 1))
+		gr.BytesPerReq = gr.BytesOut / max(gr.Count, 1)
+		groups = append(groups, gr)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i := range groups {
+		gr := &groups[i]
+		for _, p := range []struct {
+			q   float64
+			out *time.Duration
+		}{{0.50, &gr.P50}, {0.95, &gr.P95}, {0.99, &gr.P99}} {
+			offset := int64(p.q*float64(gr.Count)+0.999999) - 1 // nearest rank
+			offset = max(0, min(offset, gr.Count-1))
+			var wall int64
+			err := g.db.DB.QueryRowContext(ctx, fmt.Sprintf("SELECT wall_ns FROM requests WHERE start_ns >= ? AND %s = ? ORDER BY wall_ns LIMIT 1 OFFSET ?", col),
+				since.UnixNano(), gr.Key, offset).Scan(&wall)
+			if err != nil {
+				return nil, err
+			}
+			*p.out = time.Duration(wall)
+		}
+	}
+	sort.SliceStable(groups, func(i, j int) bool { return groups[i].CPU > groups[j].CPU })
+	return groups, nil
+}

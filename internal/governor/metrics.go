@@ -1,0 +1,64 @@
+package governor
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the Prometheus series. Labels are bounded sets (transport,
+// service, kind, result): never repo or user, whose cardinality is unbounded.
+type Metrics struct {
+	registry *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	cpu      *prometheus.CounterVec
+	bytes    *prometheus.CounterVec
+}
+
+func newMetrics() *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "packwire_requests_total", Help: "Git requests by transport, service, kind and result.",
+		}, []string{"transport", "service", "kind", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "packwire_request_duration_seconds", Help: "Wall time of git requests.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"transport", "service", "kind"}),
+		cpu: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "packwire_git_cpu_seconds_total", Help: "CPU time of spawned git processes (with the children they waited for).",
+		}, []string{"transport", "service", "kind", "mode"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "packwire_bytes_total", Help: "Bytes relayed between clients and git.",
+		}, []string{"transport", "service", "kind", "direction"}),
+	}
+	m.registry.MustRegister(m.requests, m.duration, m.cpu, m.bytes,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *Metrics) observe(r *Record) {
+	m.requests.WithLabelValues(r.Transport, r.Service, r.Kind, r.Result).Inc()
+	if r.Result == ResultRefused {
+		return
+	}
+	m.duration.WithLabelValues(r.Transport, r.Service, r.Kind).Observe(time.Duration(r.Wall).Seconds())
+	m.cpu.WithLabelValues(r.Transport, r.Service, r.Kind, "user").Add(time.Duration(r.UserCPU).Seconds())
+	m.cpu.WithLabelValues(r.Transport, r.Service, r.Kind, "system").Add(time.Duration(r.SysCPU).Seconds())
+	m.bytes.WithLabelValues(r.Transport, r.Service, r.Kind, "in").Add(float64(r.BytesIn))
+	m.bytes.WithLabelValues(r.Transport, r.Service, r.Kind, "out").Add(float64(r.BytesOut))
+}
+
+// RegisterGauge adds a gauge read at scrape time (requests in flight...).
+func (g *Governor) RegisterGauge(name, help string, value func() float64) {
+	g.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, value))
+}
+
+// MetricsHandler serves the Prometheus text format.
+func (g *Governor) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{})
+}

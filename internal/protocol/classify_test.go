@@ -1,0 +1,172 @@
+package protocol
+
+import (
+	"strings"
+	"testing"
+
+	"packwire/internal/pktline"
+)
+
+const oid = "0123456789abcdef0123456789abcdef01234567"
+
+func pkts(lines ...string) []byte {
+	var b []byte
+	for _, l := range lines {
+		switch l {
+		case "0000", "0001", "0002":
+			b = append(b, l...)
+		default:
+			b, _ = pktline.Append(b, []byte(l+"\n"))
+		}
+	}
+	return b
+}
+
+func classify(t *testing.T, service string, v2, stateless bool, stream []byte) Summary {
+	t.Helper()
+	// Feed byte by byte too: pkt-lines split across writes must not matter.
+	whole := NewClassifier(service, v2)
+	whole.Write(stream)
+	split := NewClassifier(service, v2)
+	for i := range stream {
+		split.Write(stream[i : i+1])
+	}
+	a, b := whole.Summary(false, stateless), split.Summary(false, stateless)
+	if a.Kind != b.Kind || a.Wants != b.Wants || a.Haves != b.Haves {
+		t.Fatalf("split writes changed the result: %+v vs %+v", a, b)
+	}
+	return a
+}
+
+func TestClassifyV0(t *testing.T) {
+	want := "want " + oid + " multi_ack_detailed side-band-64k ofs-delta"
+	cases := []struct {
+		name      string
+		stateless bool
+		lines     []string
+		kind      Kind
+	}{
+		{"full clone", false, []string{want, "want " + oid, "0000", "done"}, FullClone},
+		{"shallow clone", false, []string{want, "deepen 1", "0000", "done"}, ShallowClone},
+		{"partial clone", false, []string{want, "filter blob:none", "0000", "done"}, PartialClone},
+		{"incremental fetch", false, []string{want, "0000", "have " + oid, "have " + oid, "done"}, IncrementalFetch},
+		{"fetch into shallow", false, []string{want, "shallow " + oid, "0000", "have " + oid, "done"}, IncrementalFetch},
+		{"shallow fetch", false, []string{want, "deepen 1", "0000", "have " + oid, "done"}, ShallowFetch},
+		{"deepen-since", false, []string{want, "deepen-since 1700000000", "0000", "done"}, ShallowClone},
+		{"no-op", false, []string{"0000"}, NoOp},
+		{"negotiation round", true, []string{want, "0000", "have " + oid, "0000"}, Negotiation},
+		{"stateless final", true, []string{want, "0000", "have " + oid, "done"}, IncrementalFetch},
+		{"nothing sent", false, nil, Unknown},
+	}
+	for _, c := range cases {
+		s := classify(t, UploadPack, false, c.stateless, pkts(c.lines...))
+		if s.Kind != c.kind {
+			t.Errorf("%s: kind %s, want %s (%+v)", c.name, s.Kind, c.kind, s)
+		}
+	}
+	s := classify(t, UploadPack, false, false, pkts(want, "want "+oid, "deepen 3", "filter tree:0", "0000", "have "+oid, "done"))
+	if s.Wants != 2 || s.Haves != 1 || s.Depth != 3 || s.Filter != "tree:0" || !s.Done {
+		t.Errorf("fields: %+v", s)
+	}
+}
+
+func TestClassifyV2(t *testing.T) {
+	lsRefs := []string{"command=ls-refs", "agent=git/2.39", "0001", "peel", "ref-prefix HEAD", "0000"}
+	fetch := func(args ...string) []string {
+		return append(append([]string{"command=fetch", "agent=git/2.39", "object-format=sha1", "0001"}, args...), "0000")
+	}
+	cat := func(parts ...[]string) []string {
+		var out []string
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	cases := []struct {
+		name      string
+		stateless bool
+		lines     []string
+		kind      Kind
+	}{
+		{"clone over a connection", false, cat(lsRefs, fetch("want "+oid, "done")), FullClone},
+		{"shallow clone", false, cat(lsRefs, fetch("want "+oid, "deepen 1", "done")), ShallowClone},
+		{"partial clone", false, cat(lsRefs, fetch("want "+oid, "filter blob:none", "done")), PartialClone},
+		{"fetch", false, cat(lsRefs, fetch("want "+oid, "have "+oid, "done")), IncrementalFetch},
+		{"shallow fetch", false, cat(lsRefs, fetch("want "+oid, "have "+oid, "deepen 1", "done")), ShallowFetch},
+		{"ls-remote", false, lsRefs, NoOp},
+		{"http ls-refs", true, lsRefs, Refs},
+		{"http fetch round", true, fetch("want "+oid, "have "+oid), Negotiation},
+		{"http fetch done", true, fetch("want "+oid, "have "+oid, "done"), IncrementalFetch},
+		{"want-ref", false, fetch("want-ref refs/heads/main", "done"), FullClone},
+	}
+	for _, c := range cases {
+		s := classify(t, UploadPack, true, c.stateless, pkts(c.lines...))
+		if s.Kind != c.kind {
+			t.Errorf("%s: kind %s, want %s (%+v)", c.name, s.Kind, c.kind, s)
+		}
+	}
+	// A stateless round the server answered with a pack ("ready") is a fetch.
+	c := NewClassifier(UploadPack, true)
+	c.Write(pkts(fetch("want "+oid, "have "+oid)...))
+	c.Response().Write(pkts("acknowledgments", "ACK "+oid, "ready", "0001", "packfile"))
+	c.Response().Write([]byte("0009\x01PACK"))
+	if s := c.Summary(false, true); s.Kind != IncrementalFetch {
+		t.Errorf("ready round: %s", s.Kind)
+	}
+	c = NewClassifier(UploadPack, true)
+	c.Write(pkts(fetch("want "+oid, "have "+oid)...))
+	c.Response().Write(pkts("acknowledgments", "NAK", "0000"))
+	if s := c.Summary(false, true); s.Kind != Negotiation {
+		t.Errorf("round without pack: %s", s.Kind)
+	}
+	// "have" in ls-refs arguments (it is not, but a ref-prefix could look odd) never counts.
+	s := classify(t, UploadPack, true, false, pkts("command=ls-refs", "0001", "ref-prefix have", "0000"))
+	if s.Haves != 0 {
+		t.Errorf("ls-refs argument counted as have: %+v", s)
+	}
+}
+
+func TestClassifyPushStopsAtPack(t *testing.T) {
+	stream := pkts(oid+" "+oid+" refs/heads/main\x00report-status side-band-64k", strings.Repeat("0", 40)+" "+oid+" refs/heads/new", "0000")
+	stream = append(stream, "PACK\x00\x00\x00\x02garbage that is not pkt-lines at all"...)
+	c := NewClassifier(ReceivePack, false)
+	c.Write(stream)
+	if s := c.Summary(false, false); s.Kind != Push || s.PushedRefs != 2 {
+		t.Fatalf("%+v", s)
+	}
+	if !c.stopped || c.buf != nil {
+		t.Fatalf("classifier kept reading the pack")
+	}
+}
+
+func TestClassifyArchiveAndAdvertisement(t *testing.T) {
+	if s := classify(t, UploadArchive, false, false, pkts("argument HEAD", "0000")); s.Kind != Archive {
+		t.Errorf("archive: %s", s.Kind)
+	}
+	c := NewClassifier(UploadPack, true)
+	if s := c.Summary(true, true); s.Kind != Refs {
+		t.Errorf("info/refs: %s", s.Kind)
+	}
+}
+
+// FuzzClassifier: any byte stream, split anywhere, gives the same summary
+// and never panics or buffers more than a pkt-line.
+func FuzzClassifier(f *testing.F) {
+	f.Add(pkts("want "+oid, "deepen 1", "0000", "done"), uint8(3), true)
+	f.Add(pkts("command=fetch", "0001", "want "+oid, "filter blob:none", "done", "0000"), uint8(7), true)
+	f.Fuzz(func(t *testing.T, stream []byte, cut uint8, v2 bool) {
+		a := NewClassifier(UploadPack, v2)
+		a.Write(stream)
+		b := NewClassifier(UploadPack, v2)
+		k := int(cut) % (len(stream) + 1)
+		b.Write(stream[:k])
+		b.Write(stream[k:])
+		if len(a.buf) > maxBuffered || len(b.buf) > maxBuffered {
+			t.Fatal("buffered more than a pkt-line")
+		}
+		sa, sb := a.Summary(false, true), b.Summary(false, true)
+		if sa.Kind != sb.Kind || sa.Wants != sb.Wants || sa.Haves != sb.Haves || sa.Filter != sb.Filter {
+			t.Fatalf("%+v != %+v", sa, sb)
+		}
+	})
+}
