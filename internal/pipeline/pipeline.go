@@ -210,9 +210,13 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			"PACKWIRE_REMOTE=" + req.Remote,
 		},
 	}
+	// Without a governor nothing reads the classification: skip the taps.
 	classifier := protocol.NewClassifier(string(req.Service), protocol.IsV2(req.Protocol))
-	spec.OutputTap = classifier.Response()
-	res, err := p.Runner.Run(ctx, spec, io.TeeReader(stdin, classifier), stdout, stderr)
+	if p.Governor != nil {
+		spec.OutputTap = classifier.Response()
+		stdin = io.TeeReader(stdin, classifier)
+	}
+	res, err := p.Runner.Run(ctx, spec, stdin, stdout, stderr)
 
 	sum := classifier.Summary(req.AdvertiseRefs, req.StatelessRPC)
 	rec := c.record()

@@ -26,7 +26,7 @@ type testServer struct {
 	logs  *logBuffer
 }
 
-func startServer(t *testing.T, mutate func(*Config)) *testServer {
+func startServer(t testing.TB, mutate func(*Config)) *testServer {
 	t.Helper()
 	env := gittest.New(t)
 	logs := &logBuffer{}
