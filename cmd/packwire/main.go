@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"packwire/internal/packcache"
 )
 
 const usage = `packwire: a Git server for git://, smart HTTP and SSH, on one request pipeline
@@ -36,6 +38,11 @@ while the server runs. "packwire COMMAND --help" shows a command's flags.
 var version = "dev"
 
 func main() {
+	// upload-pack runs this binary as its pack-objects hook: take the
+	// shortest path, since it starts on every fetch.
+	if os.Getenv(packcache.EnvHook) == "pack-objects" {
+		os.Exit(packcache.RunHook(os.Args[1:]))
+	}
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 

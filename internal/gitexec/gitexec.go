@@ -83,6 +83,7 @@ type Spec struct {
 	StatelessRPC  bool     // smart HTTP: one request, one response
 	AdvertiseRefs bool     // smart HTTP info/refs
 	Env           []string // extra environment, e.g. PACKWIRE_USER=...
+	Config        []string // "key=value" settings for this spawn only (git -c)
 	// OutputTap, if set, sees git's output before the client does. It must
 	// be cheap and never fail (the classifier stops after the first section).
 	OutputTap io.Writer
@@ -107,6 +108,9 @@ func (r *Runner) Args(spec Spec) []string {
 		args = append(args, "-c", c)
 	}
 	for _, c := range r.ExtraConfig {
+		args = append(args, "-c", c)
+	}
+	for _, c := range spec.Config {
 		args = append(args, "-c", c)
 	}
 	args = append(args, strings.TrimPrefix(string(spec.Service), "git-"))
@@ -288,12 +292,21 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	return res, nil
 }
 
-// childEnv is packwire's environment without the GIT_* variables that would
-// change what git does (GIT_DIR, GIT_TRACE..., a client's GIT_PROTOCOL),
-// plus the request's own.
+// childEnv is the environment of a spawned git: Environ plus the request's own.
 func childEnv(spec Spec) []string {
+	env := Environ()
+	if spec.Protocol != "" {
+		env = append(env, "GIT_PROTOCOL="+spec.Protocol)
+	}
+	return append(env, spec.Env...)
+}
+
+// Environ is packwire's environment without the GIT_* variables that would
+// change what git does (GIT_DIR, GIT_TRACE..., a client's GIT_PROTOCOL),
+// for every git packwire runs.
+func Environ() []string {
 	keep := map[string]bool{"GIT_CONFIG_NOSYSTEM": true, "GIT_CONFIG_GLOBAL": true, "GIT_EXEC_PATH": true}
-	env := make([]string, 0, len(os.Environ())+len(spec.Env)+1)
+	env := make([]string, 0, len(os.Environ())+8)
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(name, "GIT_") && !keep[name] {
@@ -301,10 +314,7 @@ func childEnv(spec Spec) []string {
 		}
 		env = append(env, kv)
 	}
-	if spec.Protocol != "" {
-		env = append(env, "GIT_PROTOCOL="+spec.Protocol)
-	}
-	return append(env, spec.Env...)
+	return env
 }
 
 // countingWriter counts what reaches git and when it last moved.

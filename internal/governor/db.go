@@ -46,10 +46,11 @@ CREATE TABLE requests (
 	error       TEXT NOT NULL
 );
 CREATE INDEX requests_start ON requests(start_ns);`,
+	`ALTER TABLE requests ADD COLUMN pack_cache TEXT NOT NULL DEFAULT '';`,
 }
 
 const columns = `seq, id, start_ns, transport, protocol, repo, user, remote, service, kind, wants, haves, depth, filter,
-	pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss, exit_code, result, error`
+	pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss, exit_code, result, error, pack_cache`
 
 // Options bound what the governor keeps and how it writes.
 type Options struct {
@@ -168,7 +169,7 @@ func (g *Governor) insert(batch []Record) error {
 	defer tx.Rollback()
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO requests (id, start_ns, transport, protocol, repo, user, remote, service, kind,
 		wants, haves, depth, filter, pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss,
-		exit_code, result, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+		exit_code, result, error, pack_cache) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 	if err != nil {
 		return err
 	}
@@ -176,7 +177,7 @@ func (g *Governor) insert(batch []Record) error {
 	for _, r := range batch {
 		if _, err := stmt.ExecContext(ctx, r.ID, r.Start.UnixNano(), r.Transport, r.Protocol, r.Repo, r.User, r.Remote,
 			r.Service, r.Kind, r.Wants, r.Haves, r.Depth, r.Filter, r.PushedRefs, r.BytesIn, r.BytesOut,
-			int64(r.QueueWait), int64(r.Wall), int64(r.UserCPU), int64(r.SysCPU), r.MaxRSS, r.ExitCode, r.Result, r.Error); err != nil {
+			int64(r.QueueWait), int64(r.Wall), int64(r.UserCPU), int64(r.SysCPU), r.MaxRSS, r.ExitCode, r.Result, r.Error, r.PackCache); err != nil {
 			return err
 		}
 	}
@@ -222,7 +223,7 @@ func scanRecords(rows *sql.Rows) ([]Record, int64, error) {
 		var startNs, queue, wall, cu, cs int64
 		if err := rows.Scan(&lastSeq, &r.ID, &startNs, &r.Transport, &r.Protocol, &r.Repo, &r.User, &r.Remote, &r.Service,
 			&r.Kind, &r.Wants, &r.Haves, &r.Depth, &r.Filter, &r.PushedRefs, &r.BytesIn, &r.BytesOut, &queue, &wall,
-			&cu, &cs, &r.MaxRSS, &r.ExitCode, &r.Result, &r.Error); err != nil {
+			&cu, &cs, &r.MaxRSS, &r.ExitCode, &r.Result, &r.Error, &r.PackCache); err != nil {
 			return nil, 0, err
 		}
 		r.Start = time.Unix(0, startNs)

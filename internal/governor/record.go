@@ -39,6 +39,7 @@ type Record struct {
 	ExitCode   int       `json:"exit_code"`
 	Result     string    `json:"result"` // ok, git-error, client-gone, timeout, killed, refused
 	Error      string    `json:"error,omitempty"`
+	PackCache  string    `json:"pack_cache,omitempty"` // generated, joined, hit, direct; empty: no pack made
 }
 
 // Results a record can have; also the "result" label of the metrics.
@@ -102,6 +103,9 @@ func (r *Record) LogAttrs() []slog.Attr {
 		slog.Int64("cpu_sys_ms", time.Duration(r.SysCPU).Milliseconds()),
 		slog.Int64("max_rss_kb", r.MaxRSS/1024), slog.Int("exit", r.ExitCode), slog.String("result", r.Result),
 	)
+	if r.PackCache != "" {
+		attrs = append(attrs, slog.String("pack_cache", r.PackCache))
+	}
 	if r.Error != "" {
 		attrs = append(attrs, slog.String("error", r.Error))
 	}

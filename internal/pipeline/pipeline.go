@@ -18,6 +18,8 @@ import (
 	"packwire/internal/access"
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
+	"packwire/internal/limiter"
+	"packwire/internal/packcache"
 	"packwire/internal/protocol"
 	"packwire/internal/repo"
 )
@@ -32,6 +34,7 @@ type Request struct {
 	Remote        string // client address
 	StatelessRPC  bool   // smart HTTP
 	AdvertiseRefs bool   // smart HTTP info/refs
+	RefsOnly      bool   // the transport saw a v2 ls-refs request: no pack will be made
 }
 
 // Code classifies a refusal so that each transport can render it in its
@@ -49,9 +52,10 @@ const (
 
 // Error is a refusal with a one-line message in git's words.
 type Error struct {
-	Code    Code
-	Message string
-	Err     error // the underlying cause, for logs
+	Code       Code
+	Message    string
+	Err        error         // the underlying cause, for logs
+	RetryAfter time.Duration // CodeUnavailable: when to try again
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -68,6 +72,17 @@ type Pipeline struct {
 	Governor *governor.Governor // nil: requests are logged, not recorded
 	Log      *slog.Logger
 
+	// PackCache shares pack-objects runs between identical fetches; nil: off.
+	// HookExecutable is the binary upload-pack runs as its pack-objects hook
+	// (packwire itself), HookSocket where that hook finds the cache.
+	PackCache      *packcache.Cache
+	HookExecutable string
+	HookSocket     string
+
+	// Limiter admits requests that may generate packs (fetches, archives);
+	// nil: no limit.
+	Limiter *limiter.Limiter
+
 	mu       sync.Mutex
 	draining bool
 	active   sync.WaitGroup
@@ -83,7 +98,10 @@ type Call struct {
 	Request   Request
 	Repo      repo.Repo
 	ID        uint64
+	RecordID  string // the governor record's id, known up front for the pack hook
 	started   time.Time
+	queueWait time.Duration
+	release   func() // the limiter slot, if one was taken
 	releaseWG func()
 }
 
@@ -108,9 +126,17 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 	p.active.Add(1)
 	p.mu.Unlock()
 	req.Protocol = CleanProtocol(req.Protocol)
-	call := &Call{p: p, Request: req, ID: p.ids.Add(1), started: time.Now()}
+	now := time.Now()
+	call := &Call{p: p, Request: req, ID: p.ids.Add(1), RecordID: governor.NewID(now), started: now}
 	var once sync.Once
-	call.releaseWG = func() { once.Do(p.active.Done) }
+	call.releaseWG = func() {
+		once.Do(func() {
+			if call.release != nil {
+				call.release()
+			}
+			p.active.Done()
+		})
+	}
 
 	err := p.authorize(ctx, call)
 	if err != nil {
@@ -121,6 +147,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 		rec.Result = governor.ResultRefused
 		rec.Error = err.Error()
 		rec.Wall = governor.Duration(time.Since(call.started))
+		rec.QueueWait = governor.Duration(call.queueWait)
 		p.finish(&rec, slog.String("cause", fmt.Sprint(errors.Unwrap(err))))
 		return nil, err
 	}
@@ -131,7 +158,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 func (c *Call) record() governor.Record {
 	req := c.Request
 	return governor.Record{
-		ID:        governor.NewID(c.started),
+		ID:        c.RecordID,
 		Start:     c.started,
 		Transport: req.Transport,
 		Protocol:  protocolVersion(req.Protocol),
@@ -173,13 +200,34 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 	}
 	switch err := p.Access.Decide(ctx, req.Principal, op, r.Name); {
 	case err == nil:
-		return nil
+		return p.admit(ctx, call)
 	case errors.Is(err, access.ErrAuthRequired):
 		return &Error{Code: CodeAuthRequired, Message: fmt.Sprintf("push to '%s' requires authentication", r.Name), Err: err}
 	case errors.Is(err, access.ErrDenied):
 		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("permission denied: %s may not %s '%s'", req.Principal, op, r.Name), Err: err}
 	default:
 		return &Error{Code: CodeInternal, Message: "internal error checking access", Err: err}
+	}
+}
+
+// admit takes a limiter slot for requests that may generate a pack.
+func (p *Pipeline) admit(ctx context.Context, call *Call) error {
+	req := call.Request
+	generatesPack := req.Service == gitexec.UploadPack && !req.AdvertiseRefs && !req.RefsOnly || req.Service == gitexec.UploadArchive
+	if p.Limiter == nil || !generatesPack {
+		return nil
+	}
+	release, waited, err := p.Limiter.Acquire(ctx, call.Repo.Name)
+	call.queueWait = waited
+	var busy *limiter.BusyError
+	switch {
+	case err == nil:
+		call.release = release
+		return nil
+	case errors.As(err, &busy):
+		return &Error{Code: CodeUnavailable, Message: busy.Error(), Err: err, RetryAfter: busy.RetryAfter}
+	default:
+		return &Error{Code: CodeUnavailable, Message: "request cancelled while queued", Err: err}
 	}
 }
 
@@ -210,6 +258,14 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			"PACKWIRE_REMOTE=" + req.Remote,
 		},
 	}
+	if req.Service == gitexec.UploadPack && p.PackCache != nil && !req.AdvertiseRefs {
+		spec.Config = append(spec.Config, packcache.HookConfig(p.HookExecutable))
+		spec.Env = append(spec.Env,
+			packcache.EnvHook+"=pack-objects",
+			packcache.EnvSocket+"="+p.HookSocket,
+			packcache.EnvRequestID+"="+c.RecordID,
+			packcache.EnvRepoPath+"="+c.Repo.Path)
+	}
 	// Without a governor nothing reads the classification: skip the taps.
 	classifier := protocol.NewClassifier(string(req.Service), protocol.IsV2(req.Protocol))
 	if p.Governor != nil {
@@ -224,8 +280,12 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	rec.Wants, rec.Haves, rec.Depth, rec.Filter, rec.PushedRefs = sum.Wants, sum.Haves, sum.Depth, sum.Filter, sum.PushedRefs
 	rec.BytesIn, rec.BytesOut = res.BytesIn, res.BytesOut
 	rec.Wall = governor.Duration(time.Since(c.started))
+	rec.QueueWait = governor.Duration(c.queueWait)
 	rec.UserCPU, rec.SysCPU = governor.Duration(res.UserCPU), governor.Duration(res.SysCPU)
 	rec.MaxRSS, rec.ExitCode = res.MaxRSS, res.ExitCode
+	if p.PackCache != nil {
+		rec.PackCache = string(p.PackCache.TakeOutcome(c.RecordID))
+	}
 	rec.Result = governor.ResultOK
 	switch {
 	case errors.Is(err, gitexec.ErrClientGone):

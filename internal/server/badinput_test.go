@@ -269,8 +269,7 @@ func waitNoChildren(t *testing.T, match string, within time.Duration) {
 // on both transports, and that the server keeps serving.
 func TestClientVanishesMidClone(t *testing.T) {
 	s := startServer(t, nil)
-	r, _ := s.Data.Repos.Create(context.Background(), "big")
-	s.env.Build(r.Path, gittest.Shape{Commits: 2, Files: 40, BlobBytes: 1 << 20, Incompress: true, Seed: 7})
+	s.bigRepo(t, "big")
 
 	for _, url := range []string{s.gitURL("big"), s.httpURL("big")} {
 		t.Run(url[:4], func(t *testing.T) {
@@ -399,9 +398,7 @@ func countFDs() int {
 // its grace period (plus a little), killing git and unblocking the write.
 func TestShutdownWithStuckReader(t *testing.T) {
 	s := startServer(t, nil)
-	r, _ := s.Data.Repos.Create(context.Background(), "big")
-	s.env.Build(r.Path, gittest.Shape{Commits: 2, Files: 40, BlobBytes: 1 << 20, Incompress: true, Seed: 3})
-	head := s.env.RevParse(r.Path, "main")
+	head := s.env.RevParse(s.bigRepo(t, "big"), "main")
 
 	var conns []net.Conn
 	for _, transport := range []string{"git", "http"} {

@@ -34,6 +34,7 @@ func startServer(t testing.TB, mutate func(*Config)) *testServer {
 	cfg.DataDir = filepath.Join(t.TempDir(), "data")
 	cfg.GitAddr, cfg.HTTPAddr, cfg.SSHAddr = "127.0.0.1:0", "127.0.0.1:0", ""
 	cfg.Log = slog.New(slog.NewTextHandler(logs, nil))
+	cfg.RecordsFlush = 20 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -58,6 +59,30 @@ func startServer(t testing.TB, mutate func(*Config)) *testServer {
 		t.Fatal(err)
 	}
 	return &testServer{Server: srv, env: env, token: token, logs: logs}
+}
+
+var (
+	bigOnce     sync.Once
+	bigTemplate string
+)
+
+// bigRepo creates a repository of 40 MiB of incompressible data (big enough
+// that a clone is mid-pack for a while), built once per test binary and
+// cloned with hardlinks for each test.
+func (s *testServer) bigRepo(t testing.TB, name string) string {
+	t.Helper()
+	bigOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "packwire-big-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bigTemplate = filepath.Join(dir, "big.git")
+		s.env.Build(bigTemplate, gittest.Shape{Commits: 2, Files: 40, BlobBytes: 1 << 20, Incompress: true, Seed: 7})
+	})
+	path := s.Data.Repos.PathFor(name)
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	s.env.Git("", "clone", "-q", "--mirror", bigTemplate, path)
+	return path
 }
 
 // seed creates a repository with a small history: 30 commits on main, two

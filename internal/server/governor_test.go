@@ -70,7 +70,7 @@ func (s *testServer) recordsAfter(t *testing.T, seq int64, done func([]governor.
 func (s *testServer) lastSeq(t *testing.T) int64 {
 	t.Helper()
 	// Let queued records land first, so that "after" means after this point.
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	seq, err := s.Governor.LastSeq(context.Background())
 	if err != nil {
 		t.Fatal(err)

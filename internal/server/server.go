@@ -5,13 +5,19 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	nethttp "net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +26,8 @@ import (
 	"packwire/internal/datadir"
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
+	"packwire/internal/limiter"
+	"packwire/internal/packcache"
 	"packwire/internal/pipeline"
 	"packwire/internal/transport/daemon"
 	httptransport "packwire/internal/transport/http"
@@ -42,9 +50,21 @@ type Config struct {
 	SSHCiphers     []string
 	SSHKeepAlive   time.Duration
 
+	PackCache             bool          // share identical pack-objects runs between fetches
+	PackCacheMaxBytes     int64         // finished packs kept on disk, in total
+	PackCacheMaxAge       time.Duration // how long a finished pack may be reused
+	PackCacheMinUses      int           // keep a finished pack once its key was asked this often
+	PackCacheMinFreeBytes int64         // below this much free disk the cache stands aside
+
+	MaxPackJobs        int           // concurrent pack-generating requests in all (0: no limit)
+	MaxPackJobsPerRepo int           // ... per repository (0: no limit)
+	MaxQueue           int           // requests waiting for a slot; more are refused at once
+	MaxQueueWait       time.Duration // a queued request is refused after this long
+
 	MetricsAddr     string        // separate listener for /metrics; empty: /metrics on the HTTP listener
 	RecordsMaxAge   time.Duration // governor retention by age (0: keep)
 	RecordsMaxCount int           // governor retention by count (0: no bound)
+	RecordsFlush    time.Duration // governor batch interval (default 500ms)
 
 	Log *slog.Logger
 }
@@ -62,6 +82,17 @@ var Defaults = Config{
 	SSHKeepAlive:    30 * time.Second,
 	RecordsMaxAge:   30 * 24 * time.Hour,
 	RecordsMaxCount: 1_000_000,
+
+	MaxPackJobs:        max(4, 2*runtime.NumCPU()),
+	MaxPackJobsPerRepo: max(2, runtime.NumCPU()),
+	MaxQueue:           256,
+	MaxQueueWait:       60 * time.Second,
+
+	PackCache:             true,
+	PackCacheMaxBytes:     2 << 30,
+	PackCacheMaxAge:       5 * time.Minute,
+	PackCacheMinUses:      1,
+	PackCacheMinFreeBytes: 1 << 30,
 }
 
 // Server is a running packwire.
@@ -75,13 +106,15 @@ type Server struct {
 	// Listening addresses, set by Start for the listeners that are on.
 	GitAddr, HTTPAddr, SSHAddr, MetricsAddr net.Addr
 
-	metrics *nethttp.Server
-	daemon  *daemon.Server
-	http    *nethttp.Server
-	ssh     *sshtransport.Server
-	wg      sync.WaitGroup
-	errMu   sync.Mutex
-	err     error
+	metrics   *nethttp.Server
+	hooks     net.Listener
+	hooksDone chan struct{}
+	daemon    *daemon.Server
+	http      *nethttp.Server
+	ssh       *sshtransport.Server
+	wg        sync.WaitGroup
+	errMu     sync.Mutex
+	err       error
 }
 
 // New opens the data directory (creating it) and builds the pipeline.
@@ -105,8 +138,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Runner:   &gitexec.Runner{IdleTimeout: cfg.IdleTimeout},
 		Governor: gov,
 		Log:      cfg.Log,
+		Limiter: &limiter.Limiter{
+			Global:   cfg.MaxPackJobs,
+			PerRepo:  cfg.MaxPackJobsPerRepo,
+			MaxQueue: cfg.MaxQueue,
+			MaxWait:  cfg.MaxQueueWait,
+		},
 	}
 	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })
+	gov.RegisterGauge("packwire_pack_jobs_queued", "Requests waiting for a pack generation slot.", func() float64 { _, q := s.Pipeline.Limiter.Stats(); return float64(q) })
+	if cfg.PackCache {
+		if err := s.openPackCache(); err != nil {
+			gov.Close()
+			data.Close()
+			return nil, err
+		}
+	}
 	if cfg.SSHAddr != "" {
 		if s.HostKey, err = data.HostKey(); err != nil {
 			gov.Close()
@@ -166,7 +213,7 @@ func (s *Server) Start() error {
 			return fail(err)
 		}
 	}
-	s.Governor.Start(governor.Options{MaxAge: cfg.RecordsMaxAge, MaxRows: cfg.RecordsMaxCount, Log: cfg.Log})
+	s.Governor.Start(governor.Options{MaxAge: cfg.RecordsMaxAge, MaxRows: cfg.RecordsMaxCount, FlushInterval: cfg.RecordsFlush, Log: cfg.Log})
 
 	if gitL != nil {
 		s.GitAddr = gitL.Addr()
@@ -229,6 +276,63 @@ func (s *Server) serve(what string, serve func() error, closed error) {
 	}()
 }
 
+// openPackCache prepares the shared pack generation: the cache directory,
+// the unix socket its hook talks to, and the hook command for upload-pack.
+func (s *Server) openPackCache() error {
+	cfg := s.Config
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("pack cache: cannot find this binary for the hook: %w", err)
+	}
+	version, err := exec.Command("git", "version").Output()
+	if err != nil {
+		return fmt.Errorf("pack cache: git version: %w", err)
+	}
+	cache := &packcache.Cache{
+		Dir:          filepath.Join(s.Data.Dir, "cache", "packs"),
+		MaxBytes:     cfg.PackCacheMaxBytes,
+		MaxAge:       cfg.PackCacheMaxAge,
+		MinUses:      cfg.PackCacheMinUses,
+		MinFreeBytes: cfg.PackCacheMinFreeBytes,
+		GitVersion:   strings.TrimSpace(string(version)),
+		Log:          cfg.Log,
+	}
+	if err := cache.Open(); err != nil {
+		return fmt.Errorf("pack cache: %w", err)
+	}
+	sock := filepath.Join(s.Data.Dir, "run", "pack.sock")
+	if len(sock) > 100 { // sun_path holds 108 bytes
+		sum := sha256.Sum256([]byte(s.Data.Dir))
+		sock = filepath.Join(os.TempDir(), "packwire-"+hex.EncodeToString(sum[:6])+".sock")
+	}
+	os.MkdirAll(filepath.Dir(sock), 0o700)
+	os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("pack cache socket: %w", err)
+	}
+	s.hooks = l
+	s.hooksDone = make(chan struct{})
+	go func() {
+		defer close(s.hooksDone)
+		cache.ServeHooks(l)
+	}()
+	go func() {
+		for {
+			select {
+			case <-s.hooksDone:
+				return
+			case <-time.After(time.Minute):
+				cache.Expire()
+			}
+		}
+	}()
+	s.Pipeline.PackCache = cache
+	s.Pipeline.HookExecutable = exe
+	s.Pipeline.HookSocket = sock
+	return nil
+}
+
 // exactRoutes sends a request whose path is exactly a key of routes to that
 // handler and everything else to fallback. Not http.ServeMux: it cleans
 // paths and redirects, which would turn "/team/../other" into "/other".
@@ -280,6 +384,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.metrics != nil {
 		s.metrics.Close()
+	}
+	if s.hooks != nil {
+		// Running fetches are done: no hook is left to serve.
+		s.hooks.Close()
+		<-s.hooksDone
+		os.Remove(s.Pipeline.HookSocket)
 	}
 	s.wg.Wait()
 	s.Governor.Close()

@@ -6,12 +6,14 @@
 package http
 
 import (
+	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,17 +116,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		StatelessRPC:  true,
 		AdvertiseRefs: advertise,
 	}
-	call, err := h.Pipeline.Prepare(r.Context(), req)
-	if err != nil {
-		writePipelineError(w, err)
-		return
-	}
-
 	var body io.Reader = http.NoBody
 	var limited *limitReader
 	if !advertise {
 		if ct := r.Header.Get("Content-Type"); ct != "application/x-"+string(service)+"-request" {
-			call.Abandon()
 			plainError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("expected Content-Type application/x-%s-request", service))
 			return
 		}
@@ -134,14 +129,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case "gzip", "x-gzip":
 			gz, err := gzip.NewReader(r.Body)
 			if err != nil {
-				call.Abandon()
 				plainError(w, http.StatusBadRequest, "malformed gzip request body")
 				return
 			}
 			defer gz.Close()
 			raw = gz
 		default:
-			call.Abandon()
 			plainError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported Content-Encoding %q", enc))
 			return
 		}
@@ -154,6 +147,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		limited = &limitReader{r: raw, max: max, remaining: max, unlimited: max <= 0}
 		body = limited
+		if service == gitexec.UploadPack && isV2(req.Protocol) {
+			body, req.RefsOnly = peekRefsOnly(body)
+		}
+	}
+
+	call, err := h.Pipeline.Prepare(r.Context(), req)
+	if err != nil {
+		writePipelineError(w, err)
+		return
 	}
 
 	out := &streamWriter{w: w, contentType: "application/x-" + string(service) + resultSuffix(advertise)}
@@ -178,6 +180,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// git wrote nothing: a request it rejected. Say so rather than send an empty 200.
 		plainError(w, http.StatusBadRequest, "git could not process the request")
 	}
+}
+
+// peekRefsOnly reads the first pkt-line of a v2 request: "command=ls-refs"
+// asks for refs only and needs no pack generation slot. The bytes read are
+// handed on to git unchanged.
+func peekRefsOnly(body io.Reader) (io.Reader, bool) {
+	var first bytes.Buffer
+	_, line, err := pktline.NewReader(io.TeeReader(body, &first)).Read()
+	refsOnly := err == nil && string(line) == "command=ls-refs\n"
+	return io.MultiReader(&first, body), refsOnly
 }
 
 func resultSuffix(advertise bool) string {
@@ -229,7 +241,8 @@ func writePipelineError(w http.ResponseWriter, err error) {
 	case pipeline.CodeForbidden:
 		status = http.StatusForbidden
 	case pipeline.CodeUnavailable:
-		w.Header().Set("Retry-After", "5")
+		retry := max(int(pe.RetryAfter.Round(time.Second)/time.Second), 1)
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
 		status = http.StatusServiceUnavailable
 	}
 	plainError(w, status, pe.Message)

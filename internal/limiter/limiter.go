@@ -1,0 +1,200 @@
+// Package limiter admits pack-generating requests through a global and a
+// per-repository concurrency limit, with a bounded queue, a maximum wait and
+// fair order: a freed slot goes to the longest-waiting request whose
+// repository is under its own limit, so one repository's clone storm queues
+// behind itself without starving the others.
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Limiter is configured through its exported fields; zero limits mean none.
+type Limiter struct {
+	Global   int           // concurrent requests in all
+	PerRepo  int           // concurrent requests per repository
+	MaxQueue int           // waiting requests in all; more are refused at once
+	MaxWait  time.Duration // longest a request waits before it is refused
+
+	mu       sync.Mutex
+	running  int
+	perRepo  map[string]int
+	queue    []*waiter
+	avgHold  time.Duration // moving average of how long a slot is held
+	admitted int64
+}
+
+type waiter struct {
+	repo  string
+	ready chan struct{}
+}
+
+// BusyError is a refusal, with what the client should be told.
+type BusyError struct {
+	Repo       string
+	Queued     int // requests of this repository waiting
+	TimedOut   bool
+	Waited     time.Duration
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string {
+	retry := int((e.RetryAfter + time.Second - 1) / time.Second)
+	if e.TimedOut {
+		return fmt.Sprintf("server busy: waited %s in the queue for %s (%d more queued), retry in %ds", e.Waited.Round(time.Second), e.Repo, e.Queued, retry)
+	}
+	return fmt.Sprintf("server busy: %d clones of %s queued, retry in %ds", e.Queued, e.Repo, retry)
+}
+
+// Acquire waits for a slot for repo. It returns the release function and
+// how long it waited, or a *BusyError (queue full, waited MaxWait) or the
+// context's error.
+func (l *Limiter) Acquire(ctx context.Context, repo string) (release func(), waited time.Duration, err error) {
+	start := time.Now()
+	l.mu.Lock()
+	if l.perRepo == nil {
+		l.perRepo = map[string]int{}
+	}
+	if l.canRunLocked(repo) && !l.queuedLocked(repo) {
+		l.startLocked(repo)
+		l.mu.Unlock()
+		return l.releaser(repo, start), 0, nil
+	}
+	if l.MaxQueue > 0 && len(l.queue) >= l.MaxQueue {
+		err := l.busyLocked(repo, false)
+		l.mu.Unlock()
+		return nil, 0, err
+	}
+	w := &waiter{repo: repo, ready: make(chan struct{})}
+	l.queue = append(l.queue, w)
+	l.mu.Unlock()
+
+	var timeout <-chan time.Time
+	if l.MaxWait > 0 {
+		t := time.NewTimer(l.MaxWait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	timedOut := false
+	select {
+	case <-w.ready:
+		return l.releaser(repo, time.Now()), time.Since(start), nil
+	case <-timeout:
+		timedOut = true
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-w.ready: // admitted just as we gave up: pass the slot on
+		l.finishLocked(repo, 0)
+	default:
+		l.removeLocked(w)
+	}
+	if timedOut {
+		be := l.busyLocked(repo, true)
+		be.Waited = time.Since(start)
+		err = be
+	}
+	return nil, time.Since(start), err
+}
+
+func (l *Limiter) canRunLocked(repo string) bool {
+	return (l.Global <= 0 || l.running < l.Global) && (l.PerRepo <= 0 || l.perRepo[repo] < l.PerRepo)
+}
+
+func (l *Limiter) queuedLocked(repo string) bool {
+	for _, w := range l.queue {
+		if w.repo == repo {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *Limiter) startLocked(repo string) {
+	l.running++
+	l.perRepo[repo]++
+	l.admitted++
+}
+
+func (l *Limiter) releaser(repo string, start time.Time) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.finishLocked(repo, time.Since(start))
+		})
+	}
+}
+
+// finishLocked frees a slot and hands freed capacity to waiters in order.
+func (l *Limiter) finishLocked(repo string, held time.Duration) {
+	l.running--
+	if l.perRepo[repo]--; l.perRepo[repo] <= 0 {
+		delete(l.perRepo, repo)
+	}
+	if held > 0 {
+		if l.avgHold == 0 {
+			l.avgHold = held
+		} else {
+			l.avgHold = (l.avgHold*7 + held) / 8
+		}
+	}
+	for i := 0; i < len(l.queue); {
+		w := l.queue[i]
+		if l.canRunLocked(w.repo) {
+			l.startLocked(w.repo)
+			l.queue = append(l.queue[:i], l.queue[i+1:]...)
+			close(w.ready)
+			continue
+		}
+		if l.Global > 0 && l.running >= l.Global {
+			break
+		}
+		i++
+	}
+}
+
+func (l *Limiter) removeLocked(w *waiter) {
+	for i, x := range l.queue {
+		if x == w {
+			l.queue = append(l.queue[:i], l.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// busyLocked describes the refusal; the retry hint is the time the queue
+// ahead would take at the recent pace, between 5s and 5m.
+func (l *Limiter) busyLocked(repo string, timedOut bool) *BusyError {
+	queued := 0
+	for _, w := range l.queue {
+		if w.repo == repo {
+			queued++
+		}
+	}
+	slots := l.PerRepo
+	if slots <= 0 || (l.Global > 0 && l.Global < slots) {
+		slots = max(l.Global, 1)
+	}
+	hold := l.avgHold
+	if hold == 0 {
+		hold = 10 * time.Second
+	}
+	retry := hold * time.Duration(queued/slots+1)
+	retry = min(max(retry, 5*time.Second), 5*time.Minute)
+	return &BusyError{Repo: repo, Queued: queued, TimedOut: timedOut, RetryAfter: retry.Round(time.Second)}
+}
+
+// Stats is the limiter's state now.
+func (l *Limiter) Stats() (running, queued int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running, len(l.queue)
+}

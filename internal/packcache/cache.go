@@ -1,0 +1,391 @@
+// Package packcache shares pack generation between identical requests.
+// upload-pack runs pack-objects through uploadpack.packObjectsHook; the hook
+// (packwire's own binary, see hook.go) hands the arguments and input to the
+// server, which runs `git pack-objects` once per key and streams the output
+// to every waiter from a file as it grows: memory does not grow with pack
+// size times clients, and a client that leaves stops nothing but its own
+// reading. Finished packs stay for reuse within an age and size bound.
+package packcache
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"packwire/internal/gitexec"
+)
+
+// Outcome says how a request's pack was produced; the governor records it.
+type Outcome string
+
+const (
+	Generated Outcome = "generated" // this request started the pack-objects run
+	Joined    Outcome = "joined"    // streamed a run another request started
+	Hit       Outcome = "hit"       // served from a finished pack on disk
+	Direct    Outcome = "direct"    // the cache stood aside; the hook ran pack-objects itself
+)
+
+// Request is what the hook sends: pack-objects' command line, the
+// repository, the config git passed down, and pack-objects' whole stdin.
+type Request struct {
+	RequestID string   `json:"request_id"`
+	RepoPath  string   `json:"repo_path"`
+	Args      []string `json:"args"`   // "git", "pack-objects", ...
+	Config    string   `json:"config"` // GIT_CONFIG_PARAMETERS
+	Protocol  string   `json:"protocol"`
+	StdinSize int      `json:"stdin_size"`
+}
+
+// Cache is the shared-generation service. Its exported fields are its
+// configuration; Open prepares the directory.
+type Cache struct {
+	Dir          string        // where packs are written (wiped at Open)
+	MaxBytes     int64         // total size of finished packs kept; 0: keep none
+	MaxAge       time.Duration // finished packs older than this are dropped
+	MinUses      int           // keep a finished pack only once its key was asked this often (>= 1)
+	MinFreeBytes int64         // below this much free disk, stand aside (direct)
+	GitVersion   string        // part of every key
+	Log          *slog.Logger
+
+	// createFile is os.Create, replaceable in tests to inject disk errors.
+	createFile func(string) (*os.File, error)
+
+	mu       sync.Mutex
+	inflight map[string]*generation
+	done     map[string]*entry
+	uses     map[string]int
+	outcomes map[string]Outcome // by request id, until the pipeline takes it
+	total    int64
+}
+
+type entry struct {
+	path     string
+	size     int64
+	created  time.Time
+	lastUsed time.Time
+}
+
+// generation is one pack-objects run; readers follow its file.
+type generation struct {
+	path string
+	mu   sync.Mutex
+	cond *sync.Cond
+	size int64 // bytes written so far
+	done bool
+	err  error
+}
+
+// Open makes the cache directory, removing what an earlier run left (a
+// partial file is never trusted).
+func (c *Cache) Open() error {
+	if c.MinUses < 1 {
+		c.MinUses = 1
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.createFile == nil {
+		c.createFile = os.Create
+	}
+	os.RemoveAll(c.Dir)
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return err
+	}
+	c.inflight = map[string]*generation{}
+	c.done = map[string]*entry{}
+	c.uses = map[string]int{}
+	c.outcomes = map[string]Outcome{}
+	return nil
+}
+
+// Key identifies identical pack generations.
+func (c *Cache) Key(req Request, stdin []byte) string {
+	h := sha256.New()
+	for _, part := range []string{c.GitVersion, req.RepoPath, strings.Join(req.Args, "\x00"), req.Config, req.Protocol} {
+		fmt.Fprintf(h, "%d:%s\n", len(part), part)
+	}
+	h.Write(stdin)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ErrStandAside means the hook should run pack-objects itself.
+var ErrStandAside = errors.New("pack cache standing aside")
+
+// Serve writes the pack for req to out, sharing or reusing a generation.
+// It returns ErrStandAside when the request is better run directly.
+func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Writer) (Outcome, error) {
+	if len(req.Args) < 2 || req.Args[1] != "pack-objects" || !contains(req.Args, "--stdout") {
+		return c.standAside(req)
+	}
+	key := c.Key(req, stdin)
+	c.mu.Lock()
+	c.uses[key]++
+	if len(c.uses) > 100_000 { // bound the occurrence counts
+		c.uses = map[string]int{key: c.uses[key]}
+	}
+	if e, ok := c.done[key]; ok && time.Since(e.created) < c.MaxAge {
+		e.lastUsed = time.Now()
+		c.mu.Unlock()
+		f, err := os.Open(e.path)
+		if err == nil {
+			defer f.Close()
+			_, err = io.Copy(out, f)
+			c.setOutcome(req.RequestID, Hit)
+			return Hit, err
+		}
+		c.mu.Lock()
+		c.dropLocked(key)
+	}
+	g, joined := c.inflight[key]
+	if !joined {
+		if !c.enoughDisk() {
+			c.mu.Unlock()
+			c.Log.Warn("pack cache: disk nearly full, running pack-objects directly", "dir", c.Dir, "min_free_bytes", c.MinFreeBytes)
+			return c.standAside(req)
+		}
+		f, err := c.createFile(filepath.Join(c.Dir, key+".tmp"))
+		if err != nil {
+			c.mu.Unlock()
+			c.Log.Warn("pack cache: cannot create a file, running pack-objects directly", "error", err.Error())
+			return c.standAside(req)
+		}
+		g = &generation{path: f.Name()}
+		g.cond = sync.NewCond(&g.mu)
+		c.inflight[key] = g
+		go c.generate(key, g, f, req, stdin)
+	}
+	c.mu.Unlock()
+	outcome := Generated
+	if joined {
+		outcome = Joined
+	}
+	c.setOutcome(req.RequestID, outcome)
+	return outcome, g.follow(ctx, out)
+}
+
+func (c *Cache) standAside(req Request) (Outcome, error) {
+	c.setOutcome(req.RequestID, Direct)
+	return Direct, ErrStandAside
+}
+
+func (c *Cache) enoughDisk() bool {
+	if c.MinFreeBytes <= 0 {
+		return true
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(c.Dir, &st); err != nil {
+		return false
+	}
+	return int64(st.Bavail)*int64(st.Bsize) >= c.MinFreeBytes
+}
+
+// generate runs pack-objects into f, detached from every request: no
+// client's departure can stop it while others read.
+func (c *Cache) generate(key string, g *generation, f *os.File, req Request, stdin []byte) {
+	cmd := exec.Command(req.Args[0], req.Args[1:]...)
+	cmd.Dir = req.RepoPath
+	cmd.Env = append(gitexec.Environ(), "GIT_CONFIG_PARAMETERS="+req.Config, "GIT_PROTOCOL="+req.Protocol)
+	cmd.Stdin = strings.NewReader(string(stdin))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Stdout = &notifyingWriter{f: f, g: g}
+	var stderr tail
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		err = fmt.Errorf("pack-objects: %w: %s", err, stderr.String())
+		c.Log.Warn("pack cache: generation failed", "key", key[:12], "error", err.Error())
+	}
+
+	c.mu.Lock()
+	delete(c.inflight, key)
+	final := strings.TrimSuffix(g.path, ".tmp") + ".pack"
+	keep := err == nil && c.uses[key] >= c.MinUses && c.MaxBytes > 0 && g.size <= c.MaxBytes
+	if keep && os.Rename(g.path, final) == nil {
+		c.done[key] = &entry{path: final, size: g.size, created: time.Now(), lastUsed: time.Now()}
+		c.total += g.size
+		c.evictLocked()
+	} else {
+		// Readers still holding the file keep reading it; the name goes now.
+		os.Remove(g.path)
+	}
+	c.mu.Unlock()
+
+	g.mu.Lock()
+	g.done, g.err = true, err
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// evictLocked drops expired packs, then the least recently used until the
+// total fits MaxBytes.
+func (c *Cache) evictLocked() {
+	for k, e := range c.done {
+		if time.Since(e.created) > c.MaxAge {
+			c.dropLocked(k)
+		}
+	}
+	if c.total <= c.MaxBytes {
+		return
+	}
+	keys := make([]string, 0, len(c.done))
+	for k := range c.done {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return c.done[keys[i]].lastUsed.Before(c.done[keys[j]].lastUsed) })
+	for _, k := range keys {
+		if c.total <= c.MaxBytes {
+			break
+		}
+		c.dropLocked(k)
+	}
+}
+
+func (c *Cache) dropLocked(key string) {
+	if e, ok := c.done[key]; ok {
+		os.Remove(e.path)
+		c.total -= e.size
+		delete(c.done, key)
+	}
+}
+
+// Expire drops packs past MaxAge; the server calls it now and then.
+func (c *Cache) Expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.evictLocked()
+}
+
+// Stats is the cache's current size.
+func (c *Cache) Stats() (packs int, bytes int64, inflight int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.done), c.total, len(c.inflight)
+}
+
+func (c *Cache) setOutcome(requestID string, o Outcome) {
+	if requestID == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.outcomes) > 10_000 { // a request that never collected its outcome
+		c.outcomes = map[string]Outcome{}
+	}
+	c.outcomes[requestID] = o
+}
+
+// TakeOutcome returns and forgets how a request's pack was produced.
+func (c *Cache) TakeOutcome(requestID string) Outcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.outcomes[requestID]
+	delete(c.outcomes, requestID)
+	return o
+}
+
+// follow streams the generation's file to out as it grows, until the run
+// ends. Cancelling ctx stops only this reader.
+func (g *generation) follow(ctx context.Context, out io.Writer) error {
+	f, err := os.Open(g.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	stop := context.AfterFunc(ctx, func() {
+		g.mu.Lock()
+		g.cond.Broadcast()
+		g.mu.Unlock()
+	})
+	defer stop()
+	buf := make([]byte, 256<<10)
+	var off int64
+	for {
+		g.mu.Lock()
+		for off >= g.size && !g.done && ctx.Err() == nil {
+			g.cond.Wait()
+		}
+		size, done, genErr := g.size, g.done, g.err
+		g.mu.Unlock()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		for off < size {
+			n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+			if n > 0 {
+				if _, werr := out.Write(buf[:n]); werr != nil {
+					return werr
+				}
+				off += int64(n)
+			}
+			if err != nil && err != io.EOF {
+				return err
+			}
+		}
+		if done {
+			return genErr
+		}
+	}
+}
+
+// notifyingWriter appends to the generation's file and wakes its readers.
+type notifyingWriter struct {
+	f *os.File
+	g *generation
+}
+
+func (w *notifyingWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.g.mu.Lock()
+	w.g.size += int64(n)
+	w.g.cond.Broadcast()
+	w.g.mu.Unlock()
+	return n, err
+}
+
+type tail struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > 2048 {
+		t.b = t.b[len(t.b)-2048:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.b))
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,179 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"packwire/internal/gittest"
+	"packwire/internal/governor"
+)
+
+// outcomes collects the pack_cache outcome of each full-clone record after seq.
+func (s *testServer) cloneOutcomes(t *testing.T, seq int64, n int) map[string]int {
+	t.Helper()
+	recs := s.recordsAfter(t, seq, func(r []governor.Record) bool {
+		count := 0
+		for _, x := range r {
+			if x.Kind == "full-clone" {
+				count++
+			}
+		}
+		return count >= n
+	})
+	out := map[string]int{}
+	for _, r := range recs {
+		if r.Kind == "full-clone" {
+			out[r.PackCache+"/"+r.Result]++
+		}
+	}
+	return out
+}
+
+func packNames(t *testing.T, clone string) string {
+	t.Helper()
+	entries, err := filepath.Glob(filepath.Join(clone, ".git", "objects", "pack", "*.pack"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("clone %s has packs %v", clone, entries)
+	}
+	return filepath.Base(entries[0])
+}
+
+// TestPackSharing: identical concurrent clones over every transport get
+// byte-identical packs from a single pack-objects run; a later identical
+// clone is served from the cache; a new commit makes a new key.
+func TestPackSharing(t *testing.T) {
+	enableSSH, sshEnvFor := withSSH(t)
+	s := startServer(t, enableSSH)
+	sshEnv := sshEnvFor(s)
+	r, _ := s.Data.Repos.Create(context.Background(), "big")
+	s.env.Build(r.Path, gittest.Shape{Commits: 30, Files: 40, BlobBytes: 256 << 10, Incompress: true, Seed: 4})
+	urls := []string{s.gitURL("big"), s.httpURL("big"), s.sshURL("big"), s.gitURL("big"), s.httpURL("big"), s.sshURL("big")}
+
+	herd := func(urls []string) []string {
+		seq := s.lastSeq(t)
+		dirs := make([]string, len(urls))
+		var wg sync.WaitGroup
+		errs := make(chan string, len(urls))
+		for i, url := range urls {
+			dirs[i] = filepath.Join(t.TempDir(), "c")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Protocol v0 and v2 ask pack-objects differently; keep one.
+				if out, err := s.env.Run("", append([]string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=protocol.version", "GIT_CONFIG_VALUE_0=2"}, sshEnv...), "clone", "-q", url, dirs[i]); err != nil {
+					errs <- url + ": " + err.Error() + " " + out
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Fatal(e)
+		}
+		got := s.cloneOutcomes(t, seq, len(urls))
+		t.Logf("outcomes: %v", got)
+		if got["generated/ok"] > 1 {
+			t.Fatalf("identical clones ran pack-objects %d times: %v", got["generated/ok"], got)
+		}
+		return dirs
+	}
+
+	dirs := herd(urls)
+	first := packNames(t, dirs[0])
+	for _, d := range dirs {
+		if p := packNames(t, d); p != first {
+			t.Fatalf("packs differ: %s vs %s", p, first)
+		}
+		s.env.Fsck(d)
+	}
+
+	// Once finished, the same clone is a cache hit.
+	seq := s.lastSeq(t)
+	s.env.Git("", "-c", "protocol.version=2", "clone", "-q", s.gitURL("big"), filepath.Join(t.TempDir(), "again"))
+	if got := s.cloneOutcomes(t, seq, 1); got["hit/ok"] != 1 {
+		t.Fatalf("repeat clone: %v", got)
+	}
+
+	// A new commit changes what clones want: a new key, a new generation.
+	pushCommit(t, s, "big", "changed")
+	seq = s.lastSeq(t)
+	s.env.Git("", "-c", "protocol.version=2", "clone", "-q", s.gitURL("big"), filepath.Join(t.TempDir(), "new"))
+	if got := s.cloneOutcomes(t, seq, 1); got["generated/ok"] != 1 {
+		t.Fatalf("clone after a push: %v", got)
+	}
+}
+
+// TestPackSharingKilledReader: one of several clones sharing a generation
+// is killed mid-pack; the others finish with good clones.
+func TestPackSharingKilledReader(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.PackCacheMaxBytes = 0 }) // share, keep nothing
+	s.bigRepo(t, "big")
+	seq := s.lastSeq(t)
+
+	var cmds []*exec.Cmd
+	var dirs []string
+	for i := 0; i < 3; i++ {
+		dir := filepath.Join(t.TempDir(), "c")
+		cmd := exec.Command("git", "-c", "protocol.version=2", "clone", "--progress", s.gitURL("big"), dir)
+		cmd.Env = s.env.Vars
+		cmds, dirs = append(cmds, cmd), append(dirs, dir)
+	}
+	stderr, _ := cmds[0].StderrPipe()
+	for _, c := range cmds {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sc := bufio.NewScanner(stderr)
+	sc.Split(scanCRLF)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "Receiving objects:") && !strings.Contains(sc.Text(), " 0% ") {
+			break
+		}
+	}
+	cmds[0].Process.Kill()
+	cmds[0].Wait()
+	for i, c := range cmds[1:] {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("clone %d broke when another reader left: %v", i+1, err)
+		}
+		s.env.Fsck(dirs[i+1])
+	}
+	got := s.cloneOutcomes(t, seq, 3)
+	if got["generated/ok"]+got["generated/client-gone"] != 1 || got["joined/ok"] < 1 {
+		t.Fatalf("outcomes: %v", got)
+	}
+}
+
+// TestPackCacheFallback: when the disk is (nearly) full or the cache's
+// socket is gone, clones still work, by running pack-objects directly.
+func TestPackCacheFallback(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.PackCacheMinFreeBytes = 1 << 62 }) // no disk has that much free
+	s.seed(t, "team/app")
+	seq := s.lastSeq(t)
+	dir := filepath.Join(t.TempDir(), "c")
+	s.env.Git("", "clone", "-q", s.gitURL("team/app"), dir)
+	s.env.Fsck(dir)
+	if got := s.cloneOutcomes(t, seq, 1); got["direct/ok"] != 1 {
+		t.Fatalf("disk full: %v", got)
+	}
+
+	// The cache's socket goes away: the hook runs pack-objects itself.
+	s.hooks.Close()
+	<-s.hooksDone
+	os.Remove(s.Pipeline.HookSocket)
+	seq = s.lastSeq(t)
+	dir = filepath.Join(t.TempDir(), "c2")
+	s.env.Git("", "clone", "-q", s.httpURL("team/app"), dir)
+	s.env.Fsck(dir)
+	if got := s.cloneOutcomes(t, seq, 1); got["/ok"] != 1 {
+		t.Fatalf("no socket: %v", got)
+	}
+	s.hooks = nil
+}
