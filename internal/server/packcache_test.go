@@ -52,7 +52,7 @@ func TestPackSharing(t *testing.T) {
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)
 	r, _ := s.Data.Repos.Create(context.Background(), "big")
-	s.env.Build(r.Path, gittest.Shape{Commits: 30, Files: 40, BlobBytes: 256 << 10, Incompress: true, Seed: 4})
+	s.env.Build(r.Path, gittest.Shape{Commits: 10, Files: 20, BlobBytes: 256 << 10, Incompress: true, Seed: 4})
 	urls := []string{s.gitURL("big"), s.httpURL("big"), s.sshURL("big"), s.gitURL("big"), s.httpURL("big"), s.sshURL("big")}
 
 	herd := func(urls []string) []string {
