@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -117,5 +119,56 @@ func TestAfterPaginates(t *testing.T) {
 	}
 	if seen != 25 {
 		t.Fatalf("paged through %d records", seen)
+	}
+}
+
+func TestAPIHandler(t *testing.T) {
+	g := openTest(t, Options{})
+	now := time.Now()
+	g.Record(record(now.Add(-time.Hour), "full-clone", time.Second, time.Second))
+	for i := 0; i < 3; i++ {
+		g.Record(record(now, "no-op", time.Millisecond, 0))
+	}
+	waitCount(t, g, 4)
+	h := g.APIHandler(func(r *http.Request) int {
+		switch r.Header.Get("Authorization") {
+		case "admin":
+			return 0
+		case "":
+			return http.StatusUnauthorized
+		}
+		return http.StatusForbidden
+	})
+	get := func(url, auth string) (*httptest.ResponseRecorder, APIPage) {
+		req := httptest.NewRequest("GET", url, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var page APIPage
+		json.Unmarshal(rec.Body.Bytes(), &page)
+		return rec, page
+	}
+	if rec, _ := get("/api/v1/requests", ""); rec.Code != 401 || rec.Header().Get("WWW-Authenticate") == "" {
+		t.Fatalf("no token: %d", rec.Code)
+	}
+	if rec, page := get("/api/v1/requests", "user"); rec.Code != 403 || len(page.Records) != 0 {
+		t.Fatalf("non-admin: %d %d records", rec.Code, len(page.Records))
+	}
+	_, page := get("/api/v1/requests?since=10m", "admin")
+	if len(page.Records) != 3 || page.Next == 0 {
+		t.Fatalf("since=10m: %+v", page)
+	}
+	_, page = get("/api/v1/requests?limit=2", "admin")
+	if len(page.Records) != 2 {
+		t.Fatalf("limit: %d", len(page.Records))
+	}
+	_, rest := get(fmt.Sprintf("/api/v1/requests?after=%d", page.Next), "admin")
+	if len(rest.Records) != 2 || rest.Records[0].ID == page.Records[1].ID {
+		t.Fatalf("after: %+v", rest)
+	}
+	if rec, _ := get("/api/v1/requests?since=yesterday", "admin"); rec.Code != 400 {
+		t.Fatalf("bad since: %d", rec.Code)
 	}
 }
