@@ -281,14 +281,7 @@ func TestClientVanishesMidClone(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			// Wait until the pack is arriving ("Receiving objects: N%").
-			sc := bufio.NewScanner(stderr)
-			sc.Split(scanCRLF)
-			for sc.Scan() {
-				if strings.Contains(sc.Text(), "Receiving objects:") && !strings.Contains(sc.Text(), " 0% ") {
-					break
-				}
-			}
+			waitProgress(stderr, "Receiving objects:")
 			if len(gitChildren(t, "upload-pack")) == 0 {
 				t.Fatal("no upload-pack running mid-clone: the repository is too small to test this")
 			}
@@ -306,6 +299,20 @@ func TestClientVanishesMidClone(t *testing.T) {
 	if out := s.env.Git("", "ls-remote", s.gitURL("big")); !strings.Contains(out, "refs/heads/main") {
 		t.Fatalf("server stopped serving: %s", out)
 	}
+}
+
+// waitProgress reads git's progress output until the phase has moved past
+// 0% (the pack is flowing), then drains the rest in the background so git
+// never blocks on a full stderr pipe.
+func waitProgress(stderr io.Reader, phase string) {
+	sc := bufio.NewScanner(stderr)
+	sc.Split(scanCRLF)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), phase) && !strings.Contains(sc.Text(), " 0% ") {
+			break
+		}
+	}
+	go io.Copy(io.Discard, stderr)
 }
 
 func scanCRLF(data []byte, atEOF bool) (int, []byte, error) {
@@ -335,13 +342,7 @@ func TestClientVanishesMidPush(t *testing.T) {
 	cmd.Env = s.env.Vars
 	stderr, _ := cmd.StderrPipe()
 	cmd.Start()
-	sc := bufio.NewScanner(stderr)
-	sc.Split(scanCRLF)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), "Writing objects:") && !strings.Contains(sc.Text(), " 0% ") {
-			break
-		}
-	}
+	waitProgress(stderr, "Writing objects:")
 	cmd.Process.Kill()
 	cmd.Wait()
 	waitNoChildren(t, "receive-pack", time.Second)

@@ -1,12 +1,10 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -130,13 +128,7 @@ func TestPackSharingKilledReader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sc := bufio.NewScanner(stderr)
-	sc.Split(scanCRLF)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), "Receiving objects:") && !strings.Contains(sc.Text(), " 0% ") {
-			break
-		}
-	}
+	waitProgress(stderr, "Receiving objects:")
 	cmds[0].Process.Kill()
 	cmds[0].Wait()
 	for i, c := range cmds[1:] {
