@@ -57,6 +57,7 @@ type Cache struct {
 	MinUses      int           // keep a finished pack only once its key was asked this often (>= 1)
 	MinFreeBytes int64         // below this much free disk, stand aside (direct)
 	GitVersion   string        // part of every key
+	GitPath      string        // the git the server runs (default "git"); the hook's argv[0] is never run
 	Log          *slog.Logger
 
 	// createFile is os.Create, replaceable in tests to inject disk errors.
@@ -126,7 +127,9 @@ var ErrStandAside = errors.New("pack cache standing aside")
 // Serve writes the pack for req to out, sharing or reusing a generation.
 // It returns ErrStandAside when the request is better run directly.
 func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Writer) (Outcome, error) {
-	if len(req.Args) < 2 || req.Args[1] != "pack-objects" || !contains(req.Args, "--stdout") {
+	// Only "git pack-objects ... --stdout" is served, with the server's own
+	// git: whatever reaches the socket never chooses what runs.
+	if len(req.Args) < 2 || req.Args[0] != "git" || req.Args[1] != "pack-objects" || !contains(req.Args, "--stdout") {
 		return c.standAside(req)
 	}
 	key := c.Key(req, stdin)
@@ -194,7 +197,11 @@ func (c *Cache) enoughDisk() bool {
 // generate runs pack-objects into f, detached from every request: no
 // client's departure can stop it while others read.
 func (c *Cache) generate(key string, g *generation, f *os.File, req Request, stdin []byte) {
-	cmd := exec.Command(req.Args[0], req.Args[1:]...)
+	git := c.GitPath
+	if git == "" {
+		git = "git"
+	}
+	cmd := exec.Command(git, req.Args[1:]...)
 	cmd.Dir = req.RepoPath
 	cmd.Env = append(gitexec.Environ(), "GIT_CONFIG_PARAMETERS="+req.Config, "GIT_PROTOCOL="+req.Protocol)
 	cmd.Stdin = strings.NewReader(string(stdin))

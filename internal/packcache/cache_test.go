@@ -3,6 +3,7 @@ package packcache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -79,4 +80,85 @@ func TestEvictsLeastRecentlyUsed(t *testing.T) {
 	if len(c.done) != 0 || c.total != 0 {
 		t.Fatalf("expired packs kept: %v", c.done)
 	}
+}
+
+// slowPackObjects is a stand-in for git that writes 40 chunks of 64 KiB
+// with pauses, so readers overlap for certain and one can leave mid-stream.
+func slowPackObjects(t *testing.T) string {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "git")
+	os.WriteFile(script, []byte("#!/bin/sh\ncat >/dev/null\ni=0\nwhile [ $i -lt 40 ]; do head -c 65536 /dev/zero | tr '\\\\0' \"$i\"; sleep 0.01; i=$((i+1)); done\n"), 0o755)
+	return script
+}
+
+func TestSharedRunSurvivesAReaderLeaving(t *testing.T) {
+	c := newCache(t)
+	c.MaxBytes = 100 << 20
+	c.GitPath = slowPackObjects(t)
+	req := Request{RepoPath: t.TempDir(), Args: []string{"git", "pack-objects", "--stdout"}}
+	type result struct {
+		outcome Outcome
+		n       int
+		err     error
+	}
+	results := make(chan result, 3)
+	leaverCtx, leave := context.WithCancel(context.Background())
+	defer leave()
+	for i := 0; i < 3; i++ {
+		ctx := context.Background()
+		if i == 0 {
+			ctx = leaverCtx
+		}
+		r := req
+		r.RequestID = fmt.Sprint("rq", i)
+		go func() {
+			var out countingWriter
+			if i == 0 {
+				out.after, out.do = 1<<20, leave // leave once 1 MiB has arrived
+			}
+			o, err := c.Serve(ctx, r, []byte("want x\n"), &out)
+			results <- result{o, out.n, err}
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	outcomes := map[Outcome]int{}
+	for i := 0; i < 3; i++ {
+		r := <-results
+		outcomes[r.outcome]++
+		if r.err == nil && r.n != 40*65536 {
+			t.Errorf("a reader got %d bytes", r.n)
+		}
+		if r.err != nil && !errors.Is(r.err, context.Canceled) {
+			t.Errorf("reader error: %v", r.err)
+		}
+	}
+	if outcomes[Generated] != 1 || outcomes[Joined] != 2 {
+		t.Fatalf("outcomes %v", outcomes)
+	}
+	// The run finished for the others and was kept: the next identical request hits.
+	var out countingWriter
+	if o, err := c.Serve(context.Background(), req, []byte("want x\n"), &out); o != Hit || err != nil || out.n != 40*65536 {
+		t.Fatalf("after the run: %s %v %d", o, err, out.n)
+	}
+	// Only git pack-objects --stdout is served.
+	bad := req
+	bad.Args = []string{"sh", "pack-objects", "--stdout"}
+	if _, err := c.Serve(context.Background(), bad, nil, io.Discard); !errors.Is(err, ErrStandAside) {
+		t.Fatalf("argv[0] from the hook was accepted: %v", err)
+	}
+}
+
+type countingWriter struct {
+	n     int
+	after int
+	do    func()
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n += len(p)
+	if w.do != nil && w.n >= w.after {
+		w.do()
+		w.do = nil
+	}
+	return len(p), nil
 }

@@ -107,8 +107,8 @@ func TestPackSharing(t *testing.T) {
 	}
 }
 
-// TestPackSharingKilledReader: one of several clones sharing a generation
-// is killed mid-pack; the others finish with good clones.
+// TestPackSharingKilledReader: one of several concurrent clones is killed
+// mid-pack; the others finish with good clones and the kill is recorded.
 func TestPackSharingKilledReader(t *testing.T) {
 	s := startServer(t, func(c *Config) { c.PackCacheMaxBytes = 0 }) // share, keep nothing
 	s.bigRepo(t, "big")
@@ -137,8 +137,11 @@ func TestPackSharingKilledReader(t *testing.T) {
 		}
 		s.env.Fsck(dirs[i+1])
 	}
+	// Whether the survivors joined the killed clone's run depends on timing
+	// (a 40 MiB pack is made in under a second); the unit test
+	// TestSharedRunSurvivesAReaderLeaving proves that case deterministically.
 	got := s.cloneOutcomes(t, seq, 3)
-	if got["generated/ok"]+got["generated/client-gone"] != 1 || got["joined/ok"] < 1 {
+	if got["generated/client-gone"]+got["joined/client-gone"] != 1 {
 		t.Fatalf("outcomes: %v", got)
 	}
 }
