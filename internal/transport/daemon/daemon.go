@@ -19,6 +19,7 @@ import (
 	"packwire/internal/gitexec"
 	"packwire/internal/pipeline"
 	"packwire/internal/pktline"
+	"packwire/internal/transport/accept"
 )
 
 // Server accepts git:// connections. Zero InitTimeout and MaxConnections
@@ -89,28 +90,30 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.listener = l
 	s.mu.Unlock()
-	for {
-		conn, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			return err
+	err := accept.Loop(l, s.isClosed, func(conn net.Conn) {
+		// Add under the lock Close takes: Wait after Close never races it.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed {
+			conn.Close()
+			return
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			s.handle(conn)
 		}()
+	})
+	if err == nil {
+		return ErrServerClosed
 	}
+	return err
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // Close stops accepting and drops connections that have not sent their

@@ -18,6 +18,7 @@ import (
 
 	"packwire/internal/access"
 	"packwire/internal/pipeline"
+	"packwire/internal/transport/accept"
 )
 
 // Server accepts SSH connections and serves git exec requests on them.
@@ -74,37 +75,31 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.listener = l
 	s.mu.Unlock()
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			return err
-		}
+	err := accept.Loop(l, s.isClosed, func(nc net.Conn) {
 		// Add under the lock that Close takes, so that Wait after Close
 		// never races a handler being added.
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		if s.closed {
-			s.mu.Unlock()
 			nc.Close()
-			return ErrServerClosed
+			return
 		}
 		s.wg.Add(1)
-		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			s.handleConn(nc, config)
 		}()
+	})
+	if err == nil {
+		return ErrServerClosed
 	}
+	return err
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // Close stops accepting; running requests are drained by the pipeline.
