@@ -83,6 +83,7 @@ type Spec struct {
 	StatelessRPC  bool     // smart HTTP: one request, one response
 	AdvertiseRefs bool     // smart HTTP info/refs
 	Env           []string // extra environment, e.g. PACKWIRE_USER=...
+	Config        []string // per-request "key=value" for git -c, after the served ones
 }
 
 // Result is what one git process did and cost.
@@ -104,6 +105,9 @@ func (r *Runner) Args(spec Spec) []string {
 		args = append(args, "-c", c)
 	}
 	for _, c := range r.ExtraConfig {
+		args = append(args, "-c", c)
+	}
+	for _, c := range spec.Config {
 		args = append(args, "-c", c)
 	}
 	args = append(args, strings.TrimPrefix(string(spec.Service), "git-"))

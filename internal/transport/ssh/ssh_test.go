@@ -141,6 +141,9 @@ func newHarness(t *testing.T, configure func(*Server)) *harness {
 		t.Fatal(err)
 	}
 	h.register("alice", h.aliceKey)
+	if err := d.Store.SetGrant(ctx, store.Grant{User: "alice", RepoPattern: "**", Role: "write"}); err != nil {
+		t.Fatal(err)
+	}
 	return h
 }
 
