@@ -278,3 +278,65 @@ func (s *Store) RevokeToken(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// Model is the whole access model, for export and import. Tokens are
+// metadata only: their hashes never leave the store.
+type Model struct {
+	AnonReadDefault string // "on" or "off"
+	AnonReads       []AnonRead
+	Users           []User
+	Keys            []Key
+	Grants          []Grant
+	Rules           []Rule
+	Tokens          []Token
+}
+
+// ReplaceModel makes the store hold exactly m (users, keys, grants, rules,
+// anonymous read settings) in one transaction. Users that stay keep their
+// tokens; users not in m are removed with theirs. m.Tokens is ignored:
+// tokens cannot be imported, only revoked in place (see RevokeToken).
+func (s *Store) ReplaceModel(ctx context.Context, m Model) error {
+	tx, err := s.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	exec := func(q string, args ...any) {
+		if err == nil {
+			_, err = tx.ExecContext(ctx, q, args...)
+		}
+	}
+	exec("CREATE TEMP TABLE IF NOT EXISTS keep_users(name TEXT PRIMARY KEY)")
+	exec("DELETE FROM keep_users")
+	for _, u := range m.Users {
+		exec("INSERT OR IGNORE INTO keep_users(name) VALUES(?)", u.Name)
+		exec("INSERT INTO users(name, created) VALUES(?, ?) ON CONFLICT(name) DO NOTHING", u.Name, now())
+	}
+	exec("DELETE FROM users WHERE name NOT IN (SELECT name FROM keep_users)")
+	exec("DELETE FROM ssh_keys")
+	for _, k := range m.Keys {
+		exec("INSERT INTO ssh_keys(fingerprint, user_id, public_key, comment, created) VALUES(?, (SELECT id FROM users WHERE name = ?), ?, ?, ?)",
+			k.Fingerprint, k.User, k.PublicKey, k.Comment, now())
+	}
+	exec("DELETE FROM grants")
+	for _, g := range m.Grants {
+		exec("INSERT INTO grants(user_id, repo_pattern, role, created) VALUES((SELECT id FROM users WHERE name = ?), ?, ?, ?)", g.User, g.RepoPattern, g.Role, now())
+	}
+	exec("DELETE FROM ref_rules")
+	for i, r := range m.Rules {
+		exec("INSERT INTO ref_rules(position, allow, ops, repo_pattern, ref_pattern, who) VALUES(?, ?, ?, ?, ?, ?)", i+1, r.Allow, r.Ops, r.RepoPattern, r.RefPattern, r.Who)
+	}
+	exec("DELETE FROM anonymous_read")
+	for _, a := range m.AnonReads {
+		exec("INSERT INTO anonymous_read(repo_pattern, enabled) VALUES(?, ?)", a.RepoPattern, a.Enabled)
+	}
+	exec("INSERT INTO settings(key, value) VALUES('anonymous-read', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", m.AnonReadDefault)
+	exec("DROP TABLE keep_users")
+	if err != nil {
+		if isUnique(err) {
+			return fmt.Errorf("%w (a key listed twice, or a duplicate grant)", ErrExists)
+		}
+		return err
+	}
+	return tx.Commit()
+}
