@@ -148,14 +148,7 @@ func newHarness(t *testing.T, configure func(*Server)) *harness {
 }
 
 // newKey makes an ed25519 key pair with ssh-keygen in the client's HOME.
-func (h *harness) newKey(name string) string {
-	h.t.Helper()
-	path := filepath.Join(h.env.Home, name)
-	if out, err := exec.Command("ssh-keygen", "-t", "ed25519", "-N", "", "-f", path, "-q").CombinedOutput(); err != nil {
-		h.t.Fatalf("ssh-keygen: %v\n%s", err, out)
-	}
-	return path
-}
+func (h *harness) newKey(name string) string { return h.env.NewSSHKey(name) }
 
 func (h *harness) register(user, keyFile string) {
 	h.t.Helper()
@@ -205,23 +198,12 @@ func (h *harness) repo(name string, shape gittest.Shape) string {
 // sshOptions are the OpenSSH options every client here uses. key "" means
 // no key at all (keyboard-interactive, anonymous). logLevel "" is ERROR.
 func (h *harness) sshOptions(key, logLevel string, extra ...string) []string {
-	if logLevel == "" {
-		logLevel = "ERROR"
-	}
-	opts := []string{"-F", "/dev/null", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
-		"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=" + logLevel, "-o", "PasswordAuthentication=no"}
-	if key == "" {
-		// BatchMode turns keyboard-interactive off, even with no questions.
-		opts = append(opts, "-o", "PubkeyAuthentication=no", "-o", "BatchMode=no")
-	} else {
-		opts = append(opts, "-o", "BatchMode=yes", "-i", key)
-	}
-	return append(opts, extra...)
+	return gittest.SSHOptions(key, logLevel, extra...)
 }
 
 // sshCommand is a GIT_SSH_COMMAND value.
 func (h *harness) sshCommand(key string, extra ...string) string {
-	return "GIT_SSH_COMMAND=ssh " + strings.Join(h.sshOptions(key, "", extra...), " ")
+	return gittest.SSHCommandEnv(key, extra...)
 }
 
 func (h *harness) url(repo string) string {
