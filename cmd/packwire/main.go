@@ -39,7 +39,8 @@ commands:
   rule add [--at N] allow|deny OPS REPO_PAT REF_PAT WHO
                              ordered ref rule; first match decides (OPS: create,
                              push, force-push, delete, all; WHO: user, role:R, *)
-  rule list | rule remove N  show rules in order / remove the rule at position N
+  rule list                  show the ref rules in evaluation order
+  rule remove N              remove the rule at position N
   access export [-o FILE]    write users, keys, grants, rules, settings as TOML
   access import FILE         replace the access model with a TOML file's
   version                    print the version

@@ -197,11 +197,32 @@ func (s *Store) RemoveRule(ctx context.Context, pos int) (Rule, error) {
 	return r, tx.Commit()
 }
 
-// renumber makes positions 1..n in the current order.
+// renumber makes positions 1..n in the current order. (One UPDATE with a
+// counting subquery would see its own earlier writes: done row by row.)
 func renumber(ctx context.Context, tx *sql.Tx) error {
-	_, err := tx.ExecContext(ctx, `UPDATE ref_rules SET position = (SELECT COUNT(*) FROM ref_rules r2
-		WHERE r2.position < ref_rules.position OR (r2.position = ref_rules.position AND r2.id <= ref_rules.id))`)
-	return err
+	rows, err := tx.QueryContext(ctx, "SELECT id FROM ref_rules ORDER BY position, id")
+	if err != nil {
+		return err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if _, err := tx.ExecContext(ctx, "UPDATE ref_rules SET position = ? WHERE id = ?", i+1, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RemoveKey removes an SSH key by fingerprint and returns its owner.
