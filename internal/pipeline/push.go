@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
+	"time"
 
 	"packwire/internal/access"
 	"packwire/internal/gitexec"
@@ -46,8 +48,19 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 	}
 	spec.StatelessRPC = true
 
-	in := push.BufferedReader(stdin)
-	preq, err := push.ReadRequest(in)
+	// The client's stream is read through one buffer: ReadRequest stops at
+	// the pack, and the pack is relayed from the same buffer.
+	activity := newActivityReader(stdin)
+	in := push.BufferedReader(activity)
+	var preq *push.Request
+	err := watched(ctx, p.Runner.IdleTimeout, activity, func() error {
+		var err error
+		preq, err = push.ReadRequest(in)
+		return err
+	})
+	if ctx.Err() != nil || errors.Is(err, gitexec.ErrIdle) {
+		return total, err
+	}
 	if errors.Is(err, push.ErrNoCommands) {
 		return total, nil // ls-remote style, or nothing to push
 	}
@@ -131,8 +144,16 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		// Every ref refused: receive-pack is not spawned. The pack the
 		// client sends anyway is read and dropped so that it never blocks.
 		if preq.NeedsPack() {
-			n, _ := io.Copy(io.Discard, in)
+			var n int64
+			err := watched(ctx, p.Runner.IdleTimeout, activity, func() error {
+				var err error
+				n, err = io.Copy(io.Discard, in)
+				return err
+			})
 			total.BytesIn += n
+			if ctx.Err() != nil || errors.Is(err, gitexec.ErrIdle) {
+				return total, err
+			}
 		}
 		if preq.Reports() {
 			out := push.Encode(rewrite.Apply(nil), sideband)
@@ -179,4 +200,52 @@ func (c *Call) logRefusedRef(ref string, op access.RefOp, d access.RefDecision) 
 		attrs = append(attrs, "rule_index", d.Rule.Position, "rule", access.RuleText(*d.Rule))
 	}
 	c.p.log().Info("ref refused", attrs...)
+}
+
+// watched runs fn, which reads the client's stream through activity,
+// under the same limits as the relay: it gives up when ctx ends (client
+// gone, server kill switch) or when nothing arrives for idle (0: never).
+// fn is then left blocked on the client stream, which the transport closes
+// when the request returns, as the relay's own client-to-git copy is.
+func watched(ctx context.Context, idle time.Duration, activity *activityReader, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	var tick <-chan time.Time
+	if idle > 0 {
+		t := time.NewTicker(min(idle/4, time.Second))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick:
+			if time.Since(time.Unix(0, activity.seen.Load())) > idle {
+				return gitexec.ErrIdle
+			}
+		}
+	}
+}
+
+// activityReader records when the client last sent something.
+type activityReader struct {
+	r    io.Reader
+	seen atomic.Int64
+}
+
+func newActivityReader(r io.Reader) *activityReader {
+	a := &activityReader{r: r}
+	a.seen.Store(time.Now().UnixNano())
+	return a
+}
+
+func (a *activityReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if n > 0 {
+		a.seen.Store(time.Now().UnixNano())
+	}
+	return n, err
 }

@@ -1102,3 +1102,47 @@ func TestClientEOFReachesGit(t *testing.T) {
 		sess.Close()
 	}
 }
+
+// TestSilentPusher: a client that takes the push advertisement and then
+// sends nothing (no commands, or commands and no pack when every ref is
+// refused) is ended by the idle timeout, as a silent client of git is.
+func TestSilentPusher(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.pipe.Runner.IdleTimeout = time.Second
+	h.repo("team/app", gittest.Shape{Commits: 1})
+	if _, err := h.data.Store.InsertRules(context.Background(), 0, store.Rule{Allow: false, Ops: "create", RepoPattern: "**", RefPattern: "**", Who: "*"}); err != nil {
+		t.Fatal(err)
+	}
+	client := h.dial(h.signer(h.aliceKey))
+	zero := strings.Repeat("0", 40)
+	for _, send := range []string{
+		"",
+		pktLine(zero+" "+strings.Repeat("1", 40)+" refs/heads/new\x00report-status side-band-64k") + "0000", // refused; the pack never comes
+	} {
+		sess, err := client.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdin, _ := sess.StdinPipe()
+		var out syncBuffer
+		sess.Stdout = &out
+		if err := sess.Start("git-receive-pack '/team/app.git'"); err != nil {
+			t.Fatal(err)
+		}
+		if !waitFor(5*time.Second, func() bool { return strings.Contains(out.String(), "0000") }) {
+			t.Fatalf("no advertisement: %q", out.String())
+		}
+		io.WriteString(stdin, send)
+		done := make(chan error, 1)
+		go func() { done <- sess.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("silent pusher (sent %q) not ended by the idle timeout", send)
+		}
+		sess.Close()
+	}
+}
+
+func pktLine(s string) string { return fmt.Sprintf("%04x%s", len(s)+4, s) }
