@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -223,5 +226,41 @@ func TestConcurrentPushesOneRef(t *testing.T) {
 				s.env.Fsck(bare)
 			}
 		})
+	}
+}
+
+// TestHTTPPushProbe: before a push body larger than http.postBuffer, git
+// probes with a body of just "0000" and needs 200 to go on.
+func TestHTTPPushProbe(t *testing.T) {
+	s := startAccessServer(t)
+	bare := s.seed(t, "team/app")
+	s.grant(t, "alice", "write", "**")
+	req, _ := http.NewRequest("POST", s.httpURL("team/app/git-receive-pack"), strings.NewReader("0000"))
+	req.SetBasicAuth("alice", s.alice.token)
+	req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("probe: %d", resp.StatusCode)
+	}
+	// A real push with a tiny postBuffer takes the probe path.
+	w := s.work(t, bare)
+	big := make([]byte, 256<<10)
+	rand.Read(big)
+	os.WriteFile(filepath.Join(w, "big.bin"), big, 0o644)
+	s.env.Git(w, "add", ".")
+	s.env.Git(w, "commit", "-qm", "big")
+	out, err := s.git(t, w, "http", s.alice, "team/app", "-c", "http.postBuffer=65536", "push", "URL", "HEAD:refs/heads/big")
+	if err != nil {
+		t.Fatalf("push through the probe: %v\n%s", err, out)
+	}
+	if refOf(s, bare, "refs/heads/big") != s.env.RevParse(w, "HEAD") {
+		t.Fatal("push not written")
+	}
+	if n := strings.Count(s.logs.String(), "stateless=true advertise=false exit=0 bytes_in=0 bytes_out=0"); n != 2 {
+		t.Fatalf("want two probes (ours and git's), saw %d", n)
 	}
 }
