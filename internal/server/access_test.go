@@ -289,6 +289,17 @@ func TestAccessWrite(t *testing.T) {
 			if refOf(s, bare, "main") != c1 {
 				t.Fatal("push not written")
 			}
+			// Every protocol version the client may ask for (receive-pack
+			// speaks v0 or v1; a v2 request falls back).
+			for _, v := range []string{"0", "1", "2"} {
+				s.commit(w, "v"+v)
+				if out, err := s.git(t, w, transport, s.alice, "team/app", "-c", "protocol.version="+v, "push", "URL", "HEAD:refs/heads/v"+v); err != nil {
+					t.Fatalf("push with protocol.version=%s: %v\n%s", v, err, out)
+				}
+				if refOf(s, bare, "refs/heads/v"+v) != s.env.RevParse(w, "HEAD") {
+					t.Fatalf("protocol.version=%s push not written", v)
+				}
+			}
 			// The exact grant does not reach team/other (which anyone may
 			// read); the pattern grant does.
 			if out, err := s.git(t, w, transport, s.alice, "team/other", "push", "URL", "HEAD:refs/heads/x"); err == nil || !strings.Contains(out, "permission denied: alice may not write 'team/other'") {
@@ -297,7 +308,7 @@ func TestAccessWrite(t *testing.T) {
 			if out, err := s.git(t, w, transport, admin, "team/other", "push", "URL", "HEAD:refs/heads/x"); err != nil {
 				t.Fatalf("admin pattern push: %v\n%s", err, out)
 			}
-			if refOf(s, other, "refs/heads/x") != c1 {
+			if refOf(s, other, "refs/heads/x") != s.env.RevParse(w, "HEAD") {
 				t.Fatal("admin push not written")
 			}
 			s.env.Fsck(bare)
