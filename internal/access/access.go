@@ -124,13 +124,11 @@ const SettingAnonRead = "anonymous-read"
 
 // Decide is Controller.Decide on a loaded model.
 func (m *Model) Decide(p Principal, op Op, repoName string) error {
+	// The wrapped text says what decided, for the refusal's log line.
 	role := m.Role(p, repoName)
 	canRead := role >= RoleRead || m.AnonRead(repoName)
 	if !canRead {
-		if p.IsAnonymous() {
-			return fmt.Errorf("%w (anonymous)", ErrNoRead)
-		}
-		return ErrNoRead
+		return fmt.Errorf("%w: role %s on %s, anonymous read off", ErrNoRead, role, repoName)
 	}
 	if op == Read {
 		return nil
@@ -139,7 +137,7 @@ func (m *Model) Decide(p Principal, op Op, repoName string) error {
 		return ErrAuthRequired
 	}
 	if role < RoleWrite {
-		return ErrDenied
+		return fmt.Errorf("%w: role %s on %s (write needs a write or admin grant)", ErrDenied, role, repoName)
 	}
 	return nil
 }
