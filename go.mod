@@ -3,6 +3,7 @@ module packwire
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/prometheus/client_golang v1.25.0
 	golang.org/x/crypto v0.58.0
 	golang.org/x/sys v0.49.0

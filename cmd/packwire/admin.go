@@ -157,8 +157,14 @@ func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "remove" {
+		return cmdKeyRemove(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "list" {
+		return cmdKeyList(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "add" {
-		return usagef("usage: packwire key add USER PUBKEY_FILE")
+		return usagef("usage: packwire key add USER PUBKEY_FILE | key remove FINGERPRINT|PUBKEY_FILE | key list [USER]")
 	}
 	data, pos, err := openData(ctx, "key add", "key add USER PUBKEY_FILE [--data DIR]", "Add an SSH public key to a user.", args[1:], stderr, nil)
 	if err != nil {
@@ -180,8 +186,14 @@ func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func cmdToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "revoke" {
+		return cmdTokenRevoke(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "list" {
+		return cmdTokenList(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "create" {
-		return usagef("usage: packwire token create USER [--expires DURATION]")
+		return usagef("usage: packwire token create USER [--expires DURATION] | token revoke ID | token list [USER]")
 	}
 	var ttl time.Duration
 	data, pos, err := openData(ctx, "token create", "token create USER [--expires DURATION] [--data DIR]",

@@ -24,10 +24,28 @@ commands:
   repo list                  list repositories
   user add NAME [--key F]... register a user, with SSH public keys
   user list                  list users
-  user remove NAME           remove a user with their keys and tokens
+  user remove NAME           remove a user with their keys, tokens and grants
   key add USER FILE          add an SSH public key to a user
+  key remove FP|FILE         remove a key by SHA256 fingerprint or public key file
+  key list [USER]            list keys with their fingerprints
   token create USER          create an HTTP token; printed once, alone on the last line
   governor                   what requests cost: by kind, repo, user, transport (--last N, tail)
+  token revoke ID            revoke a token (it stays listed)
+  token list [USER]          list tokens: id, user, created, expiry, revoked (never secrets)
+  grant USER ROLE PATTERN    give USER read, write or admin on repos PATTERN matches
+                             ('*' within a path segment, '**' any depth: team/*, **)
+  revoke USER PATTERN        remove USER's grant on PATTERN
+  grants [USER]              list grants
+  anonymous-read on|off [PATTERN]
+                             anonymous read server-wide (default on) or per pattern
+  protect REPO_PAT REF_PAT   no force-push, no delete below admin (e.g. refs/heads/main)
+  rule add [--at N] allow|deny OPS REPO_PAT REF_PAT WHO
+                             ordered ref rule; first match decides (OPS: create,
+                             push, force-push, delete, all; WHO: user, role:R, *)
+  rule list                  show the ref rules in evaluation order
+  rule remove N              remove the rule at position N
+  access export [-o FILE]    write users, keys, grants, rules, settings as TOML
+  access import FILE         replace the access model with a TOML file's
   version                    print the version
 
 Every command takes --data DIR (default ./packwire-data) and is safe to run
@@ -66,6 +84,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdToken(ctx, args[1:], stdout, stderr)
 	case "governor":
 		err = cmdGovernor(ctx, args[1:], stdout, stderr)
+	case "grant":
+		err = cmdGrant(ctx, args[1:], stdout, stderr)
+	case "revoke":
+		err = cmdRevoke(ctx, args[1:], stdout, stderr)
+	case "grants":
+		err = cmdGrants(ctx, args[1:], stdout, stderr)
+	case "anonymous-read":
+		err = cmdAnonRead(ctx, args[1:], stdout, stderr)
+	case "protect":
+		err = cmdProtect(ctx, args[1:], stdout, stderr)
+	case "rule":
+		err = cmdRule(ctx, args[1:], stdout, stderr)
+	case "access":
+		err = cmdAccess(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "packwire", version)
 	case "help", "-h", "--help":

@@ -67,6 +67,10 @@ then exits 0.`, stderr)
 		return fmt.Errorf("git is not installed or not on PATH: packwire serves through git's own upload-pack and receive-pack (install it, e.g. apt-get install git)")
 	}
 
+	// Signals are caught before the addresses are printed: a SIGINT sent
+	// as soon as they appear must shut down gracefully, not kill.
+	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -93,8 +97,6 @@ then exits 0.`, stderr)
 		fmt.Fprintf(stdout, "  ssh://   listening on %s, host key %s %s\n", srv.SSHAddr, srv.HostKey.PublicKey().Type(), srv.HostKeyFingerprint())
 	}
 
-	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	<-sigCtx.Done()
 	stop() // a second signal kills at once
 	fmt.Fprintf(stdout, "packwire: shutting down, waiting up to %s for %d running requests\n", *grace, srv.Pipeline.InFlight())

@@ -72,22 +72,122 @@ type Controller struct {
 	Store *store.Store
 }
 
-// Decide returns nil if p may do op on the repository, or the reason not.
+// ErrNoRead: the principal may not read the repository. Transports show it
+// exactly like a missing repository, so that access never leaks existence.
+var ErrNoRead = errors.New("no read access")
+
+// Decide returns nil if p may do op on the repository, or the reason not:
+// ErrNoRead (hide the repository), ErrAuthRequired (anonymous push) or
+// ErrDenied (a known user who may read but not write).
 func (c *Controller) Decide(ctx context.Context, p Principal, op Op, repoName string) error {
-	switch op {
-	case Read:
-		return nil
-	case Write:
-		if p.IsAnonymous() {
-			return ErrAuthRequired
+	m, err := c.Load(ctx, p)
+	if err != nil {
+		return err
+	}
+	return m.Decide(p, op, repoName)
+}
+
+// Model is a snapshot of the access model for one request: read once,
+// decided in memory (a 5,000-ref push asks thousands of questions).
+type Model struct {
+	AnonReadDefault bool
+	AnonReads       []store.AnonRead
+	Grants          []store.Grant // of the request's user only
+	Rules           []store.Rule
+}
+
+// Load reads what decisions for p need.
+func (c *Controller) Load(ctx context.Context, p Principal) (*Model, error) {
+	m := &Model{}
+	def, err := c.Store.Setting(ctx, SettingAnonRead, "on")
+	if err != nil {
+		return nil, err
+	}
+	m.AnonReadDefault = def == "on"
+	if m.AnonReads, err = c.Store.AnonReads(ctx); err != nil {
+		return nil, err
+	}
+	if !p.IsAnonymous() {
+		// A removed user has no grants: the query joins on users.
+		if m.Grants, err = c.Store.Grants(ctx, p.User); err != nil {
+			return nil, err
 		}
-		// The user may have been removed since the key or token was checked.
-		if _, err := c.Store.GetUser(ctx, p.User); err != nil {
-			return ErrDenied
-		}
+	}
+	if m.Rules, err = c.Store.Rules(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// SettingAnonRead is the settings key of the server-wide anonymous read switch.
+const SettingAnonRead = "anonymous-read"
+
+// Decide is Controller.Decide on a loaded model.
+func (m *Model) Decide(p Principal, op Op, repoName string) error {
+	// The wrapped text says what decided, for the refusal's log line.
+	role := m.Role(p, repoName)
+	canRead := role >= RoleRead || m.AnonRead(repoName)
+	if !canRead {
+		return fmt.Errorf("%w: role %s on %s, anonymous read off", ErrNoRead, role, repoName)
+	}
+	if op == Read {
 		return nil
 	}
-	return ErrDenied
+	if p.IsAnonymous() {
+		return ErrAuthRequired
+	}
+	if role < RoleWrite {
+		return fmt.Errorf("%w: role %s on %s (write needs a write or admin grant)", ErrDenied, role, repoName)
+	}
+	return nil
+}
+
+// AnonRead reports whether anyone may read repoName: the most specific
+// matching per-pattern override decides (a tie: off wins), else the
+// server-wide switch.
+func (m *Model) AnonRead(repoName string) bool {
+	best, bestSpec := m.AnonReadDefault, -1
+	for _, a := range m.AnonReads {
+		if !Match(a.RepoPattern, repoName) {
+			continue
+		}
+		sp := specificity(a.RepoPattern)
+		if sp > bestSpec || sp == bestSpec && !a.Enabled {
+			best, bestSpec = a.Enabled, sp
+		}
+	}
+	return best
+}
+
+// Role is p's role on repoName: the highest of its matching grants.
+func (m *Model) Role(p Principal, repoName string) Role {
+	if p.IsAnonymous() {
+		return RoleNone
+	}
+	r := RoleNone
+	for _, g := range m.Grants {
+		if g.User == p.User && Match(g.RepoPattern, repoName) {
+			r = max(r, ParseRoleOrNone(g.Role))
+		}
+	}
+	return r
+}
+
+// IsServerAdmin reports whether p has the admin role on "**" (every repository).
+func (c *Controller) IsServerAdmin(ctx context.Context, p Principal) bool {
+	if p.IsAnonymous() {
+		return false
+	}
+	gs, err := c.Store.Grants(ctx, p.User)
+	if err != nil {
+		return false
+	}
+	for _, g := range gs {
+		if g.RepoPattern == "**" && g.Role == RoleAdmin.String() {
+			return true
+		}
+	}
+	return false
 }
 
 // PrincipalForKey maps an SSH public key to its user. An unknown key is

@@ -83,7 +83,7 @@ type Spec struct {
 	StatelessRPC  bool     // smart HTTP: one request, one response
 	AdvertiseRefs bool     // smart HTTP info/refs
 	Env           []string // extra environment, e.g. PACKWIRE_USER=...
-	Config        []string // "key=value" settings for this spawn only (git -c)
+	Config        []string // per-request "key=value" for git -c, after the served ones
 	// OutputTap, if set, sees git's output before the client does. It must
 	// be cheap and never fail (the classifier stops after the first section).
 	OutputTap io.Writer

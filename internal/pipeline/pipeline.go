@@ -103,6 +103,7 @@ type Call struct {
 	queueWait time.Duration
 	release   func() // the limiter slot, if one was taken
 	releaseWG func()
+	model     *access.Model // the access model read at Prepare, for push rules
 }
 
 func (p *Pipeline) log() *slog.Logger {
@@ -186,21 +187,43 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 	if req.Service == "" {
 		return &Error{Code: CodeBadRequest, Message: "unsupported service"}
 	}
-	r, err := p.Repos.Resolve(req.RepoPath)
+	model, err := p.Access.Load(ctx, req.Principal)
 	if err != nil {
-		if errors.Is(err, repo.ErrNotFound) || errors.Is(err, repo.ErrInvalidName) {
-			return &Error{Code: CodeNotFound, Message: fmt.Sprintf("repository '%s' not found", printable(strings.Trim(req.RepoPath, "/"))), Err: err}
-		}
-		return &Error{Code: CodeInternal, Message: "internal error resolving repository", Err: err}
+		return &Error{Code: CodeInternal, Message: "internal error checking access", Err: err}
 	}
-	call.Repo = r
+	call.model = model
 	op := access.Read
 	if req.Service == gitexec.ReceivePack {
 		op = access.Write
 	}
-	switch err := p.Access.Decide(ctx, req.Principal, op, r.Name); {
+	notFound := func(name, shown string, cause error) error {
+		// Anonymous over HTTP: 401 so that git asks for credentials. Given
+		// for a missing repository too whenever anonymous could not read a
+		// repository of that name, so the status leaks nothing either.
+		if req.Transport == "http" && req.Principal.IsAnonymous() && (op == access.Write || !model.AnonRead(name)) {
+			return &Error{Code: CodeAuthRequired, Message: fmt.Sprintf("authentication required for '%s'", shown), Err: cause}
+		}
+		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("repository '%s' not found", shown), Err: cause}
+	}
+	r, err := p.Repos.Resolve(req.RepoPath)
+	if err != nil {
+		if errors.Is(err, repo.ErrNotFound) || errors.Is(err, repo.ErrInvalidName) {
+			shown := printable(strings.Trim(req.RepoPath, "/"))
+			name := shown
+			if clean, cerr := repo.CleanName(req.RepoPath); cerr == nil {
+				name = clean
+			}
+			return notFound(name, shown, err)
+		}
+		return &Error{Code: CodeInternal, Message: "internal error resolving repository", Err: err}
+	}
+	call.Repo = r
+	switch err := model.Decide(req.Principal, op, r.Name); {
 	case err == nil:
 		return p.admit(ctx, call)
+	case errors.Is(err, access.ErrNoRead):
+		// Shown as the client wrote it, exactly like a missing repository.
+		return notFound(r.Name, printable(strings.Trim(req.RepoPath, "/")), err)
 	case errors.Is(err, access.ErrAuthRequired):
 		return &Error{Code: CodeAuthRequired, Message: fmt.Sprintf("push to '%s' requires authentication", r.Name), Err: err}
 	case errors.Is(err, access.ErrDenied):
@@ -272,7 +295,13 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		spec.OutputTap = classifier.Response()
 		stdin = io.TeeReader(stdin, classifier)
 	}
-	res, err := p.Runner.Run(ctx, spec, stdin, stdout, stderr)
+	var res gitexec.Result
+	var err error
+	if req.Service == gitexec.ReceivePack && !req.AdvertiseRefs {
+		res, err = c.runPush(ctx, spec, stdin, stdout, stderr)
+	} else {
+		res, err = p.Runner.Run(ctx, spec, stdin, stdout, stderr)
+	}
 
 	sum := classifier.Summary(req.AdvertiseRefs, req.StatelessRPC)
 	rec := c.record()

@@ -80,12 +80,20 @@ func (r Root) Resolve(raw string) (Repo, error) {
 			continue
 		}
 		// A symlink may only lead to another place inside the root.
-		if rel, err := filepath.Rel(root, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		rel, err := filepath.Rel(root, real)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 			continue
 		}
-		if IsBare(real) {
-			return Repo{Name: name, Path: real}, nil
+		if !IsBare(real) {
+			continue
 		}
+		// The name is where the repository really is: access is decided on
+		// it, so a symlink can never lend one repository another's rules.
+		canonical, err := CleanName(filepath.ToSlash(rel))
+		if err != nil {
+			continue
+		}
+		return Repo{Name: canonical, Path: real}, nil
 	}
 	return Repo{}, ErrNotFound
 }

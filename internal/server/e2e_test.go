@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"packwire/internal/gittest"
+	"packwire/internal/store"
 )
 
 // testServer is a packwire started in-process on 127.0.0.1:0.
@@ -52,6 +53,10 @@ func startServer(t testing.TB, mutate func(*Config)) *testServer {
 		srv.Shutdown(ctx)
 	})
 	if _, err := srv.Data.Store.AddUser(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	// alice writes everywhere, as before roles existed; access tests set their own.
+	if err := srv.Data.Store.SetGrant(ctx, store.Grant{User: "alice", RepoPattern: "**", Role: "write"}); err != nil {
 		t.Fatal(err)
 	}
 	token, err := srv.Data.Access.CreateToken(ctx, "alice", 0)

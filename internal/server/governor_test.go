@@ -255,3 +255,47 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Error("metrics carry repo or user labels")
 	}
 }
+
+// TestRequestsAPI: the lab reads records over HTTP with a server admin's
+// token; anyone else is refused.
+func TestRequestsAPI(t *testing.T) {
+	s := startServer(t, nil)
+	s.seed(t, "team/app")
+	ctx := context.Background()
+	s.env.Git(t.TempDir(), "clone", "-q", s.gitURL("team/app"), "c")
+	s.Data.Store.AddUser(ctx, "root")
+	rootToken, err := s.Data.Access.CreateToken(ctx, "root", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Data.Store.SetGrant(ctx, store.Grant{User: "root", Role: "admin", RepoPattern: "**"}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(user, token string) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+s.HTTPAddr.String()+"/api/v1/requests?since=1h", nil)
+		if token != "" {
+			req.SetBasicAuth(user, token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if code, _ := get("", ""); code != 401 {
+		t.Fatalf("no token: %d", code)
+	}
+	if code, _ := get("alice", s.token); code != 403 {
+		t.Fatalf("non-admin token: %d", code)
+	}
+	if code, _ := get("root", "pwt_0000000000000000_bad"); code != 401 {
+		t.Fatalf("bad token: %d", code)
+	}
+	code, body := get("root", rootToken)
+	if code != 200 || !strings.Contains(body, `"kind":"full-clone"`) || !strings.Contains(body, `"next":`) {
+		t.Fatalf("admin: %d %s", code, body)
+	}
+}

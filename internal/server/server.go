@@ -228,7 +228,7 @@ func (s *Server) Start() error {
 			MaxRequestBody: cfg.MaxRequestBody,
 			Log:            cfg.Log,
 		}
-		routes := map[string]nethttp.Handler{}
+		routes := map[string]nethttp.Handler{"/api/v1/requests": s.Governor.APIHandler(s.adminOnly)}
 		if metricsL == nil {
 			routes["/metrics"] = s.Governor.MetricsHandler()
 		}
@@ -331,6 +331,23 @@ func (s *Server) openPackCache() error {
 	s.Pipeline.HookExecutable = exe
 	s.Pipeline.HookSocket = sock
 	return nil
+}
+
+// adminOnly authorizes the lab's API: an HTTP token of a server admin (a
+// user with the admin role on "**"). It returns 0 or the refusal status.
+func (s *Server) adminOnly(r *nethttp.Request) int {
+	user, token, ok := r.BasicAuth()
+	if !ok {
+		return nethttp.StatusUnauthorized
+	}
+	p, err := s.Data.Access.PrincipalForToken(r.Context(), user, token)
+	if err != nil {
+		return nethttp.StatusUnauthorized
+	}
+	if !s.Data.Access.IsServerAdmin(r.Context(), p) {
+		return nethttp.StatusForbidden
+	}
+	return 0
 }
 
 // exactRoutes sends a request whose path is exactly a key of routes to that

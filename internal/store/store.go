@@ -47,6 +47,31 @@ var migrations = []string{
 		expires  INTEGER,
 		revoked  INTEGER
 	);`,
+	// 2: the access model (issue 3): grants, anonymous-read settings, ref rules.
+	`CREATE TABLE grants (
+		user_id      INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+		repo_pattern TEXT NOT NULL,
+		role         TEXT NOT NULL,
+		created      INTEGER NOT NULL,
+		PRIMARY KEY (user_id, repo_pattern)
+	);
+	CREATE TABLE settings (
+		key   TEXT PRIMARY KEY,
+		value TEXT NOT NULL
+	);
+	CREATE TABLE anonymous_read (
+		repo_pattern TEXT PRIMARY KEY,
+		enabled      INTEGER NOT NULL
+	);
+	CREATE TABLE ref_rules (
+		id           INTEGER PRIMARY KEY,
+		position     INTEGER NOT NULL,
+		allow        INTEGER NOT NULL,
+		ops          TEXT NOT NULL,
+		repo_pattern TEXT NOT NULL,
+		ref_pattern  TEXT NOT NULL,
+		who          TEXT NOT NULL
+	);`,
 }
 
 // Open opens (creating if needed) packwire's main database at path

@@ -171,9 +171,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.start()
 		return
 	}
-	call.Run(r.Context(), body, out, nil)
+	res, runErr := call.Run(r.Context(), body, out, nil)
 	if limited != nil && limited.exceeded && !out.started {
 		plainError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body too large (limit %d bytes after decoding)", limited.max))
+		return
+	}
+	if !out.started && runErr == nil && res.ExitCode == 0 {
+		// Nothing to say and nothing wrong: git's probe before a large push
+		// (a body of just "0000", to check credentials before streaming)
+		// gets 200 and an empty result, as from git-http-backend.
+		out.start()
 		return
 	}
 	if !out.started {

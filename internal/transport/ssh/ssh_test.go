@@ -141,18 +141,14 @@ func newHarness(t *testing.T, configure func(*Server)) *harness {
 		t.Fatal(err)
 	}
 	h.register("alice", h.aliceKey)
+	if err := d.Store.SetGrant(ctx, store.Grant{User: "alice", RepoPattern: "**", Role: "write"}); err != nil {
+		t.Fatal(err)
+	}
 	return h
 }
 
 // newKey makes an ed25519 key pair with ssh-keygen in the client's HOME.
-func (h *harness) newKey(name string) string {
-	h.t.Helper()
-	path := filepath.Join(h.env.Home, name)
-	if out, err := exec.Command("ssh-keygen", "-t", "ed25519", "-N", "", "-f", path, "-q").CombinedOutput(); err != nil {
-		h.t.Fatalf("ssh-keygen: %v\n%s", err, out)
-	}
-	return path
-}
+func (h *harness) newKey(name string) string { return h.env.NewSSHKey(name) }
 
 func (h *harness) register(user, keyFile string) {
 	h.t.Helper()
@@ -202,23 +198,12 @@ func (h *harness) repo(name string, shape gittest.Shape) string {
 // sshOptions are the OpenSSH options every client here uses. key "" means
 // no key at all (keyboard-interactive, anonymous). logLevel "" is ERROR.
 func (h *harness) sshOptions(key, logLevel string, extra ...string) []string {
-	if logLevel == "" {
-		logLevel = "ERROR"
-	}
-	opts := []string{"-F", "/dev/null", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
-		"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=" + logLevel, "-o", "PasswordAuthentication=no"}
-	if key == "" {
-		// BatchMode turns keyboard-interactive off, even with no questions.
-		opts = append(opts, "-o", "PubkeyAuthentication=no", "-o", "BatchMode=no")
-	} else {
-		opts = append(opts, "-o", "BatchMode=yes", "-i", key)
-	}
-	return append(opts, extra...)
+	return gittest.SSHOptions(key, logLevel, extra...)
 }
 
 // sshCommand is a GIT_SSH_COMMAND value.
 func (h *harness) sshCommand(key string, extra ...string) string {
-	return "GIT_SSH_COMMAND=ssh " + strings.Join(h.sshOptions(key, "", extra...), " ")
+	return gittest.SSHCommandEnv(key, extra...)
 }
 
 func (h *harness) url(repo string) string {
@@ -1117,3 +1102,47 @@ func TestClientEOFReachesGit(t *testing.T) {
 		sess.Close()
 	}
 }
+
+// TestSilentPusher: a client that takes the push advertisement and then
+// sends nothing (no commands, or commands and no pack when every ref is
+// refused) is ended by the idle timeout, as a silent client of git is.
+func TestSilentPusher(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.pipe.Runner.IdleTimeout = time.Second
+	h.repo("team/app", gittest.Shape{Commits: 1})
+	if _, err := h.data.Store.InsertRules(context.Background(), 0, store.Rule{Allow: false, Ops: "create", RepoPattern: "**", RefPattern: "**", Who: "*"}); err != nil {
+		t.Fatal(err)
+	}
+	client := h.dial(h.signer(h.aliceKey))
+	zero := strings.Repeat("0", 40)
+	for _, send := range []string{
+		"",
+		pktLine(zero+" "+strings.Repeat("1", 40)+" refs/heads/new\x00report-status side-band-64k") + "0000", // refused; the pack never comes
+	} {
+		sess, err := client.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdin, _ := sess.StdinPipe()
+		var out syncBuffer
+		sess.Stdout = &out
+		if err := sess.Start("git-receive-pack '/team/app.git'"); err != nil {
+			t.Fatal(err)
+		}
+		if !waitFor(5*time.Second, func() bool { return strings.Contains(out.String(), "0000") }) {
+			t.Fatalf("no advertisement: %q", out.String())
+		}
+		io.WriteString(stdin, send)
+		done := make(chan error, 1)
+		go func() { done <- sess.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("silent pusher (sent %q) not ended by the idle timeout", send)
+		}
+		sess.Close()
+	}
+}
+
+func pktLine(s string) string { return fmt.Sprintf("%04x%s", len(s)+4, s) }

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"packwire/internal/access"
+	"packwire/internal/store"
+)
+
+// Access model commands. Each opens the store, changes one thing and
+// exits; the server reads the store per request, so changes apply at once.
+
+func cmdGrant(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "grant USER ROLE REPO_PATTERN [--data DIR]"
+	data, pos, err := openData(ctx, "grant", syn,
+		"Give USER the role read, write or admin on the repositories REPO_PATTERN\nmatches ('*' within one path segment, '**' any depth: team/*, **).\nA user's role on a repository is the highest of their matching grants.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) != 3 {
+		return usagef("usage: packwire %s", syn)
+	}
+	if _, err := access.ParseRole(pos[1]); err != nil {
+		return usagef("%v", err)
+	}
+	if err := access.ValidPattern(pos[2]); err != nil {
+		return usagef("%v", err)
+	}
+	if err := data.Store.SetGrant(ctx, store.Grant{User: pos[0], Role: pos[1], RepoPattern: pos[2]}); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("grant: no user %q", pos[0])
+		}
+		return fmt.Errorf("grant: %w", err)
+	}
+	fmt.Fprintf(stdout, "%s has %s on %s\n", pos[0], pos[1], pos[2])
+	return nil
+}
+
+func cmdRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "revoke USER REPO_PATTERN [--data DIR]"
+	data, pos, err := openData(ctx, "revoke", syn, "Remove USER's grant on exactly REPO_PATTERN (as given to grant).", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) != 2 {
+		return usagef("usage: packwire %s", syn)
+	}
+	if err := data.Store.RemoveGrant(ctx, pos[0], pos[1]); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("revoke: %s has no grant on %s", pos[0], pos[1])
+		}
+		return fmt.Errorf("revoke: %w", err)
+	}
+	fmt.Fprintf(stdout, "%s's grant on %s removed\n", pos[0], pos[1])
+	return nil
+}
+
+func cmdGrants(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "grants [USER] [--data DIR]"
+	data, pos, err := openData(ctx, "grants", syn, "List grants (of USER, or of everyone).", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) > 1 {
+		return usagef("usage: packwire %s", syn)
+	}
+	user := ""
+	if len(pos) == 1 {
+		user = pos[0]
+	}
+	gs, err := data.Store.Grants(ctx, user)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "USER\tROLE\tREPO_PATTERN")
+	for _, g := range gs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", g.User, g.Role, g.RepoPattern)
+	}
+	return tw.Flush()
+}
+
+func cmdAnonRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "anonymous-read [on|off [REPO_PATTERN]] [--data DIR]"
+	data, pos, err := openData(ctx, "anonymous-read", syn,
+		"Turn anonymous read on or off, server-wide (default on) or for the\nrepositories REPO_PATTERN matches (the most specific matching pattern\nwins over the server-wide switch; on a tie, off wins). With no\nargument, show the settings.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) == 0 {
+		def, err := data.Store.Setting(ctx, access.SettingAnonRead, "on")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "server-wide: %s\n", def)
+		as, err := data.Store.AnonReads(ctx)
+		if err != nil {
+			return err
+		}
+		for _, a := range as {
+			fmt.Fprintf(stdout, "%s: %s\n", a.RepoPattern, onOff(a.Enabled))
+		}
+		return nil
+	}
+	if len(pos) > 2 || pos[0] != "on" && pos[0] != "off" {
+		return usagef("usage: packwire %s", syn)
+	}
+	if len(pos) == 1 {
+		if err := data.Store.SetSetting(ctx, access.SettingAnonRead, pos[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "anonymous read %s server-wide\n", pos[0])
+		return nil
+	}
+	if err := access.ValidPattern(pos[1]); err != nil {
+		return usagef("%v", err)
+	}
+	if err := data.Store.SetAnonRead(ctx, store.AnonRead{RepoPattern: pos[1], Enabled: pos[0] == "on"}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "anonymous read %s for %s\n", pos[0], pos[1])
+	return nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func cmdProtect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "protect REPO_PATTERN REF_PATTERN [--data DIR]"
+	data, pos, err := openData(ctx, "protect", syn,
+		"Forbid force-push and delete of the refs REF_PATTERN matches (e.g.\nrefs/heads/main, refs/tags/**) for everyone below admin. Adds two rules\nat the top of the rule list (see \"packwire rule list\"):\n  allow force-push,delete REPO REF role:admin\n  deny  force-push,delete REPO REF *", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) != 2 {
+		return usagef("usage: packwire %s", syn)
+	}
+	for _, p := range pos {
+		if err := access.ValidPattern(p); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	ops := string(access.OpForce) + "," + string(access.OpDelete)
+	rules := []store.Rule{
+		{Allow: true, Ops: ops, RepoPattern: pos[0], RefPattern: pos[1], Who: "role:admin"},
+		{Allow: false, Ops: ops, RepoPattern: pos[0], RefPattern: pos[1], Who: "*"},
+	}
+	at, err := data.Store.InsertRules(ctx, 1, rules...)
+	if err != nil {
+		return err
+	}
+	for i, r := range rules {
+		fmt.Fprintf(stdout, "rule #%d: %s\n", at+i, access.RuleText(r))
+	}
+	return nil
+}
+
+const ruleUsage = "usage: packwire rule add [--at N] allow|deny OPS REPO_PATTERN REF_PATTERN WHO | rule list | rule remove N"
+
+func cmdRule(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef(ruleUsage)
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "add":
+		const syn = "rule add [--at N] allow|deny OPS REPO_PATTERN REF_PATTERN WHO [--data DIR]"
+		var at int
+		data, pos, err := openData(ctx, "rule add", syn,
+			"Add a ref rule. Rules are evaluated in order; for each ref a push\ncreates, updates or deletes, the first rule matching the repository, the\nref, the pusher and the operation decides. With no match, write role may\ndo everything. OPS: comma separated create, push (fast-forward),\nforce-push, delete, or all. WHO: a user name, role:read|write|admin (that\nrole or higher) or * (everyone).", args, stderr,
+			func(fs *flag.FlagSet) { fs.IntVar(&at, "at", 0, "insert at this 1-based position (default: append)") })
+		if err != nil {
+			return err
+		}
+		defer data.Close()
+		if len(pos) != 5 {
+			return usagef("usage: packwire %s", syn)
+		}
+		r, err := parseRule(pos)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		n, err := data.Store.InsertRules(ctx, at, r)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "rule #%d: %s\n", n, access.RuleText(r))
+	case "list":
+		data, pos, err := openData(ctx, "rule list", "rule list [--data DIR]", "List the ref rules in evaluation order.", args, stderr, nil)
+		if err != nil {
+			return err
+		}
+		defer data.Close()
+		if len(pos) != 0 {
+			return usagef("usage: packwire rule list")
+		}
+		rules, err := data.Store.Rules(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range rules {
+			fmt.Fprintf(stdout, "#%d %s\n", r.Position, access.RuleText(r))
+		}
+	case "remove":
+		data, pos, err := openData(ctx, "rule remove", "rule remove N [--data DIR]", "Remove the rule at position N (as \"rule list\" shows it).", args, stderr, nil)
+		if err != nil {
+			return err
+		}
+		defer data.Close()
+		n, err := strconv.Atoi(strings.TrimPrefix(strings.Join(pos, ""), "#"))
+		if len(pos) != 1 || err != nil || n < 1 {
+			return usagef("usage: packwire rule remove N")
+		}
+		r, err := data.Store.RemoveRule(ctx, n)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("rule remove: no rule #%d", n)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "removed rule #%d: %s\n", n, access.RuleText(r))
+	default:
+		return usagef("unknown rule command %q", sub)
+	}
+	return nil
+}
+
+// parseRule parses allow|deny OPS REPO_PATTERN REF_PATTERN WHO.
+func parseRule(f []string) (store.Rule, error) {
+	var r store.Rule
+	switch f[0] {
+	case "allow":
+		r.Allow = true
+	case "deny":
+	default:
+		return r, fmt.Errorf("rule must start with allow or deny, not %q", f[0])
+	}
+	ops, err := access.ParseOps(f[1])
+	if err != nil {
+		return r, err
+	}
+	r.Ops = ops
+	for _, p := range f[2:4] {
+		if err := access.ValidPattern(p); err != nil {
+			return r, err
+		}
+	}
+	if err := access.ValidWho(f[4]); err != nil {
+		return r, err
+	}
+	r.RepoPattern, r.RefPattern, r.Who = f[2], f[3], f[4]
+	return r, nil
+}
+
+func cmdKeyRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "key remove FINGERPRINT|PUBKEY_FILE [--data DIR]"
+	data, pos, err := openData(ctx, "key remove", syn, "Remove an SSH key, named by its SHA256 fingerprint or by its public key file.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) != 1 {
+		return usagef("usage: packwire %s", syn)
+	}
+	fp := pos[0]
+	if !strings.HasPrefix(fp, "SHA256:") {
+		if _, err := os.Stat(fp); err != nil {
+			return fmt.Errorf("key remove: %q is neither a SHA256: fingerprint nor a readable key file", fp)
+		}
+		k, err := readKeyFile(fp)
+		if err != nil {
+			return err
+		}
+		fp = k.Fingerprint
+	}
+	owner, err := data.Store.RemoveKey(ctx, fp)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("key remove: no key %s", fp)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "key %s removed from %s\n", fp, owner)
+	return nil
+}
+
+func cmdKeyList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	data, pos, err := openData(ctx, "key list", "key list [USER] [--data DIR]", "List SSH keys (of USER, or of everyone).", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) > 1 {
+		return usagef("usage: packwire key list [USER]")
+	}
+	keys, err := data.Store.Keys(ctx, strings.Join(pos, ""))
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		fmt.Fprintf(stdout, "%s %s %s\n", k.User, k.Fingerprint, k.Comment)
+	}
+	return nil
+}
+
+func cmdTokenList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	data, pos, err := openData(ctx, "token list", "token list [USER] [--data DIR]", "List tokens: id, user, created, expiry, revoked. Never secrets.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) > 1 {
+		return usagef("usage: packwire token list [USER]")
+	}
+	ts, err := data.Store.Tokens(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tUSER\tCREATED\tEXPIRES\tREVOKED")
+	for _, t := range ts {
+		if len(pos) == 1 && t.User != pos[0] {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.User, stamp(t.Created, "-"), stamp(t.Expires, "never"), stamp(t.Revoked, "no"))
+	}
+	return tw.Flush()
+}
+
+func stamp(t time.Time, zero string) string {
+	if t.IsZero() {
+		return zero
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func cmdTokenRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "token revoke ID [--data DIR]"
+	data, pos, err := openData(ctx, "token revoke", syn, "Revoke a token by its id (as \"token list\" shows it; a whole token works too).\nIt stops working at once and stays listed as revoked.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) != 1 {
+		return usagef("usage: packwire %s", syn)
+	}
+	id := pos[0]
+	if rest, ok := strings.CutPrefix(id, "pwt_"); ok {
+		id, _, _ = strings.Cut(rest, "_")
+	}
+	if err := data.Store.RevokeToken(ctx, id); err != nil {
+		return fmt.Errorf("token revoke: %w", err)
+	}
+	fmt.Fprintf(stdout, "token %s revoked\n", id)
+	return nil
+}
+
+func cmdAccess(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("usage: packwire access export [-o FILE] | access import FILE")
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "export":
+		var output string
+		data, pos, err := openData(ctx, "access export", "access export [-o FILE] [--data DIR]",
+			"Write the whole access model (users, keys, grants, rules, anonymous read\nsettings, token metadata; never token secrets or hashes) as TOML.", args, stderr,
+			func(fs *flag.FlagSet) { fs.StringVar(&output, "o", "", "write to FILE instead of stdout") })
+		if err != nil {
+			return err
+		}
+		defer data.Close()
+		if len(pos) != 0 {
+			return usagef("usage: packwire access export [-o FILE]")
+		}
+		b, err := data.Access.Export(ctx)
+		if err != nil {
+			return err
+		}
+		if output == "" {
+			_, err = stdout.Write(b)
+			return err
+		}
+		return os.WriteFile(output, b, 0o600)
+	case "import":
+		data, pos, err := openData(ctx, "access import", "access import FILE [--data DIR]",
+			"Replace users, keys, grants, rules and anonymous read settings with those\nof FILE (as written by access export), in one transaction. Users that stay\nkeep their tokens; users not in FILE are removed. Unknown keys are errors.", args, stderr, nil)
+		if err != nil {
+			return err
+		}
+		defer data.Close()
+		if len(pos) != 1 {
+			return usagef("usage: packwire access import FILE")
+		}
+		b, err := os.ReadFile(pos[0])
+		if err != nil {
+			return err
+		}
+		m, err := data.Access.Import(ctx, b)
+		if err != nil {
+			return fmt.Errorf("access import %s: %w", pos[0], err)
+		}
+		fmt.Fprintf(stdout, "imported %d users, %d keys, %d grants, %d rules\n", len(m.Users), len(m.Keys), len(m.Grants), len(m.Rules))
+	default:
+		return usagef("unknown access command %q", sub)
+	}
+	return nil
+}

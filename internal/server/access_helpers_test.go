@@ -1,0 +1,5 @@
+package server
+
+import "packwire/internal/access"
+
+type accessPrincipal = access.Principal
