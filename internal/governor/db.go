@@ -46,6 +46,7 @@ CREATE TABLE requests (
 	error       TEXT NOT NULL
 );
 CREATE INDEX requests_start ON requests(start_ns);`,
+	maintenanceMigration, // 2: maintenance_runs (maintenance.go)
 }
 
 const columns = `seq, id, start_ns, transport, protocol, repo, user, remote, service, kind, wants, haves, depth, filter,
