@@ -18,8 +18,10 @@ usage: packwire COMMAND [ARGS] [FLAGS]
 commands:
   serve                      serve every bare repository under DATA/repos
   repo create NAME           create an empty bare repository (names may be nested: team/app)
-  repo import NAME SOURCE    create a repository as a mirror of a local path or URL
+  repo import NAME SOURCE    create a repository as a mirror of a local path or URL, maintained at once
   repo list                  list repositories
+  repo show NAME             object layout: packs, preferred pack and what it covers, bitmap, last maintenance
+  maintain [REPO...]         bring repositories into the layout that serves clones fastest (serve does it in the background)
   user add NAME [--key F]... register a user, with SSH public keys
   user list                  list users
   user remove NAME           remove a user with their keys and tokens
@@ -59,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdToken(ctx, args[1:], stdout, stderr)
 	case "governor":
 		err = cmdGovernor(ctx, args[1:], stdout, stderr)
+	case "maintain":
+		err = cmdMaintain(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "packwire", version)
 	case "help", "-h", "--help":

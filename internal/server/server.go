@@ -20,6 +20,7 @@ import (
 	"packwire/internal/datadir"
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
+	"packwire/internal/maintain"
 	"packwire/internal/pipeline"
 	"packwire/internal/transport/daemon"
 	httptransport "packwire/internal/transport/http"
@@ -46,6 +47,10 @@ type Config struct {
 	RecordsMaxAge   time.Duration // governor retention by age (0: keep)
 	RecordsMaxCount int           // governor retention by count (0: no bound)
 
+	MaintainInterval    time.Duration // how often repositories are checked for maintenance (0: never)
+	MaintainConcurrency int           // repositories maintained at once
+	MaintainBudget      time.Duration // maintenance CPU allowed per hour (0: no bound)
+
 	Log *slog.Logger
 }
 
@@ -62,6 +67,10 @@ var Defaults = Config{
 	SSHKeepAlive:    30 * time.Second,
 	RecordsMaxAge:   30 * 24 * time.Hour,
 	RecordsMaxCount: 1_000_000,
+
+	MaintainInterval:    10 * time.Minute,
+	MaintainConcurrency: 1,
+	MaintainBudget:      15 * time.Minute,
 }
 
 // Server is a running packwire.
@@ -71,6 +80,9 @@ type Server struct {
 	Pipeline *pipeline.Pipeline
 	Governor *governor.Governor
 	HostKey  gossh.Signer
+	// Maintainer keeps repositories in the serving layout; its scheduler
+	// runs in the background from Start to Shutdown.
+	Maintainer *maintain.Maintainer
 
 	// Listening addresses, set by Start for the listeners that are on.
 	GitAddr, HTTPAddr, SSHAddr, MetricsAddr net.Addr
@@ -82,6 +94,8 @@ type Server struct {
 	wg      sync.WaitGroup
 	errMu   sync.Mutex
 	err     error
+
+	stopMaintain context.CancelFunc // ends the maintenance scheduler
 }
 
 // New opens the data directory (creating it) and builds the pipeline.
@@ -106,6 +120,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Governor: gov,
 		Log:      cfg.Log,
 	}
+	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance})
 	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })
 	if cfg.SSHAddr != "" {
 		if s.HostKey, err = data.HostKey(); err != nil {
@@ -199,6 +214,14 @@ func (s *Server) Start() error {
 		s.metrics = &nethttp.Server{Handler: exactRoutes(map[string]nethttp.Handler{"/metrics": s.Governor.MetricsHandler()}, nethttp.NotFoundHandler()), ReadHeaderTimeout: cfg.InitTimeout}
 		s.serve("metrics", func() error { return s.metrics.Serve(metricsL) }, nethttp.ErrServerClosed)
 	}
+	if cfg.MaintainInterval > 0 {
+		sched := &maintain.Scheduler{M: s.Maintainer, Repos: s.Data.Repos.List, Interval: cfg.MaintainInterval,
+			Concurrency: cfg.MaintainConcurrency, Budget: cfg.MaintainBudget}
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopMaintain = cancel
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); sched.Run(ctx) }()
+	}
 	if sshL != nil {
 		s.SSHAddr = sshL.Addr()
 		s.ssh = &sshtransport.Server{
@@ -280,6 +303,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.metrics != nil {
 		s.metrics.Close()
+	}
+	if s.stopMaintain != nil {
+		s.stopMaintain() // a maintenance run in progress is killed; the layout stays servable
 	}
 	s.wg.Wait()
 	s.Governor.Close()
