@@ -59,6 +59,16 @@ type target struct {
 
 type sample struct{ wall, cpu time.Duration }
 
+// cleanups run before a fatal exit too, so no server outlives the run.
+var cleanups []func()
+
+func fatalf(format string, args ...any) {
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	log.Fatalf(format, args...)
+}
+
 var clientEnv []string
 
 func main() {
@@ -113,7 +123,7 @@ func main() {
 	peerPort := freePort()
 	peerCPU := newCPUMeter("nginx-fcgiwrap")
 	nginx, fcgi := startPeer(out, peerRoot, peerPort, peerCPU)
-	defer func() {
+	stopServers := func() {
 		srv.Process.Signal(syscall.SIGTERM)
 		srv.Wait()
 		nginx.Process.Signal(syscall.SIGQUIT)
@@ -122,7 +132,9 @@ func main() {
 		fcgi.Wait()
 		pwCPU.close()
 		peerCPU.close()
-	}()
+	}
+	cleanups = append(cleanups, stopServers)
+	defer stopServers()
 	waitPort(port)
 	waitPort(peerPort)
 
@@ -178,53 +190,55 @@ func main() {
 	}
 }
 
-// driftSweep adds history to drift.git step by step, folding it in
-// geometrically (never rebuilding the preferred pack), and measures full
-// clone server CPU at each drift, then after a full rebuild.
+// driftSweep measures full clone server CPU against drift in drift.git:
+// first new history (pushed as packs, folded geometrically, the preferred
+// pack not rebuilt), then history removed from branches after a rebuild
+// (objects of the preferred pack no clone wants any more).
 func driftSweep(out, bin, data, port string, cpu *cpuMeter, rounds int) {
 	dir := filepath.Join(data, "repos", "drift.git")
 	t := target{"drift", "http://127.0.0.1:" + port + "/drift.git", cpu}
-	full := kinds[0]
-	fmt.Println("\nFull clone server CPU against drift (new history pushed as packs and folded geometrically; preferred pack not rebuilt):")
-	fmt.Println()
-	fmt.Println("| new commits | drift | full clone server CPU | wall | CPU vs drift 0 |")
-	fmt.Println("|---:|---:|---:|---:|---:|")
 	var base time.Duration
+	measure := func(label string) {
+		drift := driftOf(output(bin, "repo", "show", "drift", "--data", data))
+		clone(out, t, kinds[0]) // warm-up
+		var s []sample
+		for i := 0; i < rounds; i++ {
+			s = append(s, clone(out, t, kinds[0]))
+		}
+		c := median(s, cpuOf)
+		if base == 0 {
+			base = c
+		}
+		fmt.Printf("| %s | %s | %.3f s | %.2f s | %.2fx |\n", label, drift, c.Seconds(), median(s, wallOf).Seconds(), c.Seconds()/base.Seconds())
+	}
+	fmt.Println("\nFull clone server CPU against drift, packwire, drift.git (a copy of the repository above):")
+	fmt.Println()
+	fmt.Println("| history | drift | full clone server CPU | wall | CPU vs drift 0 |")
+	fmt.Println("|---|---:|---:|---:|---:|")
 	added := 0
-	for _, step := range []int{0, 10, 30, 60, 150, 300} {
+	for _, step := range []int{0, 60, 150, 300, 600, 1200} {
 		if step > added {
 			must(appendCommits(dir, added, step-added))
 			added = step
 			// --drift 1: fold only, the way the scheduler does below the threshold.
 			output(bin, "maintain", "--data", data, "--drift", "1", "drift")
 		}
-		drift := driftOf(output(bin, "repo", "show", "drift", "--data", data))
-		clone(out, t, full) // warm-up
-		var s []sample
-		for i := 0; i < rounds; i++ {
-			s = append(s, clone(out, t, full))
-		}
-		c := median(s, cpuOf)
-		if step == 0 {
-			base = c
-		}
-		fmt.Printf("| %d | %s | %.3f s | %.2f s | %.2fx |\n", step, drift, c.Seconds(), median(s, wallOf).Seconds(), c.Seconds()/base.Seconds())
+		measure(fmt.Sprintf("+%d commits, folded", step))
 	}
-	mOut := strings.TrimSpace(output(bin, "maintain", "--data", data, "--full", "drift"))
-	var s []sample
-	clone(out, t, full)
-	for i := 0; i < rounds; i++ {
-		s = append(s, clone(out, t, full))
+	rebuild := strings.TrimSpace(output(bin, "maintain", "--data", data, "--full", "drift"))
+	measure(fmt.Sprintf("+%d commits, full rebuild", added))
+	tip := strings.TrimSpace(output("git", "-C", dir, "rev-parse", "main"))
+	for _, back := range []int{300, 600, 1200} {
+		run("git", "-C", dir, "update-ref", "refs/heads/main", fmt.Sprintf("%s~%d", tip, back))
+		measure(fmt.Sprintf("main rewound by %d commits", back))
 	}
-	fmt.Printf("| %d, then a full rebuild | %s | %.3f s | %.2f s | %.2fx |\n", added, driftOf(output(bin, "repo", "show", "drift", "--data", data)),
-		median(s, cpuOf).Seconds(), median(s, wallOf).Seconds(), median(s, cpuOf).Seconds()/base.Seconds())
-	fmt.Printf("\nThe full rebuild: %s\n", mOut)
+	fmt.Printf("\nThe full rebuild at +%d commits: %s\n", added, rebuild)
 }
 
 func driftOf(show string) string {
 	for _, line := range strings.Split(show, "\n") {
-		if i := strings.Index(line, "drift "); i >= 0 {
-			return strings.Fields(line[i+6:])[0]
+		if i := strings.Index(line, "unwanted: drift "); i >= 0 {
+			return strings.Fields(line[i+16:])[0]
 		}
 	}
 	return "?"
@@ -239,26 +253,49 @@ func clone(out string, t target, k kind) sample {
 	cmd := exec.Command("git", append(args, t.url, dst)...)
 	cmd.Env = clientEnv
 	if b, err := cmd.CombinedOutput(); err != nil {
-		log.Fatalf("%s %s: %v\n%s", t.name, k.name, err, b)
+		fatalf("%s %s: %v\n%s", t.name, k.name, err, b)
 	}
 	wall := time.Since(start)
 	time.Sleep(150 * time.Millisecond) // let the server reap its git
 	return sample{wall, t.server.read() - cpu0}
 }
 
-// addPullRefs makes n side commits, each off a commit of main and editing
-// one file, on refs/pull/N/head: objects outside branches and tags.
+// addPullRefs makes n side commits on refs/pull/N/head, each off a commit
+// of main and editing one file the way a pull request does (lines inserted
+// into the current version): objects outside branches and tags that are
+// close relatives of objects inside, so git gc's one pack deltifies across
+// the two sets, as it does in real repositories.
 func addPullRefs(bare string, n int) error {
 	commits := strings.Fields(output("git", "-C", bare, "rev-list", "main"))
 	files := strings.Fields(output("git", "-C", bare, "ls-tree", "-r", "--name-only", "main"))
 	rng := rand.New(rand.NewPCG(5, 6))
+	picked := make([]string, n)
+	var req bytes.Buffer
+	for i := range picked {
+		picked[i] = files[rng.IntN(len(files))]
+		fmt.Fprintf(&req, "main:%s\n", picked[i])
+	}
+	cat := exec.Command("git", "-C", bare, "cat-file", "--batch")
+	cat.Stdin = &req
+	raw, err := cat.Output()
+	if err != nil {
+		return err
+	}
 	var in bytes.Buffer
 	for i := 1; i <= n; i++ {
-		f := files[rng.IntN(len(files))]
-		body := fmt.Sprintf("// pull request %d\n%s\n", i, strings.Repeat(fmt.Sprintf("// change %d of a proposal\n", i), 10))
+		// "<oid> blob <size>\n<content>\n"
+		nl := bytes.IndexByte(raw, '\n')
+		size, _ := strconv.Atoi(string(bytes.Fields(raw[:nl])[2]))
+		content := raw[nl+1 : nl+1+size]
+		raw = raw[nl+1+size+1:]
+		at := len(content) / 3
+		if k := bytes.IndexByte(content[at:], '\n'); k >= 0 {
+			at += k + 1
+		}
+		body := append(append(append([]byte{}, content[:at]...), strings.Repeat(fmt.Sprintf("// proposed change %d\n", i), 1+i%7)...), content[at:]...)
 		fmt.Fprintf(&in, "commit refs/pull/%d/head\ncommitter Dev <dev@example.com> %d +0000\ndata 12\npull request\nfrom %s\n",
 			i, 1700000000+i, commits[rng.IntN(len(commits))])
-		fmt.Fprintf(&in, "M 100644 inline %s\ndata %d\n%s\n", f, len(body), body)
+		fmt.Fprintf(&in, "M 100644 inline %s\ndata %d\n%s\n", picked[i-1], len(body), body)
 	}
 	cmd := exec.Command("git", "fast-import", "--quiet")
 	cmd.Dir = bare
@@ -296,7 +333,9 @@ func startPeer(out, root, port string, m *cpuMeter) (*exec.Cmd, *exec.Cmd) {
 	must(os.MkdirAll(filepath.Join(dir, "tmp"), 0o755))
 	sock := filepath.Join(dir, "fcgiwrap.sock")
 	backend := strings.TrimSpace(output("git", "--exec-path")) + "/git-http-backend"
-	conf := fmt.Sprintf(`worker_processes 1;
+	// The worker runs as root like fcgiwrap, so it may use fcgiwrap's socket.
+	conf := fmt.Sprintf(`user root;
+worker_processes 1;
 daemon off;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log;
@@ -426,13 +465,13 @@ func (m *cpuMeter) close() {
 
 func must(err error) {
 	if err != nil {
-		log.Fatal(err)
+		fatalf("%v", err)
 	}
 }
 
 func run(name string, args ...string) {
 	if b, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		log.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+		fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
 	}
 }
 
@@ -483,5 +522,5 @@ func waitPort(p string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	log.Fatalf("nothing listening on %s", p)
+	fatalf("nothing listening on %s", p)
 }

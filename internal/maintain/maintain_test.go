@@ -199,13 +199,9 @@ func TestPushesFoldGeometricallyAndKeepPreferredPack(t *testing.T) {
 	if d, err := m.ReadDrift(ctx, r.Path); err != nil || d.New == 0 || d.Ratio() > m.Drift {
 		t.Fatalf("drift %+v %v", d, err)
 	}
-	// A large rewrite moves the closure away from the preferred pack: full.
-	for i := 0; i < 20; i++ {
-		os.WriteFile(filepath.Join(w, "big.txt"), randomText(i, 20000), 0o644)
-		env.Git(w, "add", ".")
-		env.Git(w, "commit", "-qm", "big")
-	}
-	env.Git(w, "push", "-q", "origin", "main")
+	// A force push and branch deletions that drop much of the history leave the preferred
+	// pack full of objects no clone wants: full.
+	env.Git(w, "push", "-q", "-f", "origin", "main~30:main", ":branch0", ":branch1", ":branch2")
 	if kind, reason, err := m.Plan(ctx, r.Path); err != nil || kind != Full {
 		t.Fatalf("plan after a large push = %q %q %v, want full", kind, reason, err)
 	}
@@ -214,18 +210,6 @@ func TestPushesFoldGeometricallyAndKeepPreferredPack(t *testing.T) {
 	}
 	assertShape(t, env, r)
 	env.Fsck(r.Path)
-}
-
-func randomText(seed, n int) []byte {
-	rng := rand.New(rand.NewPCG(uint64(seed), 1))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte('a' + rng.IntN(26))
-		if i%60 == 59 {
-			b[i] = '\n'
-		}
-	}
-	return b
 }
 
 func sha(t *testing.T, path string) string {
