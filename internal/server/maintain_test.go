@@ -183,10 +183,20 @@ func TestSchedulerMaintainsInBackground(t *testing.T) {
 	}
 	// A push lands as a pack; the scheduler folds it into the layout.
 	pushCommit(t, s, "team/app", "new.txt")
-	time.Sleep(500 * time.Millisecond)
-	if kind, reason, err := s.Maintainer.Plan(ctx, bare); err != nil || kind != maintain.None {
-		t.Fatalf("scheduler left work: %q %q %v", kind, reason, err)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		kind, reason, err := s.Maintainer.Plan(ctx, bare)
+		if err == nil && kind == maintain.None {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scheduler left work: %q %q %v", kind, reason, err)
+		}
 	}
+	env := s.env
+	w := filepath.Join(t.TempDir(), "w")
+	env.Git("", "clone", "-q", s.httpURL("team/app"), w)
+	env.Fsck(w)
+	env.Fsck(bare)
 }
 
 // TestNoAutoGCInRequestPath: even a repository whose own config asks for
