@@ -268,3 +268,30 @@ func TestGeometricCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestSchedulerBudget: once the runs of the last hour used the CPU budget,
+// a pass stops; without a budget it maintains every repository.
+func TestSchedulerBudget(t *testing.T) {
+	env := gittest.New(t)
+	var repos []repo.Repo
+	for i := 0; i < 3; i++ {
+		bare := filepath.Join(t.TempDir(), fmt.Sprintf("r%d.git", i))
+		env.Build(bare, gittest.Shape{Commits: 5, Seed: uint64(i)})
+		repos = append(repos, repo.Repo{Name: fmt.Sprintf("r%d", i), Path: bare})
+	}
+	list := func() ([]repo.Repo, error) { return repos, nil }
+	s := &Scheduler{M: quietMaintainer(), Repos: list, Budget: time.Nanosecond}
+	if n := s.Pass(context.Background()); n != 1 {
+		t.Fatalf("pass with a used-up budget made %d runs, want 1", n)
+	}
+	if n := s.Pass(context.Background()); n != 0 {
+		t.Fatalf("second pass within the hour made %d runs, want 0", n)
+	}
+	s = &Scheduler{M: quietMaintainer(), Repos: list, Concurrency: 2}
+	if n := s.Pass(context.Background()); n != 2 {
+		t.Fatalf("pass without a budget made %d runs, want the 2 left", n)
+	}
+	if n := s.Pass(context.Background()); n != 0 {
+		t.Fatalf("pass over repositories in shape made %d runs", n)
+	}
+}

@@ -79,13 +79,14 @@ func (s *Scheduler) Pass(ctx context.Context) int {
 		if ctx.Err() != nil {
 			break
 		}
+		sem <- struct{}{} // before the budget check: it must see the runs that just ended
 		if s.Budget > 0 {
 			if used := s.spentLastHour(time.Now()); used >= s.Budget {
+				<-sem
 				s.M.Log.Info("maintenance: CPU budget used up for this hour, pass stopped", "used_ms", used.Milliseconds(), "budget_ms", s.Budget.Milliseconds())
 				break
 			}
 		}
-		sem <- struct{}{}
 		wg.Add(1)
 		go func(r repo.Repo) {
 			defer wg.Done()
