@@ -177,12 +177,15 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			what = "kept (" + keepNote(p.KeepNote) + ")"
 		}
 		inMIDX := ""
+		if p.Bitmap {
+			inMIDX += " (pack bitmap)"
+		}
 		if l.MIDX && !l.MIDXPacks[p.Name] {
-			inMIDX = " not in the multi-pack-index"
+			inMIDX += " not in the multi-pack-index"
 		}
 		fmt.Fprintf(stdout, "  %s %10s %8d objects  %s%s\n", p.Name, size(p.Size), p.Objects, what, inMIDX)
 	}
-	fmt.Fprintf(stdout, "multi-pack-index: %v, bitmap: %v, commit-graph: %v\n", l.MIDX, l.Bitmap, l.CommitGraph)
+	fmt.Fprintf(stdout, "multi-pack-index: %v, multi-pack bitmap: %v, commit-graph: %v\n", l.MIDX, l.Bitmap, l.CommitGraph)
 	if pref := l.PreferredPack(); pref != nil {
 		st := l.State
 		fmt.Fprintf(stdout, "preferred pack: closure of %d branches + %d tags (and HEAD) as of %s, %d objects\n",

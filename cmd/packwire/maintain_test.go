@@ -26,7 +26,7 @@ func TestImportMaintainShow(t *testing.T) {
 		t.Fatalf("repo import: %d %s", code, out)
 	}
 	out, code = packwire(t, "repo", "show", "app", "--data", data)
-	for _, want := range []string{"refs: 3 branches, 2 tags, 1 other", "preferred", "bitmap: true",
+	for _, want := range []string{"refs: 3 branches, 2 tags, 1 other", "preferred", "multi-pack bitmap: true",
 		"closure of 3 branches + 2 tags", "drift 0.0%", "last maintenance: ", "full run (imported): ok"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("repo show: missing %q (exit %d):\n%s", want, code, out)

@@ -37,6 +37,7 @@ type Pack struct {
 	Keep      bool   // has a .keep (preferred, or a push in progress)
 	KeepNote  string // content of the .keep
 	Cruft     bool   // has .mtimes: unreachable objects kept for the grace period
+	Bitmap    bool   // has a single-pack .bitmap (what git gc writes)
 	Preferred bool
 	ModTime   time.Time
 }
@@ -99,7 +100,7 @@ func Inspect(dir string) (*Layout, error) {
 		if !have[base+".idx"] {
 			continue // being written, or left by a killed git: not a pack readers see
 		}
-		p := Pack{Name: name, Cruft: have[base+".mtimes"]}
+		p := Pack{Name: name, Cruft: have[base+".mtimes"], Bitmap: have[base+".bitmap"]}
 		for _, ext := range []string{".pack", ".idx", ".rev", ".mtimes"} {
 			if fi, err := os.Stat(filepath.Join(packDir, base+ext)); err == nil {
 				p.Size += fi.Size()
