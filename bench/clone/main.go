@@ -61,12 +61,12 @@ func main() {
 	bin := filepath.Join(out, "packwire")
 	run("go", "build", "-o", bin, "./cmd/packwire")
 	data := filepath.Join(out, "data")
-	run(bin, "repo", "import", "bench", bare, "--data", data)
+	run(bin, "repo", "import", "bench", bare, "--data", data, "--no-maintain") // measured as git gc packs it
 	imported := filepath.Join(data, "repos", "bench.git")
 	run("git", "-C", imported, "repack", "-adbq", "--write-bitmap-index")
 
 	gitPort, httpPort, sshPort, daemonPort := freePort(), freePort(), freePort(), freePort()
-	srv := exec.Command(bin, "serve", "--data", data,
+	srv := exec.Command(bin, "serve", "--data", data, "--maintain-interval", "0",
 		"--git", "127.0.0.1:"+gitPort, "--http", "127.0.0.1:"+httpPort, "--ssh", "127.0.0.1:"+sshPort, "--log-format", "json")
 	srvLog, _ := os.Create(filepath.Join(out, "packwire.log"))
 	srv.Stdout, srv.Stderr = srvLog, srvLog

@@ -41,6 +41,12 @@ func TestImportMaintainShow(t *testing.T) {
 	if out, code := packwire(t, "maintain", "nope", "--data", data); code == 0 || !strings.Contains(out, "not found") {
 		t.Fatalf("maintain of a missing repo: %d %s", code, out)
 	}
+	if out, code := packwire(t, "repo", "import", "raw", src, "--no-maintain", "--data", data); code != 0 || strings.Contains(out, "full run") {
+		t.Fatalf("repo import --no-maintain: %d %s", code, out)
+	}
+	if out, _ := packwire(t, "repo", "show", "raw", "--data", data); !strings.Contains(out, "preferred pack: none") {
+		t.Fatalf("repo import --no-maintain maintained:\n%s", out)
+	}
 	if out, _ := packwire(t, "serve", "--help"); !strings.Contains(out, "-maintain-interval") || !strings.Contains(out, "-maintain-budget") {
 		t.Fatalf("serve --help lacks the maintenance flags:\n%s", out)
 	}
