@@ -37,7 +37,7 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 
 func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("usage: packwire repo create NAME | repo import NAME SOURCE | repo list")
+		return usagef("usage: packwire repo create NAME | repo import NAME SOURCE | repo list | repo show NAME")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -56,7 +56,11 @@ func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		fmt.Fprintf(stdout, "created %s at %s\n", r.Name, r.Path)
 	case "import":
-		data, pos, err := openData(ctx, "repo import", "repo import NAME SOURCE [--data DIR]", "Create a repository as a mirror (all refs) of a local path or URL.", args, stderr, nil)
+		var noMaintain bool
+		data, pos, err := openData(ctx, "repo import", "repo import NAME SOURCE [--data DIR] [--no-maintain]", "Create a repository as a mirror (all refs) of a local path or URL, and bring it\ninto the serving layout at once (see packwire maintain --help).", args, stderr,
+			func(fs *flag.FlagSet) {
+				fs.BoolVar(&noMaintain, "no-maintain", false, "keep the imported object layout as it is (the serve scheduler will still maintain it)")
+			})
 		if err != nil {
 			return err
 		}
@@ -69,6 +73,12 @@ func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("repo import %s: %w", pos[0], err)
 		}
 		fmt.Fprintf(stdout, "imported %s from %s at %s\n", r.Name, pos[1], r.Path)
+		if noMaintain {
+			break
+		}
+		if err := maintainImported(ctx, data, r, stdout); err != nil {
+			return fmt.Errorf("repo import %s: imported, but bringing it into the serving layout failed (packwire maintain retries): %w", pos[0], err)
+		}
 	case "list":
 		data, _, err := openData(ctx, "repo list", "repo list [--data DIR]", "List repositories.", args, stderr, nil)
 		if err != nil {
@@ -82,6 +92,8 @@ func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		for _, r := range repos {
 			fmt.Fprintln(stdout, r.Name)
 		}
+	case "show":
+		return cmdRepoShow(ctx, args, stdout, stderr)
 	default:
 		return usagef("unknown repo command %q", sub)
 	}

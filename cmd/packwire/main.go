@@ -20,8 +20,10 @@ usage: packwire COMMAND [ARGS] [FLAGS]
 commands:
   serve                      serve every bare repository under DATA/repos
   repo create NAME           create an empty bare repository (names may be nested: team/app)
-  repo import NAME SOURCE    create a repository as a mirror of a local path or URL
+  repo import NAME SOURCE    create a repository as a mirror of a local path or URL, maintained at once
   repo list                  list repositories
+  repo show NAME             object layout: packs, preferred pack and what it covers, bitmap, last maintenance
+  maintain [REPO...]         bring repositories into the layout that serves clones fastest (serve does it in the background)
   user add NAME [--key F]... register a user, with SSH public keys
   user list                  list users
   user remove NAME           remove a user with their keys, tokens and grants
@@ -29,7 +31,6 @@ commands:
   key remove FP|FILE         remove a key by SHA256 fingerprint or public key file
   key list [USER]            list keys with their fingerprints
   token create USER          create an HTTP token; printed once, alone on the last line
-  governor                   what requests cost: by kind, repo, user, transport (--last N, tail)
   token revoke ID            revoke a token (it stays listed)
   token list [USER]          list tokens: id, user, created, expiry, revoked (never secrets)
   grant USER ROLE PATTERN    give USER read, write or admin on repos PATTERN matches
@@ -46,6 +47,7 @@ commands:
   rule remove N              remove the rule at position N
   access export [-o FILE]    write users, keys, grants, rules, settings as TOML
   access import FILE         replace the access model with a TOML file's
+  governor                   what requests cost: by kind, repo, user, transport (--last N, tail)
   version                    print the version
 
 Every command takes --data DIR (default ./packwire-data) and is safe to run
@@ -98,6 +100,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdRule(ctx, args[1:], stdout, stderr)
 	case "access":
 		err = cmdAccess(ctx, args[1:], stdout, stderr)
+	case "maintain":
+		err = cmdMaintain(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "packwire", version)
 	case "help", "-h", "--help":

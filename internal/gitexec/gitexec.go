@@ -53,6 +53,13 @@ var ServedConfig = []string{
 	"safe.directory=*",                     // repos are resolved and confined by packwire
 	"core.logAllRefUpdates=false",          // bare: no reflogs in the request path
 	"uploadarchive.allowUnreachable=false", // archive only what refs reach
+	// Maintenance (internal/maintain) owns the object layout: never run
+	// git's automatic gc in the request path, and keep every push as a
+	// small pack that a geometric repack folds in later.
+	"gc.auto=0",
+	"receive.autogc=false",
+	"transfer.unpackLimit=1",
+	"receive.unpackLimit=1",
 	// Not uploadpack.allowRefInWant: git 2.39's upload-pack then sends
 	// wanted-refs before shallow-info and its own client fails a v2
 	// "clone --depth" with "expected 'packfile', received 'shallow-info'".

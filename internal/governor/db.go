@@ -47,6 +47,7 @@ CREATE TABLE requests (
 );
 CREATE INDEX requests_start ON requests(start_ns);`,
 	`ALTER TABLE requests ADD COLUMN pack_cache TEXT NOT NULL DEFAULT '';`,
+	maintenanceMigration, // 2: maintenance_runs (maintenance.go)
 }
 
 const columns = `seq, id, start_ns, transport, protocol, repo, user, remote, service, kind, wants, haves, depth, filter,

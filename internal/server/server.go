@@ -27,6 +27,7 @@ import (
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
 	"packwire/internal/limiter"
+	"packwire/internal/maintain"
 	"packwire/internal/packcache"
 	"packwire/internal/pipeline"
 	"packwire/internal/transport/daemon"
@@ -66,6 +67,10 @@ type Config struct {
 	RecordsMaxCount int           // governor retention by count (0: no bound)
 	RecordsFlush    time.Duration // governor batch interval (default 500ms)
 
+	MaintainInterval    time.Duration // how often repositories are checked for maintenance (0: never)
+	MaintainConcurrency int           // repositories maintained at once
+	MaintainBudget      time.Duration // maintenance CPU allowed per hour (0: no bound)
+
 	Log *slog.Logger
 }
 
@@ -93,6 +98,9 @@ var Defaults = Config{
 	PackCacheMaxAge:       5 * time.Minute,
 	PackCacheMinUses:      1,
 	PackCacheMinFreeBytes: 1 << 30,
+	MaintainInterval:      10 * time.Minute,
+	MaintainConcurrency:   1,
+	MaintainBudget:        15 * time.Minute,
 }
 
 // Server is a running packwire.
@@ -102,6 +110,9 @@ type Server struct {
 	Pipeline *pipeline.Pipeline
 	Governor *governor.Governor
 	HostKey  gossh.Signer
+	// Maintainer keeps repositories in the serving layout; its scheduler
+	// runs in the background from Start to Shutdown.
+	Maintainer *maintain.Maintainer
 
 	// Listening addresses, set by Start for the listeners that are on.
 	GitAddr, HTTPAddr, SSHAddr, MetricsAddr net.Addr
@@ -115,6 +126,8 @@ type Server struct {
 	wg        sync.WaitGroup
 	errMu     sync.Mutex
 	err       error
+
+	stopMaintain context.CancelFunc // ends the maintenance scheduler
 }
 
 // New opens the data directory (creating it) and builds the pipeline.
@@ -145,6 +158,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			MaxWait:  cfg.MaxQueueWait,
 		},
 	}
+	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance})
 	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })
 	gov.RegisterGauge("packwire_pack_jobs_queued", "Requests waiting for a pack generation slot.", func() float64 { _, q := s.Pipeline.Limiter.Stats(); return float64(q) })
 	if cfg.PackCache {
@@ -245,6 +259,14 @@ func (s *Server) Start() error {
 		s.MetricsAddr = metricsL.Addr()
 		s.metrics = &nethttp.Server{Handler: exactRoutes(map[string]nethttp.Handler{"/metrics": s.Governor.MetricsHandler()}, nethttp.NotFoundHandler()), ReadHeaderTimeout: cfg.InitTimeout}
 		s.serve("metrics", func() error { return s.metrics.Serve(metricsL) }, nethttp.ErrServerClosed)
+	}
+	if cfg.MaintainInterval > 0 {
+		sched := &maintain.Scheduler{M: s.Maintainer, Repos: s.Data.Repos.List, Interval: cfg.MaintainInterval,
+			Concurrency: cfg.MaintainConcurrency, Budget: cfg.MaintainBudget}
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopMaintain = cancel
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); sched.Run(ctx) }()
 	}
 	if sshL != nil {
 		s.SSHAddr = sshL.Addr()
@@ -407,6 +429,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.hooks.Close()
 		<-s.hooksDone
 		os.Remove(s.Pipeline.HookSocket)
+	}
+	if s.stopMaintain != nil {
+		s.stopMaintain() // a maintenance run in progress is killed; the layout stays servable
 	}
 	s.wg.Wait()
 	s.Governor.Close()

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"packwire/internal/datadir"
+	"packwire/internal/governor"
+	"packwire/internal/maintain"
+	"packwire/internal/repo"
+)
+
+const maintainHelp = `Bring repositories (all, or the ones named) into the layout that serves
+clones fastest, doing only the work each one needs:
+
+  - a preferred pack holding exactly the closure of what a default clone
+    fetches (branches, tags, HEAD), kept with a .keep;
+  - every other object (refs/pull/*, refs/keep-around/*, other refs) in other
+    packs; unreachable objects in a cruft pack for --cruft-expiration;
+  - a multi-pack-index with a bitmap that prefers that pack, reverse indexes,
+    a commit-graph and packed refs.
+
+A clone then gets the preferred pack streamed verbatim (pack reuse) instead
+of objects re-checked and re-written. Pushes land as small packs; a
+"geometric" run folds them (git repack --geometric=2) without rewriting the
+preferred pack. A "full" run rebuilds the preferred pack when there is none,
+or when the drift passes --drift:
+
+  drift = (objects of the preferred pack no default clone wants
+           + 0.25 x objects a default clone fetches from outside it)
+          / objects a default clone fetches
+
+Measured (bench/maintain/RESULTS.md): full clone server CPU rose 10% with 14%
+of the preferred pack unwanted and 52% at 32%, but only 7-11% with 19-48% new
+history folded in geometrically, hence the 0.25; a rebuild costs as much CPU
+as 6-12 full clones. At the default 10% a clone pays at most ~10% more.
+
+git runs at a lower CPU priority (nice 10) and never blocks clones or pushes.
+packwire serve does the same in the background (--maintain-interval).
+Each run is recorded in the governor; "packwire repo show NAME" shows the layout.`
+
+func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var full, dryRun bool
+	var drift float64
+	var expire string
+	data, pos, err := openData(ctx, "maintain", "maintain [--data DIR] [--full] [--dry-run] [REPO...]", maintainHelp, args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&full, "full", false, "rebuild the layout from scratch whatever the checks say")
+		fs.BoolVar(&dryRun, "dry-run", false, "only say what each repository needs")
+		fs.Float64Var(&drift, "drift", maintain.DefaultDrift, "rebuild the preferred pack when the drift passes this fraction")
+		fs.StringVar(&expire, "cruft-expiration", "2.weeks.ago", "keep unreachable objects this long (git date)")
+	})
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	gov, err := governor.Open(ctx, filepath.Join(data.Dir, governor.FileName))
+	if err != nil {
+		return err
+	}
+	defer gov.Close()
+	var repos []repo.Repo
+	if len(pos) == 0 {
+		if repos, err = data.Repos.List(); err != nil {
+			return err
+		}
+	}
+	for _, name := range pos {
+		r, err := data.Repos.Resolve(name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		repos = append(repos, r)
+	}
+	m := maintain.New(maintain.Options{Drift: drift, CruftExpiration: expire, Record: gov.RecordMaintenance,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var failed error
+	for _, r := range repos {
+		kind, reason := maintain.Full, "requested (--full)"
+		if !full {
+			if kind, reason, err = m.Plan(ctx, r.Path); err != nil {
+				fmt.Fprintf(stdout, "%s: check failed: %v\n", r.Name, err)
+				failed = errors.Join(failed, err)
+				continue
+			}
+		}
+		if kind == maintain.None {
+			fmt.Fprintf(stdout, "%s: in shape\n", r.Name)
+			continue
+		}
+		if dryRun {
+			fmt.Fprintf(stdout, "%s: needs %s run: %s\n", r.Name, kind, reason)
+			continue
+		}
+		run, err := m.Run(ctx, r, kind, reason)
+		printRun(stdout, run)
+		if err != nil {
+			failed = errors.Join(failed, fmt.Errorf("%s: %w", r.Name, err))
+		}
+	}
+	return failed
+}
+
+func printRun(w io.Writer, run governor.MaintenanceRun) {
+	fmt.Fprintf(w, "%s: %s run (%s): %s in %s, CPU %s; packs %d -> %d, %s -> %s\n", run.Repo, run.Kind, run.Reason, run.Result,
+		run.Wall.Round(time.Millisecond), (run.UserCPU + run.SysCPU).Round(time.Millisecond),
+		run.PacksBefore, run.PacksAfter, size(run.BytesBefore), size(run.BytesAfter))
+	if run.Error != "" {
+		fmt.Fprintf(w, "  error: %s\n", run.Error)
+	}
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// maintainImported brings a freshly imported repository into shape at once.
+func maintainImported(ctx context.Context, data *datadir.Data, r repo.Repo, stdout io.Writer) error {
+	gov, err := governor.Open(ctx, filepath.Join(data.Dir, governor.FileName))
+	if err != nil {
+		return err
+	}
+	defer gov.Close()
+	m := maintain.New(maintain.Options{Record: gov.RecordMaintenance, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	run, err := m.Run(ctx, r, maintain.Full, "imported")
+	printRun(stdout, run)
+	return err
+}
+
+// cmdRepoShow prints a repository's object layout.
+func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	data, pos, err := openData(ctx, "repo show", "repo show NAME [--data DIR]", "Show a repository's object layout: packs, the preferred pack and what it covers,\nthe bitmap, objects outside it, and the last maintenance run.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) != 1 {
+		return usagef("usage: packwire repo show NAME")
+	}
+	r, err := data.Repos.Resolve(pos[0])
+	if err != nil {
+		return fmt.Errorf("repo show %s: %w", pos[0], err)
+	}
+	l, err := maintain.Inspect(r.Path)
+	if err != nil {
+		return err
+	}
+	m := maintain.New(maintain.Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	refs, err := m.ReadRefs(ctx, r.Path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s at %s\n", r.Name, r.Path)
+	fmt.Fprintf(stdout, "refs: %d branches, %d tags, %d other\n", refs.Branches, refs.Tags, refs.Other)
+	fmt.Fprintf(stdout, "packs: %d, %s; loose objects: %d\n", len(l.Packs), size(l.Bytes()), l.Loose)
+	for _, p := range l.Packs {
+		var what string
+		switch {
+		case p.Preferred:
+			what = "preferred"
+		case p.Cruft:
+			what = "cruft (unreachable, kept for the grace period)"
+		case p.Keep:
+			what = "kept (" + keepNote(p.KeepNote) + ")"
+		}
+		inMIDX := ""
+		if p.Bitmap {
+			inMIDX += " (pack bitmap)"
+		}
+		if l.MIDX && !l.MIDXPacks[p.Name] {
+			inMIDX += " not in the multi-pack-index"
+		}
+		fmt.Fprintf(stdout, "  %s %10s %8d objects  %s%s\n", p.Name, size(p.Size), p.Objects, what, inMIDX)
+	}
+	fmt.Fprintf(stdout, "multi-pack-index: %v, multi-pack bitmap: %v, commit-graph: %v\n", l.MIDX, l.Bitmap, l.CommitGraph)
+	if pref := l.PreferredPack(); pref != nil {
+		st := l.State
+		fmt.Fprintf(stdout, "preferred pack: closure of %d branches + %d tags (and HEAD) as of %s, %d objects\n",
+			st.Branches, st.Tags, st.Built.Format(time.RFC3339), pref.Objects)
+		var outside int64
+		for _, p := range l.Packs {
+			if !p.Preferred {
+				outside += p.Objects
+			}
+		}
+		fmt.Fprintf(stdout, "objects outside it: %d (other refs, pushes since, unreachable)\n", outside)
+		if d, err := m.ReadDrift(ctx, r.Path); err == nil {
+			fmt.Fprintf(stdout, "default clone now: %d objects, %d outside the preferred pack, %d of it unwanted: drift %.1f%% (full rebuild above %.1f%%)\n",
+				d.Closure, d.New, d.Stale, 100*d.Ratio(), 100*m.Drift)
+		}
+	} else {
+		fmt.Fprintln(stdout, "preferred pack: none (packwire maintain brings the repository into shape)")
+	}
+	gov, err := governor.Open(ctx, filepath.Join(data.Dir, governor.FileName))
+	if err != nil {
+		return err
+	}
+	defer gov.Close()
+	runs, err := gov.LastMaintenance(ctx, r.Name, 1)
+	if err != nil {
+		return err
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(stdout, "last maintenance: never")
+	} else {
+		run := runs[0]
+		fmt.Fprintf(stdout, "last maintenance: %s, %s run (%s): %s in %s, CPU %s, packs %d -> %d\n", run.Start.UTC().Format(time.RFC3339),
+			run.Kind, run.Reason, run.Result, run.Wall.Round(time.Millisecond), (run.UserCPU + run.SysCPU).Round(time.Millisecond),
+			run.PacksBefore, run.PacksAfter)
+	}
+	return nil
+}
+
+func keepNote(s string) string {
+	for i, c := range s {
+		if c == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}

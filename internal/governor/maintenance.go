@@ -1,0 +1,81 @@
+package governor
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+)
+
+// maintenanceMigration is the second migration: one row per maintenance
+// run (internal/maintain), apart from the request records.
+const maintenanceMigration = `
+CREATE TABLE maintenance_runs (
+	seq          INTEGER PRIMARY KEY,
+	repo         TEXT NOT NULL,
+	start_ns     INTEGER NOT NULL,
+	wall_ns      INTEGER NOT NULL,
+	cpu_user_ns  INTEGER NOT NULL,
+	cpu_sys_ns   INTEGER NOT NULL,
+	kind         TEXT NOT NULL,
+	reason       TEXT NOT NULL,
+	packs_before INTEGER NOT NULL,
+	bytes_before INTEGER NOT NULL,
+	packs_after  INTEGER NOT NULL,
+	bytes_after  INTEGER NOT NULL,
+	result       TEXT NOT NULL,
+	error        TEXT NOT NULL
+);
+CREATE INDEX maintenance_runs_repo ON maintenance_runs(repo, start_ns);`
+
+// MaintenanceRun is one run of repository maintenance.
+type MaintenanceRun struct {
+	Repo        string        `json:"repo"`
+	Start       time.Time     `json:"start"`
+	Wall        time.Duration `json:"wall_ns"`
+	UserCPU     time.Duration `json:"cpu_user_ns"` // rusage of the git processes
+	SysCPU      time.Duration `json:"cpu_sys_ns"`
+	Kind        string        `json:"kind"`   // full, geometric
+	Reason      string        `json:"reason"` // why the scheduler chose it
+	PacksBefore int           `json:"packs_before"`
+	BytesBefore int64         `json:"bytes_before"`
+	PacksAfter  int           `json:"packs_after"`
+	BytesAfter  int64         `json:"bytes_after"`
+	Result      string        `json:"result"` // ok, error, killed
+	Error       string        `json:"error,omitempty"`
+}
+
+// RecordMaintenance stores one maintenance run at once (runs are rare).
+func (g *Governor) RecordMaintenance(ctx context.Context, r MaintenanceRun) error {
+	_, err := g.db.DB.ExecContext(ctx, `INSERT INTO maintenance_runs (repo, start_ns, wall_ns, cpu_user_ns, cpu_sys_ns, kind, reason,
+		packs_before, bytes_before, packs_after, bytes_after, result, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		r.Repo, r.Start.UnixNano(), int64(r.Wall), int64(r.UserCPU), int64(r.SysCPU), r.Kind, r.Reason,
+		r.PacksBefore, r.BytesBefore, r.PacksAfter, r.BytesAfter, r.Result, r.Error)
+	return err
+}
+
+// LastMaintenance returns the newest maintenance runs of repo (all repos if
+// repo is empty), newest first.
+func (g *Governor) LastMaintenance(ctx context.Context, repo string, n int) ([]MaintenanceRun, error) {
+	rows, err := g.db.DB.QueryContext(ctx, `SELECT repo, start_ns, wall_ns, cpu_user_ns, cpu_sys_ns, kind, reason, packs_before,
+		bytes_before, packs_after, bytes_after, result, error FROM maintenance_runs WHERE ? = '' OR repo = ? ORDER BY seq DESC LIMIT ?`, repo, repo, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []MaintenanceRun
+	for rows.Next() {
+		var r MaintenanceRun
+		var start, wall, cu, cs int64
+		if err := rows.Scan(&r.Repo, &start, &wall, &cu, &cs, &r.Kind, &r.Reason, &r.PacksBefore, &r.BytesBefore,
+			&r.PacksAfter, &r.BytesAfter, &r.Result, &r.Error); err != nil {
+			return nil, err
+		}
+		r.Start, r.Wall, r.UserCPU, r.SysCPU = time.Unix(0, start), time.Duration(wall), time.Duration(cu), time.Duration(cs)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	return out, nil
+}
