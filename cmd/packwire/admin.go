@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"packwire/internal/access"
 	"packwire/internal/datadir"
 	"packwire/internal/store"
 )
@@ -114,7 +115,7 @@ func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		defer data.Close()
-		if len(pos) != 1 || !validUserName(pos[0]) {
+		if len(pos) != 1 || !access.ValidUserName(pos[0]) {
 			return usagef("usage: packwire user add NAME (letters, digits, '.', '_', '-')")
 		}
 		// Parse every key before writing anything, so a bad file adds nothing.
@@ -250,16 +251,4 @@ func readKeyFile(path string) (store.Key, error) {
 		PublicKey:   strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub))),
 		Comment:     comment,
 	}, nil
-}
-
-func validUserName(name string) bool {
-	if name == "" || len(name) > 64 || name[0] == '-' || name[0] == '.' {
-		return false
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }

@@ -109,22 +109,10 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 func printRun(w io.Writer, run governor.MaintenanceRun) {
 	fmt.Fprintf(w, "%s: %s run (%s): %s in %s, CPU %s; packs %d -> %d, %s -> %s\n", run.Repo, run.Kind, run.Reason, run.Result,
 		run.Wall.Round(time.Millisecond), (run.UserCPU + run.SysCPU).Round(time.Millisecond),
-		run.PacksBefore, run.PacksAfter, size(run.BytesBefore), size(run.BytesAfter))
+		run.PacksBefore, run.PacksAfter, bytesText(run.BytesBefore), bytesText(run.BytesAfter))
 	if run.Error != "" {
 		fmt.Fprintf(w, "  error: %s\n", run.Error)
 	}
-}
-
-func size(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // maintainImported brings a freshly imported repository into shape at once.
@@ -165,7 +153,7 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "%s at %s\n", r.Name, r.Path)
 	fmt.Fprintf(stdout, "refs: %d branches, %d tags, %d other\n", refs.Branches, refs.Tags, refs.Other)
-	fmt.Fprintf(stdout, "packs: %d, %s; loose objects: %d\n", len(l.Packs), size(l.Bytes()), l.Loose)
+	fmt.Fprintf(stdout, "packs: %d, %s; loose objects: %d\n", len(l.Packs), bytesText(l.Bytes()), l.Loose)
 	for _, p := range l.Packs {
 		var what string
 		switch {
@@ -183,7 +171,7 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if l.MIDX && !l.MIDXPacks[p.Name] {
 			inMIDX += " not in the multi-pack-index"
 		}
-		fmt.Fprintf(stdout, "  %s %10s %8d objects  %s%s\n", p.Name, size(p.Size), p.Objects, what, inMIDX)
+		fmt.Fprintf(stdout, "  %s %10s %8d objects  %s%s\n", p.Name, bytesText(p.Size), p.Objects, what, inMIDX)
 	}
 	fmt.Fprintf(stdout, "multi-pack-index: %v, multi-pack bitmap: %v, commit-graph: %v\n", l.MIDX, l.Bitmap, l.CommitGraph)
 	if pref := l.PreferredPack(); pref != nil {
