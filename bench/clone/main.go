@@ -11,24 +11,24 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
+
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"packwire/bench/internal/benchkit"
 )
 
 type target struct {
 	name   string
 	url    string
-	env    []string  // extra client environment
-	server *cpuMeter // the server's CPU; nil: not a server
+	env    []string        // extra client environment
+	server *benchkit.Group // the server's CPU; nil: not a server
 }
 
 type sample struct{ wall, serverCPU time.Duration }
@@ -55,44 +55,44 @@ func main() {
 
 	bare := filepath.Join(out, "bench.git")
 	log.Printf("building benchmark repository from %s ...", *src)
-	must(buildRepo(*src, bare, 400))
-	packSize := dirSize(filepath.Join(bare, "objects", "pack"))
+	must(benchkit.BuildRepo(*src, bare, 400))
+	packSize := benchkit.DirSize(filepath.Join(bare, "objects", "pack"))
 
 	bin := filepath.Join(out, "packwire")
-	run("go", "build", "-o", bin, "./cmd/packwire")
+	benchkit.Run("go", "build", "-o", bin, "./cmd/packwire")
 	data := filepath.Join(out, "data")
-	run(bin, "repo", "import", "bench", bare, "--data", data)
+	benchkit.Run(bin, "repo", "import", "bench", bare, "--data", data, "--no-maintain") // measured as git gc packs it
 	imported := filepath.Join(data, "repos", "bench.git")
-	run("git", "-C", imported, "repack", "-adbq", "--write-bitmap-index")
+	benchkit.Run("git", "-C", imported, "repack", "-adbq", "--write-bitmap-index")
 
-	gitPort, httpPort, sshPort, daemonPort := freePort(), freePort(), freePort(), freePort()
-	srv := exec.Command(bin, "serve", "--data", data,
+	gitPort, httpPort, sshPort, daemonPort := benchkit.FreePort(), benchkit.FreePort(), benchkit.FreePort(), benchkit.FreePort()
+	srv := exec.Command(bin, "serve", "--data", data, "--maintain-interval", "0",
 		"--git", "127.0.0.1:"+gitPort, "--http", "127.0.0.1:"+httpPort, "--ssh", "127.0.0.1:"+sshPort, "--log-format", "json")
 	srvLog, _ := os.Create(filepath.Join(out, "packwire.log"))
 	srv.Stdout, srv.Stderr = srvLog, srvLog
 	must(srv.Start())
-	packwireCPU := newCPUMeter("packwire", srv.Process.Pid)
+	packwireCPU := benchkit.NewCPUMeter("packwire", srv.Process.Pid)
 
 	// The peer: git daemon serving the same repository directory.
 	daemon := exec.Command("git", "daemon", "--export-all", "--reuseaddr", "--base-path="+filepath.Join(data, "repos"),
 		"--listen=127.0.0.1", "--port="+daemonPort, filepath.Join(data, "repos"))
 	daemon.Env = clientEnv
 	must(daemon.Start())
-	daemonCPU := newCPUMeter("git-daemon", daemon.Process.Pid)
+	daemonCPU := benchkit.NewCPUMeter("git-daemon", daemon.Process.Pid)
 	defer func() {
 		srv.Process.Signal(syscall.SIGTERM)
 		daemon.Process.Kill()
 		srv.Wait()
 		daemon.Wait()
-		packwireCPU.close()
-		daemonCPU.close()
+		packwireCPU.Close()
+		daemonCPU.Close()
 	}()
 	for _, p := range []string{gitPort, httpPort, sshPort, daemonPort} {
-		waitPort(p)
+		benchkit.WaitPort(p)
 	}
 
 	key := filepath.Join(home, "id_ed25519")
-	run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key)
+	benchkit.Run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key)
 	sshBase := "ssh -F /dev/null -i " + key + " -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes"
 
 	targets := []target{
@@ -124,7 +124,7 @@ func main() {
 			t := targets[i]
 			dst := filepath.Join(out, "clone")
 			os.RemoveAll(dst)
-			cpu0 := t.server.read()
+			cpu0 := t.server.Read()
 			start := time.Now()
 			cmd := exec.Command("git", "clone", "-q", "--no-local", t.url, dst)
 			cmd.Env = append(append([]string{}, clientEnv...), t.env...)
@@ -135,7 +135,7 @@ func main() {
 			// The server's accounting of a finished request can trail the
 			// client's exit by a moment: let the git child be reaped.
 			time.Sleep(100 * time.Millisecond)
-			cpu := t.server.read() - cpu0
+			cpu := t.server.Read() - cpu0
 			if r >= 0 {
 				results[t.name] = append(results[t.name], sample{wall, cpu})
 			}
@@ -144,12 +144,12 @@ func main() {
 	}
 	fmt.Fprintln(os.Stderr)
 
-	gitVersion := strings.TrimSpace(output("git", "--version"))
-	sshVersion := strings.TrimSpace(output("ssh", "-V"))
+	gitVersion := strings.TrimSpace(benchkit.Output("git", "--version"))
+	sshVersion := strings.TrimSpace(benchkit.Output("ssh", "-V"))
 	fmt.Printf("Full clone, %s repository (%d objects, pack %.1f MiB), %d rounds after 1 warm-up, order shuffled each round.\n",
-		"Go-source-shaped", countObjects(imported), float64(packSize)/(1<<20), *rounds)
+		"Go-source-shaped", benchkit.CountObjects(imported), float64(packSize)/(1<<20), *rounds)
 	fmt.Printf("%s, %s, %d CPUs, %s, %s\n\n", gitVersion, sshVersion, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Printf("Server CPU from %s.\n\n", packwireCPU.source())
+	fmt.Printf("Server CPU from %s.\n\n", packwireCPU.Source())
 	fmt.Println("| target | median wall | min - max | wall / first row | server CPU (median) |")
 	fmt.Println("|---|---:|---:|---:|---:|")
 	base := median(results[targets[0].name], func(s sample) time.Duration { return s.wall })
@@ -178,125 +178,4 @@ func median(s []sample, f func(sample) time.Duration) time.Duration {
 		return v[len(v)/2]
 	}
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
-}
-
-// cpuMeter reads the CPU a server and everything it starts used: from a
-// cgroup v1 cpuacct group when this process may make one (root), since
-// some servers reap their children late or never; else from /proc
-// (the process and the children it has reaped).
-type cpuMeter struct {
-	pid    int
-	cgroup string
-}
-
-func newCPUMeter(name string, pid int) *cpuMeter {
-	m := &cpuMeter{pid: pid}
-	dir := fmt.Sprintf("/sys/fs/cgroup/cpuacct/packwire-bench-%d/%s", os.Getpid(), name)
-	if os.MkdirAll(dir, 0o755) == nil && os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0o644) == nil {
-		m.cgroup = dir
-	}
-	return m
-}
-
-func (m *cpuMeter) source() string {
-	if m.cgroup != "" {
-		return "a cgroup v1 cpuacct group per server (all its processes)"
-	}
-	return "/proc/PID/stat utime+stime+cutime+cstime (children only once reaped)"
-}
-
-func (m *cpuMeter) read() time.Duration {
-	if m == nil {
-		return 0
-	}
-	if m.cgroup != "" {
-		b, err := os.ReadFile(m.cgroup + "/cpuacct.usage")
-		if err == nil {
-			ns, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-			return time.Duration(ns)
-		}
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.pid))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	var ticks int64
-	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
-		n, _ := strconv.ParseInt(f[i], 10, 64)
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
-}
-
-// close kills whatever is left in the cgroup (git daemon's wrapper leaves
-// the real daemon behind) and removes it.
-func (m *cpuMeter) close() {
-	if m.cgroup == "" {
-		return
-	}
-	for i := 0; i < 50; i++ {
-		procs, _ := os.ReadFile(m.cgroup + "/cgroup.procs")
-		for _, p := range strings.Fields(string(procs)) {
-			if pid, err := strconv.Atoi(p); err == nil {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		if os.Remove(m.cgroup) == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	os.Remove(filepath.Dir(m.cgroup))
-}
-
-func run(name string, args ...string) {
-	if b, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		log.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
-	}
-}
-
-func output(name string, args ...string) string {
-	b, _ := exec.Command(name, args...).CombinedOutput()
-	return string(b)
-}
-
-func countObjects(repo string) int {
-	m := regexp.MustCompile(`in-pack: (\d+)`).FindStringSubmatch(output("git", "-C", repo, "count-objects", "-v"))
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
-func dirSize(dir string) int64 {
-	var total int64
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil {
-			total += info.Size()
-		}
-	}
-	return total
-}
-
-func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-func waitPort(port string) {
-	for i := 0; i < 100; i++ {
-		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	log.Fatalf("nothing listens on port %s", port)
 }

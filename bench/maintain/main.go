@@ -37,6 +37,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"packwire/bench/internal/benchkit"
 )
 
 type kind struct {
@@ -93,7 +95,7 @@ func main() {
 	// The repository, `git gc`-shaped: one pack with a bitmap, packed refs.
 	gcShaped := filepath.Join(out, "gc-shaped.git")
 	log.Printf("building the repository from %s with %d unfetched refs ...", *src, *pulls)
-	must(buildRepo(*src, gcShaped, 400))
+	must(benchkit.BuildRepo(*src, gcShaped, 400))
 	must(addPullRefs(gcShaped, *pulls))
 	run("git", "-C", gcShaped, "config", "uploadpack.allowFilter", "true")
 	run("git", "-C", gcShaped, "gc", "--quiet", "--prune=now")

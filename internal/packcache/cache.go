@@ -209,10 +209,8 @@ func (c *Cache) generate(key string, g *generation, f *os.File, req Request, std
 	cmd.Stdout = &notifyingWriter{f: f, g: g}
 	var stderr tail
 	cmd.Stderr = &stderr
+	// No fsync: the cache is wiped at every start, so durability buys nothing.
 	err := cmd.Run()
-	if err == nil {
-		err = f.Sync()
-	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

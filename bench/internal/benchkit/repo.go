@@ -1,4 +1,4 @@
-package main
+package benchkit
 
 import (
 	"bytes"
@@ -11,10 +11,10 @@ import (
 	"sort"
 )
 
-// buildRepo (a copy of bench/clone's) makes a deterministic benchmark repository from a source tree:
+// BuildRepo makes a deterministic benchmark repository from a source tree:
 // the tree arrives over 60 commits, then edits commits each change three
 // files, with tags and a few branches, packed as git gc would (with bitmap).
-func buildRepo(src, out string, edits int) error {
+func BuildRepo(src, out string, edits int) error {
 
 	var files []string
 	filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
