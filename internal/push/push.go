@@ -117,6 +117,10 @@ func ReadRequest(r io.Reader) (*Request, error) {
 		}
 		if len(req.Commands) == 0 {
 			cmdPart, caps, _ := strings.Cut(line, "\x00")
+			// Capabilities are space-separated words on one line.
+			if strings.ContainsAny(caps, "\x00\n\r") {
+				return nil, fmt.Errorf("%w: control characters in capabilities", ErrMalformed)
+			}
 			line, req.Caps = cmdPart, caps
 		} else if strings.IndexByte(line, 0) >= 0 {
 			return nil, fmt.Errorf("%w: NUL in a command", ErrMalformed)
