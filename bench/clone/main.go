@@ -16,7 +16,6 @@ import (
 
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -168,14 +167,11 @@ func main() {
 	}
 }
 
+// median of one measure of the samples.
 func median(s []sample, f func(sample) time.Duration) time.Duration {
 	v := make([]time.Duration, len(s))
 	for i, x := range s {
 		v[i] = f(x)
 	}
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	return benchkit.Median(v)
 }

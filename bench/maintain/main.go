@@ -32,7 +32,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -412,19 +411,13 @@ func ensureTools() {
 func wallOf(s sample) time.Duration { return s.wall }
 func cpuOf(s sample) time.Duration  { return s.cpu }
 
+// median of one measure of the samples.
 func median(s []sample, f func(sample) time.Duration) time.Duration {
-	if len(s) == 0 {
-		return 0
-	}
 	v := make([]time.Duration, len(s))
 	for i, x := range s {
 		v[i] = f(x)
 	}
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	return benchkit.Median(v)
 }
 
 // cpuMeter reads the CPU of every process in a cgroup v1 cpuacct group.
