@@ -93,7 +93,7 @@ var Defaults = Config{
 	MaxQueue:           256,
 	MaxQueueWait:       60 * time.Second,
 
-	PackCache:             true,
+	PackCache:             false, // opt-in: see README "Clone storms" for the measurement
 	PackCacheMaxBytes:     2 << 30,
 	PackCacheMaxAge:       5 * time.Minute,
 	PackCacheMinUses:      1,
