@@ -138,7 +138,9 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 	if len(c.uses) > 100_000 { // bound the occurrence counts
 		c.uses = map[string]int{key: c.uses[key]}
 	}
-	if e, ok := c.done[key]; ok && time.Since(e.created) < c.MaxAge {
+	if e, ok := c.done[key]; ok && time.Since(e.created) >= c.MaxAge {
+		c.dropLocked(key) // expired: its file and size go before a new run replaces it
+	} else if ok {
 		e.lastUsed = time.Now()
 		c.mu.Unlock()
 		f, err := os.Open(e.path)
@@ -149,7 +151,9 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 			return Hit, err
 		}
 		c.mu.Lock()
-		c.dropLocked(key)
+		if c.done[key] == e { // not replaced meanwhile
+			c.dropLocked(key)
+		}
 	}
 	g, joined := c.inflight[key]
 	if !joined {
@@ -224,6 +228,7 @@ func (c *Cache) generate(key string, g *generation, f *os.File, req Request, std
 	final := strings.TrimSuffix(g.path, ".tmp") + ".pack"
 	keep := err == nil && c.uses[key] >= c.MinUses && c.MaxBytes > 0 && g.size <= c.MaxBytes
 	if keep && os.Rename(g.path, final) == nil {
+		c.dropLocked(key) // never count a replaced entry twice
 		c.done[key] = &entry{path: final, size: g.size, created: time.Now(), lastUsed: time.Now()}
 		c.total += g.size
 		c.evictLocked()

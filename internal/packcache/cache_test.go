@@ -162,3 +162,28 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// TestExpiredPackIsReplacedNotLeaked: a pack past MaxAge is regenerated,
+// and the old one's file and size are gone, not counted twice.
+func TestExpiredPackIsReplacedNotLeaked(t *testing.T) {
+	c := newCache(t)
+	c.MaxBytes = 100 << 20
+	c.MaxAge = 50 * time.Millisecond
+	c.GitPath = slowPackObjects(t)
+	req := Request{RepoPath: t.TempDir(), Args: []string{"git", "pack-objects", "--stdout"}}
+	const size = 40 * 65536
+	for i, want := range []Outcome{Generated, Hit} {
+		if o, err := c.Serve(context.Background(), req, []byte("want x\n"), io.Discard); o != want || err != nil {
+			t.Fatalf("request %d: %s %v", i, o, err)
+		}
+	}
+	time.Sleep(60 * time.Millisecond)
+	if o, err := c.Serve(context.Background(), req, []byte("want x\n"), io.Discard); o != Generated || err != nil {
+		t.Fatalf("after expiry: %s %v", o, err)
+	}
+	packs, bytes, _ := c.Stats()
+	files, _ := filepath.Glob(filepath.Join(c.Dir, "*.pack"))
+	if packs != 1 || bytes != size || len(files) != 1 {
+		t.Fatalf("after replacing an expired pack: %d packs, %d bytes, files %v", packs, bytes, files)
+	}
+}
