@@ -76,17 +76,6 @@ type Controller struct {
 // exactly like a missing repository, so that access never leaks existence.
 var ErrNoRead = errors.New("no read access")
 
-// Decide returns nil if p may do op on the repository, or the reason not:
-// ErrNoRead (hide the repository), ErrAuthRequired (anonymous push) or
-// ErrDenied (a known user who may read but not write).
-func (c *Controller) Decide(ctx context.Context, p Principal, op Op, repoName string) error {
-	m, err := c.Load(ctx, p)
-	if err != nil {
-		return err
-	}
-	return m.Decide(p, op, repoName)
-}
-
 // Model is a snapshot of the access model for one request: read once,
 // decided in memory (a 5,000-ref push asks thousands of questions).
 type Model struct {
@@ -122,7 +111,9 @@ func (c *Controller) Load(ctx context.Context, p Principal) (*Model, error) {
 // SettingAnonRead is the settings key of the server-wide anonymous read switch.
 const SettingAnonRead = "anonymous-read"
 
-// Decide is Controller.Decide on a loaded model.
+// Decide returns nil if p may do op on the repository, or the reason not:
+// ErrNoRead (hide the repository), ErrAuthRequired (anonymous push) or
+// ErrDenied (a known user who may read but not write).
 func (m *Model) Decide(p Principal, op Op, repoName string) error {
 	// The wrapped text says what decided, for the refusal's log line.
 	role := m.Role(p, repoName)

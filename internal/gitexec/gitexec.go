@@ -79,7 +79,6 @@ var ErrClientGone = errors.New("client hung up")
 type Runner struct {
 	GitPath     string        // default "git"
 	IdleTimeout time.Duration // 0: none; kill after this long with no data either way
-	ExtraConfig []string      // more "key=value" settings for git -c
 }
 
 // Spec is one git invocation.
@@ -112,9 +111,6 @@ type Result struct {
 func (r *Runner) Args(spec Spec) []string {
 	args := make([]string, 0, 2*len(ServedConfig)+8)
 	for _, c := range ServedConfig {
-		args = append(args, "-c", c)
-	}
-	for _, c := range r.ExtraConfig {
 		args = append(args, "-c", c)
 	}
 	for _, c := range spec.Config {

@@ -121,9 +121,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 		p.mu.Unlock()
 		return nil, &Error{Code: CodeUnavailable, Message: "server is shutting down, retry shortly", Err: ErrShuttingDown}
 	}
-	if p.killCtx == nil {
-		p.killCtx, p.kill = context.WithCancel(context.Background())
-	}
+	p.initKillLocked()
 	p.active.Add(1)
 	p.mu.Unlock()
 	req.Protocol = CleanProtocol(req.Protocol)
@@ -144,7 +142,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 		call.releaseWG()
 		rec := call.record()
 		rec.Repo = printable(strings.Trim(req.RepoPath, "/"))
-		rec.Kind = string(protocol.NewClassifier(string(req.Service), false).Summary(req.AdvertiseRefs, req.StatelessRPC).Kind)
+		rec.Kind = string(protocol.NewClassifier(req.Service, false).Summary(req.AdvertiseRefs, req.StatelessRPC).Kind)
 		rec.Result = governor.ResultRefused
 		rec.Error = err.Error()
 		rec.Wall = governor.Duration(time.Since(call.started))
@@ -162,7 +160,7 @@ func (c *Call) record() governor.Record {
 		ID:        c.RecordID,
 		Start:     c.started,
 		Transport: req.Transport,
-		Protocol:  protocolVersion(req.Protocol),
+		Protocol:  protocol.Version(req.Protocol),
 		Repo:      c.Repo.Name,
 		User:      req.Principal.User,
 		Remote:    req.Remote,
@@ -290,10 +288,14 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			packcache.EnvRepoPath+"="+c.Repo.Path)
 	}
 	// Without a governor nothing reads the classification: skip the taps.
-	classifier := protocol.NewClassifier(string(req.Service), protocol.IsV2(req.Protocol))
+	v2 := protocol.Version(req.Protocol) == 2
+	classifier := protocol.NewClassifier(req.Service, v2)
 	if p.Governor != nil {
-		spec.OutputTap = classifier.Response()
 		stdin = io.TeeReader(stdin, classifier)
+		if v2 && req.StatelessRPC && req.Service == gitexec.UploadPack {
+			// Only a stateless v2 fetch needs git's answer to tell its kind.
+			spec.OutputTap = classifier.Response()
+		}
 	}
 	var res gitexec.Result
 	var err error
@@ -338,6 +340,13 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	return res, err
 }
 
+// initKillLocked makes the kill switch on first use (a zero Pipeline works).
+func (p *Pipeline) initKillLocked() {
+	if p.killCtx == nil {
+		p.killCtx, p.kill = context.WithCancel(context.Background())
+	}
+}
+
 // Abandon releases a prepared call that will not run.
 func (c *Call) Abandon() { c.releaseWG() }
 
@@ -349,9 +358,7 @@ func (p *Pipeline) InFlight() int64 { return p.inFlight.Load() }
 func (p *Pipeline) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	p.draining = true
-	if p.killCtx == nil {
-		p.killCtx, p.kill = context.WithCancel(context.Background())
-	}
+	p.initKillLocked()
 	p.mu.Unlock()
 	done := make(chan struct{})
 	go func() { p.active.Wait(); close(done) }()
@@ -363,18 +370,6 @@ func (p *Pipeline) Shutdown(ctx context.Context) error {
 		<-done
 		return ctx.Err()
 	}
-}
-
-func protocolVersion(gitProtocol string) int {
-	for _, kv := range strings.Split(gitProtocol, ":") {
-		if kv == "version=2" {
-			return 2
-		}
-		if kv == "version=1" {
-			return 1
-		}
-	}
-	return 0
 }
 
 // printable keeps control characters out of messages echoed to clients and logs.

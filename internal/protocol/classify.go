@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"packwire/internal/gitexec"
 	"packwire/internal/pktline"
 )
 
@@ -30,13 +31,6 @@ const (
 	Unknown          Kind = "unknown" // the client left before saying what it wanted
 )
 
-// Service names as gitexec uses them.
-const (
-	UploadPack    = "git-upload-pack"
-	ReceivePack   = "git-receive-pack"
-	UploadArchive = "git-upload-archive"
-)
-
 // Summary is what a Classifier learnt about one request.
 type Summary struct {
 	Kind       Kind
@@ -53,7 +47,7 @@ type Summary struct {
 
 // Classifier is an io.Writer fed with a copy of the client's stream.
 type Classifier struct {
-	service string
+	service gitexec.Service
 	v2      bool
 	buf     []byte
 	stopped bool
@@ -111,7 +105,7 @@ const maxBuffered = pktline.MaxLength
 
 // NewClassifier returns a classifier for service ("git-upload-pack", ...)
 // spoken in protocol v2 or not.
-func NewClassifier(service string, v2 bool) *Classifier {
+func NewClassifier(service gitexec.Service, v2 bool) *Classifier {
 	return &Classifier{service: service, v2: v2}
 }
 
@@ -155,7 +149,7 @@ func (c *Classifier) Write(p []byte) (int, error) {
 
 func (c *Classifier) special(n int) {
 	switch {
-	case c.service == ReceivePack && n == 0:
+	case c.service == gitexec.ReceivePack && n == 0:
 		// The command list ends at the first flush; the pack follows.
 		c.stopped = true
 	case c.v2 && n == 0:
@@ -165,13 +159,13 @@ func (c *Classifier) special(n int) {
 
 func (c *Classifier) line(l string) {
 	switch c.service {
-	case ReceivePack:
+	case gitexec.ReceivePack:
 		// "old new ref\0capabilities" or "push-cert\0..." lines.
 		if f := strings.Fields(strings.SplitN(l, "\x00", 2)[0]); len(f) == 3 && len(f[0]) >= 40 {
 			c.s.PushedRefs++
 		}
 		return
-	case UploadArchive:
+	case gitexec.UploadArchive:
 		return
 	}
 	if c.v2 {
@@ -212,12 +206,12 @@ func (c *Classifier) line(l string) {
 func (c *Classifier) Summary(advertise, stateless bool) Summary {
 	s := c.s
 	switch {
-	case c.service == ReceivePack:
+	case c.service == gitexec.ReceivePack:
 		s.Kind = Push
 		if advertise {
 			s.Kind = Refs
 		}
-	case c.service == UploadArchive:
+	case c.service == gitexec.UploadArchive:
 		s.Kind = Archive
 	case advertise:
 		s.Kind = Refs
@@ -258,12 +252,16 @@ func containsOnly(list []string, what string) bool {
 	return true
 }
 
-// IsV2 reports whether a GIT_PROTOCOL value asks for protocol v2.
-func IsV2(gitProtocol string) bool {
+// Version is the protocol version a GIT_PROTOCOL value asks for ("version=2",
+// possibly among other colon-separated keys); 0 when it names none.
+func Version(gitProtocol string) int {
 	for _, kv := range strings.Split(gitProtocol, ":") {
-		if kv == "version=2" {
-			return true
+		switch kv {
+		case "version=2":
+			return 2
+		case "version=1":
+			return 1
 		}
 	}
-	return false
+	return 0
 }

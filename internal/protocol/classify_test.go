@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"packwire/internal/gitexec"
 	"packwire/internal/pktline"
 )
 
@@ -22,7 +23,7 @@ func pkts(lines ...string) []byte {
 	return b
 }
 
-func classify(t *testing.T, service string, v2, stateless bool, stream []byte) Summary {
+func classify(t *testing.T, service gitexec.Service, v2, stateless bool, stream []byte) Summary {
 	t.Helper()
 	// Feed byte by byte too: pkt-lines split across writes must not matter.
 	whole := NewClassifier(service, v2)
@@ -59,12 +60,12 @@ func TestClassifyV0(t *testing.T) {
 		{"nothing sent", false, nil, Unknown},
 	}
 	for _, c := range cases {
-		s := classify(t, UploadPack, false, c.stateless, pkts(c.lines...))
+		s := classify(t, gitexec.UploadPack, false, c.stateless, pkts(c.lines...))
 		if s.Kind != c.kind {
 			t.Errorf("%s: kind %s, want %s (%+v)", c.name, s.Kind, c.kind, s)
 		}
 	}
-	s := classify(t, UploadPack, false, false, pkts(want, "want "+oid, "deepen 3", "filter tree:0", "0000", "have "+oid, "done"))
+	s := classify(t, gitexec.UploadPack, false, false, pkts(want, "want "+oid, "deepen 3", "filter tree:0", "0000", "have "+oid, "done"))
 	if s.Wants != 2 || s.Haves != 1 || s.Depth != 3 || s.Filter != "tree:0" || !s.Done {
 		t.Errorf("fields: %+v", s)
 	}
@@ -100,27 +101,27 @@ func TestClassifyV2(t *testing.T) {
 		{"want-ref", false, fetch("want-ref refs/heads/main", "done"), FullClone},
 	}
 	for _, c := range cases {
-		s := classify(t, UploadPack, true, c.stateless, pkts(c.lines...))
+		s := classify(t, gitexec.UploadPack, true, c.stateless, pkts(c.lines...))
 		if s.Kind != c.kind {
 			t.Errorf("%s: kind %s, want %s (%+v)", c.name, s.Kind, c.kind, s)
 		}
 	}
 	// A stateless round the server answered with a pack ("ready") is a fetch.
-	c := NewClassifier(UploadPack, true)
+	c := NewClassifier(gitexec.UploadPack, true)
 	c.Write(pkts(fetch("want "+oid, "have "+oid)...))
 	c.Response().Write(pkts("acknowledgments", "ACK "+oid, "ready", "0001", "packfile"))
 	c.Response().Write([]byte("0009\x01PACK"))
 	if s := c.Summary(false, true); s.Kind != IncrementalFetch {
 		t.Errorf("ready round: %s", s.Kind)
 	}
-	c = NewClassifier(UploadPack, true)
+	c = NewClassifier(gitexec.UploadPack, true)
 	c.Write(pkts(fetch("want "+oid, "have "+oid)...))
 	c.Response().Write(pkts("acknowledgments", "NAK", "0000"))
 	if s := c.Summary(false, true); s.Kind != Negotiation {
 		t.Errorf("round without pack: %s", s.Kind)
 	}
 	// "have" in ls-refs arguments (it is not, but a ref-prefix could look odd) never counts.
-	s := classify(t, UploadPack, true, false, pkts("command=ls-refs", "0001", "ref-prefix have", "0000"))
+	s := classify(t, gitexec.UploadPack, true, false, pkts("command=ls-refs", "0001", "ref-prefix have", "0000"))
 	if s.Haves != 0 {
 		t.Errorf("ls-refs argument counted as have: %+v", s)
 	}
@@ -129,7 +130,7 @@ func TestClassifyV2(t *testing.T) {
 func TestClassifyPushStopsAtPack(t *testing.T) {
 	stream := pkts(oid+" "+oid+" refs/heads/main\x00report-status side-band-64k", strings.Repeat("0", 40)+" "+oid+" refs/heads/new", "0000")
 	stream = append(stream, "PACK\x00\x00\x00\x02garbage that is not pkt-lines at all"...)
-	c := NewClassifier(ReceivePack, false)
+	c := NewClassifier(gitexec.ReceivePack, false)
 	c.Write(stream)
 	if s := c.Summary(false, false); s.Kind != Push || s.PushedRefs != 2 {
 		t.Fatalf("%+v", s)
@@ -140,10 +141,10 @@ func TestClassifyPushStopsAtPack(t *testing.T) {
 }
 
 func TestClassifyArchiveAndAdvertisement(t *testing.T) {
-	if s := classify(t, UploadArchive, false, false, pkts("argument HEAD", "0000")); s.Kind != Archive {
+	if s := classify(t, gitexec.UploadArchive, false, false, pkts("argument HEAD", "0000")); s.Kind != Archive {
 		t.Errorf("archive: %s", s.Kind)
 	}
-	c := NewClassifier(UploadPack, true)
+	c := NewClassifier(gitexec.UploadPack, true)
 	if s := c.Summary(true, true); s.Kind != Refs {
 		t.Errorf("info/refs: %s", s.Kind)
 	}
@@ -155,9 +156,9 @@ func FuzzClassifier(f *testing.F) {
 	f.Add(pkts("want "+oid, "deepen 1", "0000", "done"), uint8(3), true)
 	f.Add(pkts("command=fetch", "0001", "want "+oid, "filter blob:none", "done", "0000"), uint8(7), true)
 	f.Fuzz(func(t *testing.T, stream []byte, cut uint8, v2 bool) {
-		a := NewClassifier(UploadPack, v2)
+		a := NewClassifier(gitexec.UploadPack, v2)
 		a.Write(stream)
-		b := NewClassifier(UploadPack, v2)
+		b := NewClassifier(gitexec.UploadPack, v2)
 		k := int(cut) % (len(stream) + 1)
 		b.Write(stream[:k])
 		b.Write(stream[k:])

@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 
@@ -96,6 +100,16 @@ func TestPackSharing(t *testing.T) {
 	s.env.Git("", "-c", "protocol.version=2", "clone", "-q", s.gitURL("big"), filepath.Join(t.TempDir(), "again"))
 	if got := s.cloneOutcomes(t, seq, 1); got["hit/ok"] != 1 {
 		t.Fatalf("repeat clone: %v", got)
+	}
+	// The kept pack shows in the metrics.
+	resp, err := http.Get("http://" + s.HTTPAddr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^packwire_pack_cache_bytes [1-9]`).Match(metrics) || !strings.Contains(string(metrics), "packwire_pack_cache_runs 0") {
+		t.Fatalf("pack cache gauges missing or zero")
 	}
 
 	// A new commit changes what clones want: a new key, a new generation.

@@ -349,6 +349,8 @@ func (s *Server) openPackCache() error {
 			}
 		}
 	}()
+	s.Governor.RegisterGauge("packwire_pack_cache_bytes", "Finished packs kept for reuse, in bytes.", func() float64 { _, b, _ := cache.Stats(); return float64(b) })
+	s.Governor.RegisterGauge("packwire_pack_cache_runs", "Shared pack-objects runs in progress.", func() float64 { _, _, n := cache.Stats(); return float64(n) })
 	s.Pipeline.PackCache = cache
 	s.Pipeline.HookExecutable = exe
 	s.Pipeline.HookSocket = sock

@@ -21,6 +21,7 @@ import (
 	"packwire/internal/gitexec"
 	"packwire/internal/pipeline"
 	"packwire/internal/pktline"
+	"packwire/internal/protocol"
 )
 
 // DefaultMaxRequestBody bounds a fetch request (wants and haves) after gzip
@@ -105,12 +106,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	advertise := endpoint == "info/refs"
-	protocol := r.Header.Get("Git-Protocol")
 	req := pipeline.Request{
 		Transport:     "http",
 		Service:       service,
 		RepoPath:      repoPath,
-		Protocol:      protocol,
+		Protocol:      r.Header.Get("Git-Protocol"),
 		Principal:     principal,
 		Remote:        r.RemoteAddr,
 		StatelessRPC:  true,
@@ -147,7 +147,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		limited = &limitReader{r: raw, max: max, remaining: max, unlimited: max <= 0}
 		body = limited
-		if service == gitexec.UploadPack && isV2(req.Protocol) {
+		if service == gitexec.UploadPack && protocol.Version(req.Protocol) == 2 {
 			body, req.RefsOnly = peekRefsOnly(body)
 		}
 	}
@@ -159,7 +159,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	out := &streamWriter{w: w, contentType: "application/x-" + string(service) + resultSuffix(advertise)}
-	if advertise && !(service == gitexec.UploadPack && isV2(req.Protocol)) {
+	if advertise && !(service == gitexec.UploadPack && protocol.Version(req.Protocol) == 2) {
 		// git-http-backend's preamble for protocol v0/v1 advertisements.
 		var pre []byte
 		pre, _ = pktline.Append(pre, []byte("# service="+string(service)+"\n"))
@@ -204,15 +204,6 @@ func resultSuffix(advertise bool) string {
 		return "-advertisement"
 	}
 	return "-result"
-}
-
-func isV2(protocol string) bool {
-	for _, kv := range strings.Split(protocol, ":") {
-		if kv == "version=2" {
-			return true
-		}
-	}
-	return false
 }
 
 func methodNotAllowed(w http.ResponseWriter, allow string) {
