@@ -218,7 +218,9 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	go func() {
 		defer close(copied)
 		defer outR.Close()
-		buf := make([]byte, 256<<10)
+		bufp := relayBuffers.Get().(*[]byte)
+		defer relayBuffers.Put(bufp)
+		buf := *bufp
 		for {
 			n, rerr := outR.Read(buf)
 			if n > 0 {
@@ -294,6 +296,11 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	}
 	return res, nil
 }
+
+// relayBuffers are reused between requests: most requests are small
+// (advertisements, negotiation rounds), and a fresh 256 KiB each would only
+// feed the garbage collector.
+var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // childEnv is the environment of a spawned git: Environ plus the request's own.
 func childEnv(spec Spec) []string {

@@ -84,23 +84,24 @@ func askServer(args []string, stdin []byte) (int, bool) {
 	if w.Flush() != nil {
 		return 0, false
 	}
-	r := bufio.NewReaderSize(conn, 256<<10)
-	out := bufio.NewWriterSize(os.Stdout, 256<<10)
+	// Frames are up to 256 KiB: write each straight to upload-pack, through
+	// one reused buffer, rather than copying every pack byte twice.
+	r := bufio.NewReaderSize(conn, 64<<10)
+	buf := make([]byte, 256<<10)
 	wroteData := false
 	for {
-		kind, payload, err := readFrame(r)
+		kind, payload, err := readFrame(r, buf)
 		if err != nil {
 			if !wroteData {
 				return 0, false // nothing sent yet: run it ourselves
 			}
-			out.Flush()
 			fmt.Fprintf(os.Stderr, "packwire hook: pack stream broken: %v\n", err)
 			return 1, true
 		}
 		switch kind {
 		case frameData:
 			wroteData = true
-			if _, err := out.Write(payload); err != nil {
+			if _, err := os.Stdout.Write(payload); err != nil {
 				return 1, true // upload-pack went away
 			}
 		case frameMessage:
@@ -108,9 +109,6 @@ func askServer(args []string, stdin []byte) (int, bool) {
 		case frameFallback:
 			return 0, false
 		case frameExit:
-			if err := out.Flush(); err != nil {
-				return 1, true
-			}
 			if len(payload) == 1 {
 				return int(payload[0]), true
 			}
@@ -138,18 +136,22 @@ func runDirect(args []string, stdin []byte) int {
 	return 0
 }
 
-func readFrame(r *bufio.Reader) (byte, []byte, error) {
+// readFrame reads one frame into buf (grown if a frame needs more) and
+// returns its payload, valid until the next call.
+func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
 	}
-	n := binary.BigEndian.Uint32(hdr[1:])
+	n := int(binary.BigEndian.Uint32(hdr[1:]))
 	if n > 1<<20 {
 		return 0, nil, errors.New("frame too large")
 	}
-	p := make([]byte, n)
-	_, err := io.ReadFull(r, p)
-	return hdr[0], p, err
+	if n > len(buf) {
+		buf = make([]byte, n)
+	}
+	_, err := io.ReadFull(r, buf[:n])
+	return hdr[0], buf[:n], err
 }
 
 // frameWriter frames everything written to it as data.
