@@ -156,10 +156,11 @@ func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 
 // frameWriter frames everything written to it as data.
 type frameWriter struct {
-	w   *bufio.Writer
+	w   io.Writer
 	err error
 }
 
+// frame sends header and payload in one writev, without copying the payload.
 func (f *frameWriter) frame(kind byte, p []byte) error {
 	if f.err != nil {
 		return f.err
@@ -167,9 +168,8 @@ func (f *frameWriter) frame(kind byte, p []byte) error {
 	var hdr [5]byte
 	hdr[0] = kind
 	binary.BigEndian.PutUint32(hdr[1:], uint32(len(p)))
-	f.w.Write(hdr[:])
-	f.w.Write(p)
-	f.err = f.w.Flush()
+	bufs := net.Buffers{hdr[:], p}
+	_, f.err = bufs.WriteTo(f.w)
 	return f.err
 }
 
@@ -209,7 +209,7 @@ func (c *Cache) ServeHooks(l net.Listener) error {
 func (c *Cache) handleHook(conn net.Conn) {
 	defer conn.Close()
 	r := bufio.NewReader(conn)
-	fw := &frameWriter{w: bufio.NewWriterSize(conn, 256<<10)}
+	fw := &frameWriter{w: conn}
 	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	line, err := r.ReadBytes('\n')
 	var req Request
