@@ -131,7 +131,7 @@ type Server struct {
 }
 
 // New opens the data directory (creating it) and builds the pipeline.
-func New(ctx context.Context, cfg Config) (*Server, error) {
+func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -145,6 +145,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Config: cfg, Data: data, Governor: gov}
+	defer func() {
+		if err != nil { // undo what was opened, in reverse
+			if s.hooks != nil {
+				s.hooks.Close()
+				<-s.hooksDone
+			}
+			gov.Close()
+			data.Close()
+		}
+	}()
 	s.Pipeline = &pipeline.Pipeline{
 		Repos:    data.Repos,
 		Access:   data.Access,
@@ -162,16 +172,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })
 	gov.RegisterGauge("packwire_pack_jobs_queued", "Requests waiting for a pack generation slot.", func() float64 { _, q := s.Pipeline.Limiter.Stats(); return float64(q) })
 	if cfg.PackCache {
-		if err := s.openPackCache(); err != nil {
-			gov.Close()
-			data.Close()
+		if err = s.openPackCache(); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.SSHAddr != "" {
 		if s.HostKey, err = data.HostKey(); err != nil {
-			gov.Close()
-			data.Close()
 			return nil, err
 		}
 	}
