@@ -123,20 +123,38 @@ func (h *Handler) costs(w http.ResponseWriter, r *http.Request, who string) {
 	for _, dim := range governor.CostDims {
 		b := c.By[dim]
 		t := costTable{Dim: dim, Rows: b.Groups, More: b.All - len(b.Groups)}
+		var most time.Duration
+		for _, g := range b.Groups {
+			most = max(most, g.CPU)
+		}
+		unit, scale := cpuUnit(most)
 		var bars []chart.Bar
 		for _, g := range b.Groups {
 			label := g.Key
 			if dim == "user" {
 				label = userText(label)
 			}
-			bars = append(bars, chart.Bar{Label: label, Value: g.CPU.Seconds(), Note: fmt.Sprintf("(%d requests)", g.Requests)})
+			bars = append(bars, chart.Bar{Label: label, Value: float64(g.CPU) / float64(scale), Note: fmt.Sprintf("(%d req)", g.Requests)})
 		}
 		t.Chart = svg(func(buf *bytes.Buffer) error {
-			return chart.Bars(buf, chart.Options{Title: "git CPU by " + dim, Unit: "s", Width: 560}, bars)
+			return chart.Bars(buf, chart.Options{Title: "git CPU by " + dim, Unit: unit, Width: 520}, bars)
 		})
 		v.Tables = append(v.Tables, t)
 	}
 	h.render(w, "costs", p)
+}
+
+// cpuUnit picks the unit a chart of CPU times up to most reads best in.
+func cpuUnit(most time.Duration) (string, time.Duration) {
+	switch {
+	case most >= 2*time.Hour:
+		return "h", time.Hour
+	case most >= 2*time.Minute:
+		return "min", time.Minute
+	case most >= 2*time.Second:
+		return "s", time.Second
+	}
+	return "ms", time.Millisecond
 }
 
 // svg renders a chart for a page. The chart package escapes its text and

@@ -123,7 +123,7 @@ func TestDashboardInChromium(t *testing.T) {
 	// and pushed to, and a big one whose clone crawls through a slow proxy.
 	app := s.Data.Repos.PathFor("team/app")
 	os.MkdirAll(filepath.Dir(app), 0o755)
-	s.env.Build(app, gittest.Shape{Commits: 20, Files: 30, BlobBytes: 2000, Seed: 1})
+	s.env.Build(app, gittest.Shape{Commits: 20, Files: 30, BlobBytes: 2000, Branches: 3, Tags: 2, Seed: 1})
 	big := s.Data.Repos.PathFor("team/big")
 	s.env.Build(big, gittest.Shape{Commits: 2, Files: 6, BlobBytes: 1 << 20, Incompress: true, Seed: 2})
 	work := t.TempDir()
@@ -278,6 +278,11 @@ func TestDashboardInChromium(t *testing.T) {
 	if bigCPU <= 0 {
 		t.Fatal("the slow clone's record has no git CPU")
 	}
+	for _, a := range s.Pipeline.Active() {
+		if a.ID == inFlight.ID {
+			t.Fatalf("the finished clone is still in Pipeline.Active: %+v", a)
+		}
+	}
 
 	// Costs: the clone's CPU in the by-repo table, from the records' own sum.
 	if status := tb.navigate(s.base + "/-/costs?window=1h"); status != 200 {
@@ -298,7 +303,15 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	tb.screenshot(filepath.Join(shots, "costs.png"))
 
-	// Repos: both repositories, refs as git counts them, the push, clone URLs.
+	// Repos: both repositories, refs as git counts them, the push, clone
+	// URLs, and the layout: team/app maintained (ok), team/big not.
+	appRepo, err := s.Data.Repos.Resolve("team/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Maintainer.Maintain(ctx, appRepo, true); err != nil {
+		t.Fatal(err)
+	}
 	tb.navigate(s.base + "/-/repos")
 	text = tb.text()
 	refs := len(strings.Fields(s.env.Git(app, "for-each-ref", "--format=%(refname)")))
@@ -307,10 +320,15 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Fatalf("Repos page lacks %q:\n%s", want, text)
 		}
 	}
-	var lastPush string
+	var lastPush, appLayout, bigLayout string
 	tb.eval(`document.getElementById("repo-team/app").cells[3].innerText`, &lastPush)
 	if strings.Contains(lastPush, "none") || !strings.Contains(lastPush, "UTC") {
 		t.Fatalf("team/app's last push: %q", lastPush)
+	}
+	tb.eval(`document.getElementById("repo-team/app").cells[4].innerText`, &appLayout)
+	tb.eval(`document.getElementById("repo-team/big").cells[4].innerText`, &bigLayout)
+	if !strings.HasPrefix(appLayout, "ok") || !strings.Contains(appLayout, "full, ok") || !strings.Contains(bigLayout, "no preferred pack") {
+		t.Fatalf("layouts: team/app %q, team/big %q", appLayout, bigLayout)
 	}
 	var copyButtons int
 	tb.eval(`[...document.querySelectorAll("button.copy")].filter(b => !b.hidden).length`, &copyButtons)

@@ -40,6 +40,9 @@ func agoText(t time.Time) string {
 	if t.IsZero() {
 		return "never"
 	}
+	if time.Since(t) < time.Second {
+		return "just now"
+	}
 	return durationText(time.Since(t).Round(time.Second)) + " ago"
 }
 

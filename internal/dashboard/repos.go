@@ -49,7 +49,7 @@ func (h *Handler) repos(w http.ResponseWriter, r *http.Request, who string) {
 		h.fail(w, who, http.StatusInternalServerError, "listing repositories failed", err)
 		return
 	}
-	v := reposView{MixWindow: durationText(mixWindow), PushSource: "governor push records"}
+	v := reposView{MixWindow: "7 days", PushSource: "governor push records"}
 	var pushes map[string]time.Time
 	mix := map[string][]governor.CostGroup{}
 	if h.Governor != nil {

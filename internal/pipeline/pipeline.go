@@ -143,7 +143,12 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 	if err != nil {
 		call.releaseWG()
 		rec := call.record()
+		// Named as the repository would be ("team/app.git" is "team/app"),
+		// so that refusals add up with the requests that got through.
 		rec.Repo = printable(strings.Trim(req.RepoPath, "/"))
+		if clean, cerr := repo.CleanName(req.RepoPath); cerr == nil {
+			rec.Repo = clean
+		}
 		rec.Kind = string(protocol.NewClassifier(req.Service, false).Summary(req.AdvertiseRefs, req.StatelessRPC).Kind)
 		rec.Result = governor.ResultRefused
 		rec.Error = err.Error()
