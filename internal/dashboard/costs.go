@@ -103,7 +103,7 @@ func (h *Handler) costs(w http.ResponseWriter, r *http.Request, who string) {
 	}
 	v.Costs = c
 	v.Walls = c.Walls
-	v.Step = durationText(c.Step)
+	v.Step = stepText(c.Step)
 	if span := c.To.Sub(c.From); span > 0 {
 		v.Cores = fmt.Sprintf("%.2f", c.Total.CPU.Seconds()/span.Seconds())
 	}
@@ -142,6 +142,23 @@ func (h *Handler) costs(w http.ResponseWriter, r *http.Request, who string) {
 		v.Tables = append(v.Tables, t)
 	}
 	h.render(w, "costs", p)
+}
+
+// stepText names a series step: "minute", "15 minutes", "hour", "6 hours".
+func stepText(d time.Duration) string {
+	switch {
+	case d == time.Minute:
+		return "minute"
+	case d < time.Hour:
+		return fmt.Sprintf("%d minutes", int(d.Minutes()))
+	case d == time.Hour:
+		return "hour"
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%d hours", int(d.Hours()))
+	case d == 24*time.Hour:
+		return "day"
+	}
+	return fmt.Sprintf("%d days", int(d.Hours()/24))
 }
 
 // cpuUnit picks the unit a chart of CPU times up to most reads best in.

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -152,17 +153,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // sameOrigin reports whether a state-changing request comes from a page of
 // this server: its Origin (or, lacking that, its Referer) names this host.
+// The scheme is not compared: behind a proxy that ends TLS the browser says
+// https while the server sees http, and the host is what an attacker's page
+// cannot fake.
 func sameOrigin(r *http.Request) bool {
-	scheme := "http://"
-	if r.TLS != nil {
-		scheme = "https://"
+	from := r.Header.Get("Origin")
+	if from == "" || from == "null" {
+		from = r.Header.Get("Referer")
 	}
-	self := scheme + r.Host
-	if o := r.Header.Get("Origin"); o != "" {
-		return o == self
-	}
-	ref := r.Header.Get("Referer")
-	return ref == self || strings.HasPrefix(ref, self+"/")
+	u, err := url.Parse(from)
+	return err == nil && from != "" && (u.Scheme == "http" || u.Scheme == "https") && u.Host == r.Host
 }
 
 func (h *Handler) static(w http.ResponseWriter, r *http.Request, path string) {

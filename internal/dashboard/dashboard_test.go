@@ -167,6 +167,16 @@ func TestLoginSessionAndLogout(t *testing.T) {
 	if w := f.do("POST", "/-/login", form(f.admin), origin("http://evil.example")); w.Code != http.StatusForbidden {
 		t.Fatalf("login from another origin: HTTP %d", w.Code)
 	}
+	if w := f.do("POST", "/-/login", form(f.admin), origin("null")); w.Code != http.StatusForbidden {
+		t.Fatalf("login from an opaque origin: HTTP %d", w.Code)
+	}
+	if w := f.do("POST", "/-/login", form(f.admin), origin("http://dash.example:8080.evil.example")); w.Code != http.StatusForbidden {
+		t.Fatalf("login from a look-alike origin: HTTP %d", w.Code)
+	}
+	// Behind a proxy that ends TLS the browser's origin says https.
+	if w := f.do("POST", "/-/login", form(f.admin), origin("https://dash.example:8080")); w.Code != http.StatusSeeOther {
+		t.Fatalf("login through a TLS proxy: HTTP %d", w.Code)
+	}
 	if w := f.do("POST", "/-/login", form(f.write), self); w.Code != http.StatusUnauthorized || len(w.Result().Cookies()) != 0 ||
 		!strings.Contains(w.Body.String(), "not the token of a server admin") {
 		t.Fatalf("login with a writer's token: HTTP %d, cookies %v", w.Code, w.Result().Cookies())
