@@ -79,8 +79,7 @@ func Analyze(a, b []time.Duration) Result {
 	r.Pairs = len(r.Ratios)
 	r.Verdict = VerdictNone
 	if r.Pairs == 0 {
-		r.PValue = 1
-		r.MedianRatio, r.CILow, r.CIHigh = math.NaN(), math.NaN(), math.NaN()
+		r.PValue = 1 // and the ratios 0: there is nothing to estimate
 		return r
 	}
 	r.AMedian, r.BMedian = medianDuration(as), medianDuration(bs)
@@ -211,20 +210,35 @@ func medianDuration(ds []time.Duration) time.Duration {
 }
 
 // bootstrapMedianCI is the percentile bootstrap interval of the median.
+// A resample is drawn as counts over the sorted values, so its median is a
+// walk over the counts instead of a sort.
 func bootstrapMedianCI(xs []float64, confidence float64) (lo, hi float64) {
-	rng := rand.New(rand.NewPCG(bootstrapSeed, uint64(len(xs))))
-	medians := make([]float64, bootstrapResamples)
-	sample := make([]float64, len(xs))
-	for i := range medians {
-		for j := range sample {
-			sample[j] = xs[rng.IntN(len(xs))]
+	sorted := slices.Clone(xs)
+	slices.Sort(sorted)
+	n := len(sorted)
+	rng := rand.New(rand.NewPCG(bootstrapSeed, uint64(n)))
+	counts := make([]int, n)
+	// kth returns the k-th smallest (0-based) value of the resample.
+	kth := func(k int) float64 {
+		seen := 0
+		for i, c := range counts {
+			seen += c
+			if seen > k {
+				return sorted[i]
+			}
 		}
-		slices.Sort(sample)
-		n := len(sample)
+		return sorted[n-1]
+	}
+	medians := make([]float64, bootstrapResamples)
+	for i := range medians {
+		clear(counts)
+		for range n {
+			counts[rng.IntN(n)]++
+		}
 		if n%2 == 1 {
-			medians[i] = sample[n/2]
+			medians[i] = kth(n / 2)
 		} else {
-			medians[i] = (sample[n/2-1] + sample[n/2]) / 2
+			medians[i] = (kth(n/2-1) + kth(n/2)) / 2
 		}
 	}
 	slices.Sort(medians)

@@ -33,6 +33,14 @@
 // data at that rate): the reader waits for its tokens before it reads more,
 // so the sender is slowed through TCP backpressure, not by dropping data.
 //
+// What a userspace proxy cannot delay: TCP's own packets. The kernel
+// answers the handshake and acknowledges data at loopback speed, so
+// whatever hinges on ACK timing (Nagle's algorithm holding a sender's small
+// writes until the previous one is acknowledged, slow start, window
+// growth) behaves as on loopback, not as on the simulated link. Over a real
+// link Nagle can cost a sender of several small writes one more round trip
+// than it does here.
+//
 // ResetAfter resets a connection (an RST to both sides, SO_LINGER 0) once
 // that many bytes have been delivered, both directions together; the chunk
 // that crosses the limit is cut at it.

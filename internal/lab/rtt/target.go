@@ -71,6 +71,9 @@ func ParseURL(s string) (Target, error) {
 			return Target{}, fmt.Errorf("invalid URL %s: no repository path", s)
 		}
 		t.Host = u.Hostname()
+		if strings.HasPrefix(t.Host, "-") || (u.User != nil && strings.HasPrefix(u.User.Username(), "-")) {
+			return Target{}, fmt.Errorf("invalid URL %s: a host or user may not start with '-'", s)
+		}
 		t.Port = defaultPorts[t.Transport]
 		if p := u.Port(); p != "" {
 			n, err := strconv.Atoi(p)
