@@ -48,6 +48,7 @@ commands:
   access export [-o FILE]    write users, keys, grants, rules, settings as TOML
   access import FILE         replace the access model with a TOML file's
   governor                   what requests cost: by kind, repo, user, transport (--last N, tail)
+  synth --shape S --out DIR  make a repository shaped like the clone study's jquery, swift or linux (--scale F)
   version                    print the version
 
 Every command takes --data DIR (default ./packwire-data) and is safe to run
@@ -102,6 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdAccess(ctx, args[1:], stdout, stderr)
 	case "maintain":
 		err = cmdMaintain(ctx, args[1:], stdout, stderr)
+	case "synth":
+		err = cmdSynth(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "packwire", version)
 	case "help", "-h", "--help":
