@@ -49,6 +49,7 @@ commands:
   access import FILE         replace the access model with a TOML file's
   governor                   what requests cost: by kind, repo, user, transport (--last N, tail)
   synth --shape S --out DIR  make a repository shaped like the clone study's jquery, swift or linux (--scale F)
+  sizer REPO [--json]        repository measures as git-sizer reports them, with a level of concern
   version                    print the version
 
 Every command takes --data DIR (default ./packwire-data) and is safe to run
@@ -105,6 +106,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdMaintain(ctx, args[1:], stdout, stderr)
 	case "synth":
 		err = cmdSynth(ctx, args[1:], stdout, stderr)
+	case "sizer":
+		err = cmdSizer(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "packwire", version)
 	case "help", "-h", "--help":
