@@ -21,7 +21,8 @@ and their layout: directory depth and fan-out, file sizes, commits of one to
 five files, merged topic branches, release branches with backports,
 annotated tags. The same shape, scale and seed give the same object ids.
 
-The repository is as git fast-import writes it (one pack, few deltas).
+The repository is as git fast-import writes it: one pack, versions of a
+file stored as deltas, no bitmap.
 Written under DATA/repos it is served at once; "packwire maintain NAME" (or
 "packwire repo import NAME DIR" from elsewhere) gives it the serving layout:
 

@@ -2,13 +2,16 @@ package synth
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -69,12 +72,18 @@ type person struct {
 // generator writes a fast-import stream of one shape's history while
 // keeping the exact count of the objects it creates.
 type generator struct {
-	sh   *shape
-	t    targets
-	rng  *rand.Rand
-	w    *bufio.Writer
-	cat  *catalog
-	hash hasher
+	sh  *shape
+	t   targets
+	rng *rand.Rand
+	out *bufio.Writer // the fast-import stream
+	w   bytes.Buffer  // commands of the current chunk of history
+	// Blobs of the current chunk, written before its commands grouped by
+	// path: fast-import deltas a blob only against the blob written just
+	// before it, so versions of a file written together become deltas.
+	pending      []pendingBlob
+	pendingBytes int
+	cat          *catalog
+	hash         hasher
 
 	seenTrees, seenBlobs        objectSet
 	commits, trees, blobs, tags int
@@ -104,7 +113,7 @@ func newGenerator(sh *shape, t targets, seed int64, w *bufio.Writer, progress io
 		nameSeed = nameSeed*131 + uint64(c)
 	}
 	g := &generator{
-		sh: sh, t: t, w: w, progress: progress,
+		sh: sh, t: t, out: w, progress: progress,
 		rng:       rand.New(rand.NewPCG(uint64(seed), nameSeed)),
 		cat:       newCatalog(sh, t.files),
 		seenTrees: objectSet{}, seenBlobs: objectSet{},
@@ -156,7 +165,7 @@ func (g *generator) nextLine() uint32 {
 
 // run writes the whole stream.
 func (g *generator) run(ctx context.Context) error {
-	fmt.Fprintf(g.w, "feature done\n")
+	fmt.Fprintf(g.out, "feature done\n")
 	g.main = &branch{ref: "refs/heads/main", root: &node{mode: modeDir, open: true}}
 	g.initialCommit()
 	releaseAt := make([]int, g.t.releases)
@@ -174,11 +183,51 @@ func (g *generator) run(ctx context.Context) error {
 		}
 		g.step()
 		g.report(false)
+		if len(g.pending) >= chunkBlobs || g.pendingBytes >= chunkBytes {
+			g.flushChunk()
+		}
 	}
 	g.finishTopics()
-	fmt.Fprintf(g.w, "done\n")
+	g.flushChunk()
+	fmt.Fprintf(g.out, "done\n")
 	g.report(true)
-	return g.w.Flush()
+	return g.out.Flush()
+}
+
+// Bounds of a chunk of history held back to group its blobs: larger
+// chunks give more versions of a file together (more deltas) and take
+// more memory.
+var (
+	chunkBlobs = 8192
+	chunkBytes = 64 << 20
+)
+
+type pendingBlob struct {
+	path string
+	seq  int
+	mark int
+	data []byte
+}
+
+// flushChunk writes the chunk's blobs, grouped by path (oldest version
+// first), then its commits, tags and resets, which name the blobs by mark.
+func (g *generator) flushChunk() {
+	slices.SortFunc(g.pending, func(a, b pendingBlob) int {
+		if c := strings.Compare(a.path, b.path); c != 0 {
+			return c
+		}
+		return a.seq - b.seq
+	})
+	for _, b := range g.pending {
+		fmt.Fprintf(g.out, "blob\nmark :%d\ndata %d\n", b.mark, len(b.data))
+		g.out.Write(b.data)
+		g.out.WriteByte('\n')
+	}
+	g.out.Write(g.w.Bytes())
+	g.w.Reset()
+	clear(g.pending)
+	g.pending = g.pending[:0]
+	g.pendingBytes = 0
 }
 
 func (g *generator) report(final bool) {
@@ -476,16 +525,17 @@ func (g *generator) putBlob(b *branch, f *fileRec, n *node) {
 	n.size = len(g.buf)
 	n.oid = objectID("blob", g.buf)
 	b.root = setPath(b.root, f.parts, n)
-	fmt.Fprintf(g.w, "M %o inline %s\ndata %d\n", n.mode, f.path, len(g.buf))
-	g.w.Write(g.buf)
-	g.w.WriteByte('\n')
+	g.marks++
+	g.pending = append(g.pending, pendingBlob{path: f.path, seq: len(g.pending), mark: g.marks, data: bytes.Clone(g.buf)})
+	g.pendingBytes += len(g.buf)
+	fmt.Fprintf(&g.w, "M %o :%d %s\n", n.mode, g.marks, f.path)
 	if g.seenBlobs.add(n.oid) {
 		g.blobs++
 	}
 }
 
 func (g *generator) deleteFile(b *branch, f *fileRec) {
-	fmt.Fprintf(g.w, "D %s\n", f.path)
+	fmt.Fprintf(&g.w, "D %s\n", f.path)
 	if root := deletePath(b.root, f.parts); root != nil {
 		b.root = root
 	}
@@ -520,13 +570,13 @@ func (g *generator) beginCommit(b *branch, parents []int, subject, body string) 
 			g.msg = append(g.msg, '\n')
 		}
 	}
-	fmt.Fprintf(g.w, "commit %s\nmark :%d\nauthor %s %d %s\ncommitter %s %d %s\ndata %d\n%s",
+	fmt.Fprintf(&g.w, "commit %s\nmark :%d\nauthor %s %d %s\ncommitter %s %d %s\ndata %d\n%s",
 		b.ref, g.marks, p.ident, when, p.tz, committer.ident, when, committer.tz, len(g.msg), g.msg)
 	for i, m := range parents {
 		if i == 0 {
-			fmt.Fprintf(g.w, "from :%d\n", m)
+			fmt.Fprintf(&g.w, "from :%d\n", m)
 		} else {
-			fmt.Fprintf(g.w, "merge :%d\n", m)
+			fmt.Fprintf(&g.w, "merge :%d\n", m)
 		}
 	}
 	b.tip = g.marks
@@ -647,7 +697,7 @@ func (g *generator) tag(name string, mark int) {
 	g.tags++
 	p := g.people[g.rng.IntN(3)]
 	msg := "Release " + name + "\n"
-	fmt.Fprintf(g.w, "tag %s\nfrom :%d\ntagger %s %d %s\ndata %d\n%s\n", name, mark, p.ident,
+	fmt.Fprintf(&g.w, "tag %s\nfrom :%d\ntagger %s %d %s\ndata %d\n%s\n", name, mark, p.ident,
 		g.sh.start.Unix()+int64(float64(g.commits)/float64(g.t.commits)*g.sh.end.Sub(g.sh.start).Seconds()), p.tz, len(msg), msg)
 }
 
@@ -713,7 +763,7 @@ func (g *generator) merge(t *branch) {
 			continue
 		}
 		g.main.root = setPath(g.main.root, f.parts, n)
-		fmt.Fprintf(g.w, "M %o %s %s\n", n.mode, hex.EncodeToString(n.oid[:]), f.path)
+		fmt.Fprintf(&g.w, "M %o %s %s\n", n.mode, hex.EncodeToString(n.oid[:]), f.path)
 	}
 	g.mergeTrees += g.endCommit(g.main)
 	g.merges++
@@ -731,7 +781,7 @@ func (g *generator) merge(t *branch) {
 func (g *generator) forkRelease() {
 	r := &branch{ref: "refs/heads/" + g.sh.releaseBranch(len(g.releases)), root: g.main.root, tip: g.main.tip, index: len(g.releases)}
 	g.releases = append(g.releases, r)
-	fmt.Fprintf(g.w, "reset %s\nfrom :%d\n\n", r.ref, r.tip)
+	fmt.Fprintf(&g.w, "reset %s\nfrom :%d\n\n", r.ref, r.tip)
 }
 
 // releaseCommit writes a backport (one or two files) on a release branch,
@@ -766,7 +816,7 @@ func (g *generator) finishTopics() {
 	keep := int(math.Ceil(float64(g.sh.keepMerged) * float64(g.t.commits) / float64(g.sh.commits)))
 	for i, t := range g.merged {
 		if i < len(g.merged)-keep {
-			fmt.Fprintf(g.w, "reset %s\n\n", t.ref)
+			fmt.Fprintf(&g.w, "reset %s\n\n", t.ref)
 		}
 	}
 }

@@ -268,9 +268,10 @@ func newText(lang *language, size int, rng *rand.Rand, nextLine func() uint32) *
 	return t
 }
 
-// edit returns the next version of a file: one to three hunks replaced,
-// inserted or deleted, drifting towards the file's target length; now and
-// then a larger rewrite, as refactorings do.
+// edit returns the next version of a file: one to six hunks (two on
+// average, of about five lines) replaced, inserted or deleted, drifting
+// towards the file's target length; now and then a larger rewrite, as
+// refactorings do.
 func (t *fileText) edit(rng *rand.Rand, nextLine func() uint32) *fileText {
 	lines := slices.Clone(t.lines)
 	fresh := func(n int) []uint32 {
@@ -280,14 +281,8 @@ func (t *fileText) edit(rng *rand.Rand, nextLine func() uint32) *fileText {
 		}
 		return s
 	}
-	hunks := 1
-	if rng.Float64() < 0.35 {
-		hunks++
-	}
-	if rng.Float64() < 0.12 {
-		hunks++
-	}
-	if rng.Float64() < 0.01 && len(lines) > 10 {
+	hunks := 1 + min(5, geometric(rng, 1))
+	if rng.Float64() < 0.02 && len(lines) > 10 {
 		// A rewrite of a fifth to two fifths of the file.
 		n := len(lines) * (20 + rng.IntN(21)) / 100
 		at := rng.IntN(len(lines) - n + 1)
@@ -304,13 +299,13 @@ func (t *fileText) edit(rng *rand.Rand, nextLine func() uint32) *fileText {
 		r := rng.Float64()
 		switch {
 		case r < 0.5 && at < len(lines): // replace
-			n := min(1+rng.IntN(3), len(lines)-at)
-			lines = slices.Replace(lines, at, at+n, fresh(1+rng.IntN(4))...)
+			n := min(1+rng.IntN(6), len(lines)-at)
+			lines = slices.Replace(lines, at, at+n, fresh(1+rng.IntN(8))...)
 		case r < 0.5+grow || len(lines) < 4: // insert
-			lines = slices.Insert(lines, at, fresh(1+rng.IntN(6))...)
+			lines = slices.Insert(lines, at, fresh(1+rng.IntN(10))...)
 		default: // delete
 			at = min(at, len(lines)-1)
-			n := min(1+rng.IntN(3), len(lines)-at, len(lines)-1)
+			n := min(1+rng.IntN(5), len(lines)-at, len(lines)-1)
 			lines = slices.Delete(lines, at, at+n)
 		}
 	}
