@@ -47,7 +47,14 @@ commands:
   rule remove N              remove the rule at position N
   access export [-o FILE]    write users, keys, grants, rules, settings as TOML
   access import FILE         replace the access model with a TOML file's
-  governor                   what requests cost: by kind, repo, user, transport (--last N, tail)
+  governor                   what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)
+  netem --upstream HOST:PORT a proxy that adds latency, jitter, a bandwidth limit or resets; counts round trips
+  rtt URL...                 round trips and wall of ls-remote, no-op fetch, clone at several added RTTs
+                             (protocol v0/v2, SSH with/without ControlMaster)
+  compare -- CMD_A -- CMD_B  paired, order-shuffled timing of two commands: median ratio, 95% CI, verdict
+  advise URL...              measure a repository's transports and clone options; recommendations with evidence
+  synth --shape S --out DIR  make a repository shaped like the clone study's jquery, swift or linux (--scale F)
+  sizer REPO [--json]        repository measures as git-sizer reports them, with a level of concern
   version                    print the version
 
 Every command takes --data DIR (default ./packwire-data) and is safe to run
@@ -102,6 +109,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdAccess(ctx, args[1:], stdout, stderr)
 	case "maintain":
 		err = cmdMaintain(ctx, args[1:], stdout, stderr)
+	case "netem":
+		err = cmdNetem(ctx, args[1:], stdout, stderr)
+	case "rtt":
+		err = cmdRTT(ctx, args[1:], stdout, stderr)
+	case "compare":
+		err = cmdCompare(ctx, args[1:], stdout, stderr)
+	case "advise":
+		err = cmdAdvise(ctx, args[1:], stdout, stderr)
+	case "synth":
+		err = cmdSynth(ctx, args[1:], stdout, stderr)
+	case "sizer":
+		err = cmdSizer(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "packwire", version)
 	case "help", "-h", "--help":
