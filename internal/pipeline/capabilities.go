@@ -5,12 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"packwire/internal/gitexec"
 	"packwire/internal/protocol"
+	"packwire/internal/repostate"
 )
 
 // capabilitiesCache keeps protocol v2 capability advertisements by
@@ -41,15 +40,6 @@ func cachesCapabilities(req Request) bool {
 		protocol.Version(req.Protocol) == 2
 }
 
-// configStamp identifies the version of a repository's config file.
-func configStamp(repoPath string) string {
-	fi, err := os.Stat(filepath.Join(repoPath, "config"))
-	if err != nil {
-		return "none"
-	}
-	return fmt.Sprintf("%d/%d", fi.Size(), fi.ModTime().UnixNano())
-}
-
 func (c *capabilitiesCache) get(repoPath, stamp string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -70,7 +60,7 @@ func (c *capabilitiesCache) put(repoPath, stamp string, body []byte) {
 // or runs git and keeps its answer for the next request.
 func (c *Call) runCapabilities(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
 	p := c.p
-	stamp := configStamp(c.Repo.Path)
+	stamp := repostate.ConfigStamp(c.Repo.Path)
 	if body, ok := p.capabilities.get(c.Repo.Path, stamp); ok {
 		n, err := stdout.Write(body)
 		if spec.Progress != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"packwire/internal/access"
+	"packwire/internal/fetchcache"
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
 	"packwire/internal/limiter"
@@ -84,6 +85,10 @@ type Pipeline struct {
 	// nil: no limit.
 	Limiter *limiter.Limiter
 
+	// FetchCache stores and replays whole responses to stateless v2
+	// fetches without haves (see fetch.go); nil: off.
+	FetchCache *fetchcache.Cache
+
 	capabilities capabilitiesCache // v2 advertisements for stateless HTTP
 
 	mu       sync.Mutex
@@ -108,6 +113,7 @@ type Call struct {
 	release   func() // the limiter slot, if one was taken
 	releaseWG func()
 	model     *access.Model // the access model read at Prepare, for push rules
+	outcome   string        // how the fetch cache served the request, if it did
 }
 
 func (p *Pipeline) log() *slog.Logger {
@@ -247,18 +253,12 @@ func (p *Pipeline) admit(ctx context.Context, call *Call) error {
 	if p.Limiter == nil || !generatesPack {
 		return nil
 	}
-	release, waited, err := p.Limiter.Acquire(ctx, call.Repo.Name)
-	call.queueWait = waited
-	var busy *limiter.BusyError
-	switch {
-	case err == nil:
-		call.release = release
+	if p.usesFetchCache(req) {
+		// Decided in Run, once the body says whether git will run at all:
+		// a replay takes no slot.
 		return nil
-	case errors.As(err, &busy):
-		return &Error{Code: CodeUnavailable, Message: busy.Error(), Err: err, RetryAfter: busy.RetryAfter}
-	default:
-		return &Error{Code: CodeUnavailable, Message: "request cancelled while queued", Err: err}
 	}
+	return call.admitNow(ctx)
 }
 
 // Run spawns git for the call and relays until it exits. It returns git's
@@ -316,6 +316,8 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		res, err = c.runPush(ctx, spec, stdin, stdout, stderr)
 	case cachesCapabilities(req):
 		res, err = c.runCapabilities(ctx, spec, stdin, stdout, stderr)
+	case p.usesFetchCache(req):
+		res, err = c.runFetch(ctx, spec, stdin, stdout, stderr)
 	default:
 		res, err = p.Runner.Run(ctx, spec, stdin, stdout, stderr)
 	}
@@ -332,8 +334,14 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	if p.PackCache != nil {
 		rec.PackCache = string(p.PackCache.TakeOutcome(c.RecordID))
 	}
+	if c.outcome != "" {
+		rec.PackCache = c.outcome
+	}
 	rec.Result = governor.ResultOK
+	var refusal *Error
 	switch {
+	case errors.As(err, &refusal):
+		rec.Result = governor.ResultRefused // admitted late (fetch cache) and refused then
 	case errors.Is(err, gitexec.ErrClientGone):
 		rec.Result = governor.ResultClientGone
 	case errors.Is(err, gitexec.ErrIdle):

@@ -268,7 +268,8 @@ func waitNoChildren(t *testing.T, match string, within time.Duration) {
 // and checks that the server's git is killed and reaped within a second,
 // on both transports, and that the server keeps serving.
 func TestClientVanishesMidClone(t *testing.T) {
-	s := startServer(t, nil)
+	// The relay's own behaviour; the fetch cache's is TestFetchCacheClientsLeave.
+	s := startServer(t, func(c *Config) { c.FetchCache = false })
 	s.bigRepo(t, "big")
 
 	for _, url := range []string{s.gitURL("big"), s.httpURL("big")} {
@@ -358,7 +359,12 @@ func TestNoLeaks(t *testing.T) {
 	fdsBefore := countFDs()
 	goroutinesBefore := runtime.NumGoroutine()
 	s := startServer(t, nil)
-	s.seed(t, "team/app")
+	settle(t, s.seed(t, "team/app"))
+	for i := 0; i < 2; i++ { // through the fetch cache: a run, then a replay
+		if out, err := s.env.Run("", v2, "clone", "-q", "--bare", s.httpURL("team/app"), filepath.Join(t.TempDir(), "c")); err != nil {
+			t.Fatal(err, out)
+		}
+	}
 	for i := 0; i < 5; i++ {
 		s.env.Git("", "ls-remote", s.gitURL("team/app"))
 		s.env.Git("", "ls-remote", s.httpURL("team/app"))

@@ -51,7 +51,7 @@ func packNames(t *testing.T, clone string) string {
 // clone is served from the cache; a new commit makes a new key.
 func TestPackSharing(t *testing.T) {
 	enableSSH, sshEnvFor := withSSH(t)
-	s := startServer(t, func(c *Config) { enableSSH(c); c.PackCache = true })
+	s := startServer(t, func(c *Config) { enableSSH(c); c.PackCache, c.FetchCache = true, false })
 	sshEnv := sshEnvFor(s)
 	r, _ := s.Data.Repos.Create(context.Background(), "big")
 	s.env.Build(r.Path, gittest.Shape{Commits: 10, Files: 20, BlobBytes: 256 << 10, Incompress: true, Seed: 4})
@@ -124,7 +124,7 @@ func TestPackSharing(t *testing.T) {
 // TestPackSharingKilledReader: one of several concurrent clones is killed
 // mid-pack; the others finish with good clones and the kill is recorded.
 func TestPackSharingKilledReader(t *testing.T) {
-	s := startServer(t, func(c *Config) { c.PackCache, c.PackCacheMaxBytes = true, 0 }) // share, keep nothing
+	s := startServer(t, func(c *Config) { c.PackCache, c.PackCacheMaxBytes, c.FetchCache = true, 0, false }) // share, keep nothing
 	s.bigRepo(t, "big")
 	seq := s.lastSeq(t)
 
@@ -163,7 +163,7 @@ func TestPackSharingKilledReader(t *testing.T) {
 // TestPackCacheFallback: when the disk is (nearly) full or the cache's
 // socket is gone, clones still work, by running pack-objects directly.
 func TestPackCacheFallback(t *testing.T) {
-	s := startServer(t, func(c *Config) { c.PackCache, c.PackCacheMinFreeBytes = true, 1<<62 }) // no disk has that much free
+	s := startServer(t, func(c *Config) { c.PackCache, c.PackCacheMinFreeBytes, c.FetchCache = true, 1<<62, false }) // no disk has that much free
 	s.seed(t, "team/app")
 	seq := s.lastSeq(t)
 	dir := filepath.Join(t.TempDir(), "c")

@@ -25,6 +25,7 @@ import (
 
 	"packwire/internal/dashboard"
 	"packwire/internal/datadir"
+	"packwire/internal/fetchcache"
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
 	"packwire/internal/limiter"
@@ -57,6 +58,11 @@ type Config struct {
 	PackCacheMaxAge       time.Duration // how long a finished pack may be reused
 	PackCacheMinUses      int           // keep a finished pack once its key was asked this often
 	PackCacheMinFreeBytes int64         // below this much free disk the cache stands aside
+
+	FetchCache             bool          // store and replay whole responses to HTTP v2 fetches without haves
+	FetchCacheMaxBytes     int64         // stored responses kept on disk, in total
+	FetchCacheMaxAge       time.Duration // how long a stored response may be replayed
+	FetchCacheMinFreeBytes int64         // below this much free disk the fetch cache stands aside
 
 	MaxPackJobs        int           // concurrent pack-generating requests in all (0: no limit)
 	MaxPackJobsPerRepo int           // ... per repository (0: no limit)
@@ -101,9 +107,15 @@ var Defaults = Config{
 	PackCacheMaxAge:       5 * time.Minute,
 	PackCacheMinUses:      1,
 	PackCacheMinFreeBytes: 1 << 30,
-	MaintainInterval:      10 * time.Minute,
-	MaintainConcurrency:   1,
-	MaintainBudget:        15 * time.Minute,
+
+	FetchCache:             true,
+	FetchCacheMaxBytes:     2 << 30,
+	FetchCacheMaxAge:       5 * time.Minute,
+	FetchCacheMinFreeBytes: 1 << 30,
+
+	MaintainInterval:    10 * time.Minute,
+	MaintainConcurrency: 1,
+	MaintainBudget:      15 * time.Minute,
 }
 
 // Server is a running packwire.
@@ -123,6 +135,7 @@ type Server struct {
 	GitAddr, HTTPAddr, SSHAddr, MetricsAddr net.Addr
 
 	metrics   *nethttp.Server
+	stopCache chan struct{} // ends the fetch cache's expiry loop
 	hooks     net.Listener
 	hooksDone chan struct{}
 	daemon    *daemon.Server
@@ -152,6 +165,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s := &Server{Config: cfg, Data: data, Governor: gov}
 	defer func() {
 		if err != nil { // undo what was opened, in reverse
+			if s.stopCache != nil {
+				close(s.stopCache)
+			}
 			if s.hooks != nil {
 				s.hooks.Close()
 				<-s.hooksDone
@@ -178,6 +194,11 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	gov.RegisterGauge("packwire_pack_jobs_queued", "Requests waiting for a pack generation slot.", func() float64 { _, q := s.Pipeline.Limiter.Stats(); return float64(q) })
 	if cfg.PackCache {
 		if err = s.openPackCache(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.FetchCache {
+		if err = s.openFetchCache(); err != nil {
 			return nil, err
 		}
 	}
@@ -270,6 +291,7 @@ func (s *Server) Start() error {
 			Pipeline:       s.Pipeline,
 			Access:         s.Data.Access,
 			MaxRequestBody: cfg.MaxRequestBody,
+			IdleTimeout:    cfg.IdleTimeout,
 			Log:            cfg.Log,
 		}
 		routes := map[string]nethttp.Handler{"/api/v1/requests": s.Governor.APIHandler(s.adminOnly)}
@@ -387,6 +409,46 @@ func (s *Server) openPackCache() error {
 	return nil
 }
 
+// openFetchCache prepares the store of whole fetch responses under
+// DATA/cache/fetch and its expiry loop.
+func (s *Server) openFetchCache() error {
+	cfg := s.Config
+	version, err := exec.Command("git", "version").Output()
+	if err != nil {
+		return fmt.Errorf("fetch cache: git version: %w", err)
+	}
+	cache := &fetchcache.Cache{
+		Dir:          filepath.Join(s.Data.Dir, "cache", "fetch"),
+		MaxBytes:     cfg.FetchCacheMaxBytes,
+		MaxAge:       cfg.FetchCacheMaxAge,
+		MinFreeBytes: cfg.FetchCacheMinFreeBytes,
+		GitVersion:   strings.TrimSpace(string(version)),
+		Log:          cfg.Log,
+	}
+	if err := cache.Open(); err != nil {
+		return err
+	}
+	stop := make(chan struct{})
+	s.stopCache = stop
+	go func() {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				cache.Expire()
+			}
+		}
+	}()
+	s.Governor.RegisterGauge("packwire_fetch_cache_bytes", "Whole fetch responses kept for replay, in bytes.", func() float64 { return float64(cache.Stats().Bytes) })
+	s.Governor.RegisterGauge("packwire_fetch_cache_entries", "Whole fetch responses kept for replay.", func() float64 { return float64(cache.Stats().Entries) })
+	s.Governor.RegisterGauge("packwire_fetch_cache_runs", "git runs whose output is being shared with identical fetches.", func() float64 { return float64(cache.Stats().Runs) })
+	s.Pipeline.FetchCache = cache
+	return nil
+}
+
 // adminOnly authorizes the lab's API: an HTTP token of a server admin (a
 // user with the admin role on "**"). It returns 0 or the refusal status.
 func (s *Server) adminOnly(r *nethttp.Request) int {
@@ -461,6 +523,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.hooks.Close()
 		<-s.hooksDone
 		os.Remove(s.Pipeline.HookSocket)
+	}
+	if s.stopCache != nil {
+		close(s.stopCache)
+		s.stopCache = nil
 	}
 	if s.stopMaintain != nil {
 		s.stopMaintain() // a maintenance run in progress is killed; the layout stays servable

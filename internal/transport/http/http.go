@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -35,7 +36,10 @@ type Handler struct {
 	Access         *access.Controller
 	MaxRequestBody int64 // bound on a decoded fetch request; 0: DefaultMaxRequestBody
 	MaxPushBody    int64 // bound on a decoded push; 0: none
-	Log            *slog.Logger
+	// IdleTimeout bounds how long sending one piece of a file the pipeline
+	// hands over whole (ServeFile) may block on a client; 0: no bound.
+	IdleTimeout time.Duration
+	Log         *slog.Logger
 }
 
 const realm = `Basic realm="packwire", charset="UTF-8"`
@@ -158,7 +162,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	out := &streamWriter{w: w, contentType: "application/x-" + string(service) + resultSuffix(advertise)}
+	out := &streamWriter{w: w, contentType: "application/x-" + string(service) + resultSuffix(advertise), idle: h.IdleTimeout}
 	if advertise && !(service == gitexec.UploadPack && protocol.Version(req.Protocol) == 2) {
 		// git-http-backend's preamble for protocol v0/v1 advertisements.
 		var pre []byte
@@ -181,6 +185,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// (a body of just "0000", to check credentials before streaming)
 		// gets 200 and an empty result, as from git-http-backend.
 		out.start()
+		return
+	}
+	var refusal *pipeline.Error
+	if !out.started && errors.As(runErr, &refusal) {
+		// Admitted only once the body was read (the fetch cache), and refused then.
+		writePipelineError(w, runErr)
 		return
 	}
 	if !out.started {
@@ -252,6 +262,7 @@ type streamWriter struct {
 	w           http.ResponseWriter
 	contentType string
 	started     bool
+	idle        time.Duration
 }
 
 func (s *streamWriter) start() {
@@ -280,6 +291,46 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 // stopped reading, when the request is killed.
 func (s *streamWriter) SetWriteDeadline(t time.Time) error {
 	return http.NewResponseController(s.w).SetWriteDeadline(t)
+}
+
+// SetReadDeadline bounds the pipeline's reading of the request body.
+func (s *streamWriter) SetReadDeadline(t time.Time) error {
+	return http.NewResponseController(s.w).SetReadDeadline(t)
+}
+
+// serveFileChunk is how much of a file goes out under one write deadline.
+const serveFileChunk = 4 << 20
+
+// ServeFile sends size bytes of f, from its current offset, as the whole
+// response body. Before anything was written it sets Content-Length, so
+// that net/http hands the file to sendfile(2) (no copy through user
+// space; plain HTTP only, TLS copies); otherwise it streams as Write does.
+func (s *streamWriter) ServeFile(f *os.File, size int64) (int64, error) {
+	if s.started {
+		return io.CopyBuffer(struct{ io.Writer }{s}, io.LimitReader(f, size), make([]byte, 256<<10))
+	}
+	s.w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	s.start()
+	rc := http.NewResponseController(s.w)
+	var sent int64
+	for sent < size {
+		if s.idle > 0 {
+			rc.SetWriteDeadline(time.Now().Add(s.idle))
+		}
+		// A LimitReader over the *os.File is what net/http's sendfile path takes.
+		n, err := io.Copy(s.w, io.LimitReader(f, min(serveFileChunk, size-sent)))
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+		if n == 0 {
+			return sent, io.ErrUnexpectedEOF
+		}
+	}
+	if s.idle > 0 {
+		rc.SetWriteDeadline(time.Time{})
+	}
+	return sent, nil
 }
 
 // limitReader fails once more than remaining bytes are read; it records

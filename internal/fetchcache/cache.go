@@ -1,0 +1,375 @@
+// Package fetchcache stores whole responses to stateless protocol v2
+// fetches that have no haves (full, shallow and filtered clones) and
+// replays them to identical requests without running git.
+//
+// Such a response is a function of the request body, the repository's
+// refs, config and objects, and git's version and settings: the caller
+// keys it on all of those (see Key and internal/repostate). The first
+// request for a key leads: it runs git with its output going into a file
+// here, and every identical request that arrives meanwhile follows that
+// file as it grows (one git for the whole herd). A finished, successful
+// response is renamed into place and replayed, with sendfile where the
+// transport can, until it ages out or is evicted. Entries are never
+// invalidated by hand: a changed ref or config makes a new key.
+package fetchcache
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Outcome strings the governor records for requests the cache served.
+const (
+	// Generated: this request ran git and its output was shared (and stored).
+	Generated = "generated"
+	// Replayed: this request was served from the cache, no git spawned.
+	Replayed = "replayed"
+)
+
+// ErrStandAside means the cache cannot take this response (disk nearly
+// full, a file could not be created): run git without it.
+var ErrStandAside = errors.New("fetch cache standing aside")
+
+// ErrGenerationFailed is what followers get when the run they followed
+// did not complete.
+var ErrGenerationFailed = errors.New("the shared git run failed")
+
+// Cache holds stored responses and the runs in progress. Its exported
+// fields are its configuration; call Open before use.
+type Cache struct {
+	Dir          string        // where responses are written (emptied at Open)
+	MaxBytes     int64         // total size of stored responses; 0: share runs in progress only
+	MaxAge       time.Duration // a stored response older than this is dropped; 0: no age bound
+	MinFreeBytes int64         // with less free disk than this, stand aside
+	GitVersion   string        // part of every key
+	Log          *slog.Logger
+
+	// createTemp is os.CreateTemp, replaceable in tests to inject disk errors.
+	createTemp func(dir, pattern string) (*os.File, error)
+
+	mu       sync.Mutex
+	inflight map[string]*generation
+	entries  map[string]*entry
+	total    int64
+}
+
+type entry struct {
+	path     string
+	size     int64
+	created  time.Time
+	lastUsed time.Time
+}
+
+// generation is one git run whose output is being written to a file.
+type generation struct {
+	key     string
+	path    string
+	readers int        // under Cache.mu
+	abandon func()     // stops the producer once nobody reads; under Cache.mu
+	mu      sync.Mutex // guards what follows
+	cond    *sync.Cond // signalled on growth and at the end
+	size    int64      // bytes written so far
+	done    bool       // the producer finished (successfully or not)
+	err     error      // why it failed, if it did
+	tail    [4]byte    // the last bytes written, to check the response ended with a flush
+	tailLen int
+}
+
+// Open makes the directory, removing what an earlier process left there:
+// a file from before a restart is never trusted.
+func (c *Cache) Open() error {
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.createTemp == nil {
+		c.createTemp = os.CreateTemp
+	}
+	if c.Dir == "" {
+		return errors.New("fetch cache: no directory")
+	}
+	os.RemoveAll(c.Dir)
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return fmt.Errorf("fetch cache: %w", err)
+	}
+	c.mu.Lock()
+	c.inflight = map[string]*generation{}
+	c.entries = map[string]*entry{}
+	c.total = 0
+	c.mu.Unlock()
+	return nil
+}
+
+// Key is the SHA-256 of parts, each length-prefixed so that no two
+// different lists of parts can run together into the same bytes.
+func Key(parts ...[]byte) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Key is the key of a response: the cache's git version and parts.
+func (c *Cache) Key(parts ...[]byte) string {
+	return Key(append([][]byte{[]byte(c.GitVersion)}, parts...)...)
+}
+
+// Join looks key up. It returns a Reader that replays the stored response
+// or follows the run in progress; or, when neither exists, a Writer that
+// the caller must fill by running git (and Finish), together with a Reader
+// of it for the caller's own client. With ErrStandAside the caller runs
+// git without the cache.
+func (c *Cache) Join(key string) (*Reader, *Writer, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[key]; ok {
+		if c.MaxAge > 0 && time.Since(e.created) > c.MaxAge {
+			c.dropLocked(key)
+		} else if f, err := os.Open(e.path); err == nil {
+			e.lastUsed = time.Now()
+			return &Reader{f: f, size: e.size}, nil, nil
+		} else {
+			c.dropLocked(key) // its file is gone: forget it
+		}
+	}
+	if g, ok := c.inflight[key]; ok {
+		// The file keeps its name until the run ends, which takes c.mu.
+		f, err := os.Open(g.path)
+		if err == nil {
+			g.readers++
+			return &Reader{f: f, g: g, c: c}, nil, nil
+		}
+	}
+	if !c.enoughDisk() {
+		c.Log.Warn("fetch cache: disk nearly full, running git without it", "dir", c.Dir, "min_free_bytes", c.MinFreeBytes)
+		return nil, nil, ErrStandAside
+	}
+	w, err := c.createTemp(c.Dir, key[:min(len(key), 16)]+".*.tmp")
+	if err != nil {
+		c.Log.Warn("fetch cache: cannot create a file, running git without it", "error", err.Error())
+		return nil, nil, fmt.Errorf("%w: %v", ErrStandAside, err)
+	}
+	f, err := os.Open(w.Name())
+	if err != nil {
+		w.Close()
+		os.Remove(w.Name())
+		return nil, nil, fmt.Errorf("%w: %v", ErrStandAside, err)
+	}
+	g := &generation{key: key, path: w.Name(), readers: 1}
+	g.cond = sync.NewCond(&g.mu)
+	c.inflight[key] = g
+	return &Reader{f: f, g: g, c: c, leads: true}, &Writer{f: w, g: g, c: c}, nil
+}
+
+func (c *Cache) enoughDisk() bool {
+	if c.MinFreeBytes <= 0 {
+		return true
+	}
+	free, err := freeBytes(c.Dir)
+	if err != nil {
+		return false
+	}
+	return free < 0 || free >= c.MinFreeBytes // < 0: this system cannot tell
+}
+
+// leave is a reader of g going away. When the last one leaves a run that
+// is still going, nobody is left to want it: the run is forgotten (a new
+// request starts over) and its producer stopped.
+func (c *Cache) leave(g *generation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g.readers--
+	if g.readers > 0 {
+		return
+	}
+	g.mu.Lock()
+	done := g.done
+	g.mu.Unlock()
+	if done {
+		return
+	}
+	if c.inflight[g.key] == g {
+		delete(c.inflight, g.key)
+	}
+	if g.abandon != nil {
+		g.abandon()
+		g.abandon = nil
+	}
+}
+
+// finish ends a run: a complete response is stored, anything else removed.
+func (c *Cache) finish(g *generation, err error) {
+	c.mu.Lock()
+	if c.inflight[g.key] == g {
+		delete(c.inflight, g.key)
+	}
+	g.mu.Lock()
+	size, complete := g.size, err == nil && g.tailLen == 4 && string(g.tail[:]) == "0000"
+	g.mu.Unlock()
+	if err == nil && !complete {
+		err = errors.New("the response does not end with a flush packet")
+	}
+	final := filepath.Join(c.Dir, g.key+".response")
+	keep := err == nil && c.MaxBytes > 0 && size <= c.MaxBytes
+	if keep && os.Rename(g.path, final) == nil {
+		c.dropLocked(g.key) // never count a replaced entry twice
+		now := time.Now()
+		c.entries[g.key] = &entry{path: final, size: size, created: now, lastUsed: now}
+		c.total += size
+		c.evictLocked()
+	} else {
+		// Readers holding the file keep reading it; the name goes now.
+		os.Remove(g.path)
+	}
+	g.abandon = nil
+	c.mu.Unlock()
+
+	g.mu.Lock()
+	g.done = true
+	if err != nil {
+		g.err = fmt.Errorf("%w: %v", ErrGenerationFailed, err)
+	}
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// evictLocked drops responses past MaxAge, then the least recently used
+// until the total fits MaxBytes.
+func (c *Cache) evictLocked() {
+	if c.MaxAge > 0 {
+		for k, e := range c.entries {
+			if time.Since(e.created) > c.MaxAge {
+				c.dropLocked(k)
+			}
+		}
+	}
+	if c.total <= c.MaxBytes {
+		return
+	}
+	keys := make([]string, 0, len(c.entries))
+	for k := range c.entries {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return c.entries[keys[i]].lastUsed.Before(c.entries[keys[j]].lastUsed) })
+	for _, k := range keys {
+		if c.total <= c.MaxBytes {
+			break
+		}
+		c.dropLocked(k)
+	}
+}
+
+func (c *Cache) dropLocked(key string) {
+	if e, ok := c.entries[key]; ok {
+		os.Remove(e.path)
+		c.total -= e.size
+		delete(c.entries, key)
+	}
+}
+
+// Expire drops responses past MaxAge; the server calls it now and then.
+func (c *Cache) Expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.evictLocked()
+}
+
+// Stats is what the cache holds and does now.
+type Stats struct {
+	Entries  int   // stored responses
+	Bytes    int64 // their total size
+	Runs     int   // git runs being shared
+	Readers  int   // requests reading those runs (their leaders included)
+	RunBytes int64 // what those runs wrote so far
+}
+
+// Stats returns the cache's current state.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Stats{Entries: len(c.entries), Bytes: c.total, Runs: len(c.inflight)}
+	for _, g := range c.inflight {
+		s.Readers += g.readers
+		g.mu.Lock()
+		s.RunBytes += g.size
+		g.mu.Unlock()
+	}
+	return s
+}
+
+// Writer receives the output of the git run that leads a key.
+type Writer struct {
+	f *os.File
+	g *generation
+	c *Cache
+}
+
+// OnAbandon sets what stops the producer when every reader has left
+// before the end (typically cancelling git's context). It is called at
+// most once, never after Finish.
+func (w *Writer) OnAbandon(stop func()) {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	if w.g.readers == 0 {
+		stop() // everybody left already
+		return
+	}
+	w.g.abandon = stop
+}
+
+// Write appends to the response and wakes its readers.
+func (w *Writer) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	g := w.g
+	g.mu.Lock()
+	g.size += int64(n)
+	if n >= 4 {
+		copy(g.tail[:], p[n-4:n])
+		g.tailLen = 4
+	} else {
+		for _, b := range p[:n] {
+			if g.tailLen == 4 {
+				copy(g.tail[:], g.tail[1:])
+				g.tailLen = 3
+			}
+			g.tail[g.tailLen] = b
+			g.tailLen++
+		}
+	}
+	g.cond.Broadcast()
+	g.mu.Unlock()
+	return n, err
+}
+
+// Finish ends the run. err nil means git succeeded and wrote its whole
+// response: it is then stored (within the size bound). Otherwise the file
+// is dropped and followers that have sent nothing yet fall back.
+func (w *Writer) Finish(err error) {
+	if cerr := w.f.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	w.c.finish(w.g, err)
+}
+
+// wait blocks until the file holds need bytes, the run ended, or ctx ended.
+func (g *generation) wait(ctx context.Context, need int64) (size int64, done bool, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.size < need && !g.done && ctx.Err() == nil {
+		g.cond.Wait()
+	}
+	return g.size, g.done, g.err
+}

@@ -1,0 +1,294 @@
+package fetchcache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func newCache(t *testing.T, maxBytes int64) *Cache {
+	t.Helper()
+	c := &Cache{Dir: filepath.Join(t.TempDir(), "fetch"), MaxBytes: maxBytes, MaxAge: time.Hour, GitVersion: "git version test"}
+	if err := c.Open(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// fileServer records whether a replay handed it the whole file.
+type fileServer struct {
+	bytes.Buffer
+	served int
+}
+
+func (f *fileServer) ServeFile(file *os.File, size int64) (int64, error) {
+	f.served++
+	return io.CopyN(&f.Buffer, file, size)
+}
+
+func join(t *testing.T, c *Cache, key string) (*Reader, *Writer) {
+	t.Helper()
+	r, w, err := c.Join(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, w
+}
+
+// replayAsync replays r into a buffer in the background.
+func replayAsync(r *Reader, out io.Writer) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Replay(context.Background(), out, time.Second)
+		r.Close()
+		done <- err
+	}()
+	return done
+}
+
+func TestKey(t *testing.T) {
+	if Key([]byte("ab"), []byte("c")) == Key([]byte("a"), []byte("bc")) {
+		t.Fatal("parts run together")
+	}
+	c := &Cache{GitVersion: "1"}
+	d := &Cache{GitVersion: "2"}
+	if c.Key([]byte("x")) == d.Key([]byte("x")) {
+		t.Fatal("the git version is not in the key")
+	}
+}
+
+// TestOneRunSharedThenStored: followers get every byte the leader's run
+// writes, as it writes them; the finished response is stored and replayed
+// whole (through ServeFile) with no run at all.
+func TestOneRunSharedThenStored(t *testing.T) {
+	c := newCache(t, 1<<20)
+	leader, w := join(t, c, "k")
+	if w == nil || !leader.Following() {
+		t.Fatal("the first request does not lead")
+	}
+	var outs [3]bytes.Buffer
+	dones := []<-chan error{replayAsync(leader, &outs[0])}
+	for i := 1; i < 3; i++ {
+		r, w2 := join(t, c, "k")
+		if w2 != nil || !r.Following() {
+			t.Fatalf("request %d does not follow the run", i)
+		}
+		dones = append(dones, replayAsync(r, &outs[i]))
+	}
+	if s := c.Stats(); s.Runs != 1 || s.Readers != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+	want := strings.Repeat("pack data ", 100_000) + "0000"
+	for i := 0; i < len(want); i += 7777 {
+		w.Write([]byte(want[i:min(i+7777, len(want))]))
+	}
+	w.Finish(nil)
+	for i, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatalf("reader %d: %v", i, err)
+		}
+		if outs[i].String() != want {
+			t.Fatalf("reader %d got %d bytes, want %d", i, outs[i].Len(), len(want))
+		}
+	}
+	if s := c.Stats(); s.Entries != 1 || s.Bytes != int64(len(want)) || s.Runs != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	hit, w := join(t, c, "k")
+	if w != nil || hit.Following() {
+		t.Fatal("a stored response is not replayed")
+	}
+	var fs fileServer
+	if n, err := hit.Replay(context.Background(), &fs, time.Second); err != nil || n != int64(len(want)) || fs.served != 1 || fs.String() != want {
+		t.Fatalf("replay: %d %v, served whole %d times", n, err, fs.served)
+	}
+	hit.Close()
+}
+
+// TestIncompleteOrFailedRunsAreNotStored: a response that does not end
+// with a flush, or a run that failed, is never stored; followers that have
+// sent nothing get ErrGenerationFailed and may run git themselves.
+func TestIncompleteOrFailedRunsAreNotStored(t *testing.T) {
+	c := newCache(t, 1<<20)
+	leader, w := join(t, c, "k")
+	follower, _ := join(t, c, "k")
+	var lout, fout bytes.Buffer
+	ld, fd := replayAsync(leader, &lout), replayAsync(follower, &fout)
+	w.Write([]byte("0008NAK\n"))
+	w.Finish(nil) // git said it succeeded, but the response has no end
+	if err := <-ld; !errors.Is(err, ErrGenerationFailed) || lout.String() != "0008NAK\n" {
+		t.Fatalf("leader: %v %q", err, lout.String())
+	}
+	if err := <-fd; !errors.Is(err, ErrGenerationFailed) {
+		t.Fatalf("follower: %v", err)
+	}
+	if s := c.Stats(); s.Entries != 0 {
+		t.Fatalf("stored an incomplete response: %+v", s)
+	}
+
+	leader, w = join(t, c, "k")
+	if w == nil {
+		t.Fatal("a failed key has no new leader")
+	}
+	follower, _ = join(t, c, "k")
+	fd = replayAsync(follower, io.Discard)
+	w.Finish(errors.New("git exited with status 128"))
+	if err := <-fd; !errors.Is(err, ErrGenerationFailed) {
+		t.Fatalf("follower of a failed run: %v", err)
+	}
+	leader.Close()
+	if entries, _ := os.ReadDir(c.Dir); len(entries) != 0 {
+		t.Fatalf("files left: %v", entries)
+	}
+}
+
+// TestReadersLeaving: a reader that leaves stops only itself; when the
+// last one leaves an unfinished run, the producer is told to stop and the
+// key starts over.
+func TestReadersLeaving(t *testing.T) {
+	c := newCache(t, 1<<20)
+	leader, w := join(t, c, "k")
+	var stopped sync.WaitGroup
+	stopped.Add(1)
+	var once sync.Once
+	w.OnAbandon(func() { once.Do(stopped.Done) })
+	ctx, cancel := context.WithCancel(context.Background())
+	follower, _ := join(t, c, "k")
+	fd := make(chan error, 1)
+	go func() {
+		_, err := follower.Replay(ctx, io.Discard, time.Second)
+		follower.Close()
+		fd <- err
+	}()
+	w.Write([]byte("0008NAK\n"))
+	leader.Close() // the leader's client hangs up: the follower still reads
+	if s := c.Stats(); s.Runs != 1 || s.Readers != 1 {
+		t.Fatalf("after the leader left: %+v", s)
+	}
+	cancel() // and the follower too
+	if err := <-fd; !errors.Is(err, context.Canceled) {
+		t.Fatalf("follower: %v", err)
+	}
+	stopped.Wait() // the producer is stopped
+	if s := c.Stats(); s.Runs != 0 {
+		t.Fatalf("an abandoned run is still shared: %+v", s)
+	}
+	_, w2 := join(t, c, "k")
+	if w2 == nil {
+		t.Fatal("an abandoned key gets no new leader")
+	}
+	w.Finish(errors.New("killed")) // the old run ending must not disturb the new one
+	if s := c.Stats(); s.Runs != 1 {
+		t.Fatalf("the old run's end removed the new one: %+v", s)
+	}
+	w2.Write([]byte("0000"))
+	w2.Finish(nil)
+	if s := c.Stats(); s.Entries != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestAbandonBeforeProducerStarts: OnAbandon after every reader left stops
+// the producer at once.
+func TestAbandonBeforeProducerStarts(t *testing.T) {
+	c := newCache(t, 1<<20)
+	leader, w := join(t, c, "k")
+	leader.Close()
+	stopped := false
+	w.OnAbandon(func() { stopped = true })
+	if !stopped {
+		t.Fatal("not stopped")
+	}
+	w.Finish(context.Canceled)
+}
+
+// TestBounds: responses over MaxBytes are shared but not kept, the least
+// recently used goes first, and MaxAge ends a response's life.
+func TestBounds(t *testing.T) {
+	c := newCache(t, 100)
+	store := func(key string, size int) {
+		t.Helper()
+		r, w := join(t, c, key)
+		if w == nil {
+			t.Fatalf("%s: not a new run", key)
+		}
+		w.Write([]byte(strings.Repeat("x", size-4) + "0000"))
+		w.Finish(nil)
+		r.Close()
+	}
+	stored := func(key string) bool {
+		r, w, err := c.Join(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w != nil {
+			w.Finish(errors.New("only looking"))
+		}
+		r.Close()
+		return w == nil
+	}
+	store("big", 101)
+	if stored("big") {
+		t.Fatal("a response over MaxBytes was kept")
+	}
+	store("a", 40)
+	store("b", 40)
+	if !stored("a") { // a is now the most recently used
+		t.Fatal("a was not kept")
+	}
+	store("c", 40) // 120 > 100: b goes
+	if stored("b") || !stored("a") || !stored("c") {
+		t.Fatal("eviction did not drop the least recently used")
+	}
+	c.mu.Lock()
+	c.entries["a"].created = time.Now().Add(-2 * time.Hour)
+	c.mu.Unlock()
+	c.Expire()
+	if s := c.Stats(); s.Entries != 1 || s.Bytes != 40 {
+		t.Fatalf("after expiry: %+v", s)
+	}
+	files, _ := filepath.Glob(filepath.Join(c.Dir, "*"))
+	if len(files) != 1 {
+		t.Fatalf("files on disk: %v", files)
+	}
+}
+
+// TestStandsAside: nearly full disk or a file that cannot be made: the
+// caller runs git without the cache.
+func TestStandsAside(t *testing.T) {
+	c := newCache(t, 1<<20)
+	c.MinFreeBytes = 1 << 62
+	if _, _, err := c.Join("k"); !errors.Is(err, ErrStandAside) {
+		t.Fatalf("disk full: %v", err)
+	}
+	c.MinFreeBytes = 0
+	c.createTemp = func(string, string) (*os.File, error) { return nil, errors.New("no space left on device") }
+	if _, _, err := c.Join("k"); !errors.Is(err, ErrStandAside) {
+		t.Fatalf("cannot create: %v", err)
+	}
+	if s := c.Stats(); s.Runs != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestOpenEmptiesTheDirectory: nothing from an earlier process is trusted.
+func TestOpenEmptiesTheDirectory(t *testing.T) {
+	c := newCache(t, 1<<20)
+	os.WriteFile(filepath.Join(c.Dir, "old.response"), []byte("0000"), 0o600)
+	if err := c.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(c.Dir); len(entries) != 0 {
+		t.Fatalf("left: %v", entries)
+	}
+	if err := (&Cache{}).Open(); err == nil {
+		t.Fatal("a cache without a directory opened")
+	}
+}

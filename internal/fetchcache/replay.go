@@ -1,0 +1,168 @@
+package fetchcache
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// FileServer is implemented by response writers that can send a whole
+// file as the response body themselves, with the fewest copies (the HTTP
+// transport: Content-Length, then sendfile). Replay uses it when the whole
+// response is on disk and nothing was written yet. It returns the bytes
+// sent.
+type FileServer interface {
+	ServeFile(f *os.File, size int64) (int64, error)
+}
+
+// WriteDeadliner is implemented by client streams whose blocked writes can
+// be cut short (the HTTP transport's writer).
+type WriteDeadliner interface {
+	SetWriteDeadline(time.Time) error
+}
+
+// HoldBack is how much of a run's output a follower waits for before it
+// sends anything (unless the run ends first). Before the pack flows, git
+// sends only section headers and progress; a run that fails then (while
+// counting or compressing: killed, out of memory) leaves followers that
+// have sent nothing, free to run git themselves instead of failing too.
+const HoldBack = 64 << 10
+
+// ErrClientGone wraps a failed write to the client.
+var ErrClientGone = errors.New("client hung up")
+
+// Reader replays one response: a stored one, or a run in progress that it
+// follows as the file grows. Close it when done.
+type Reader struct {
+	f    *os.File
+	size int64       // a stored response: its size
+	g    *generation // a run in progress (nil for a stored response)
+	c    *Cache
+	// leads: this reader's request runs git, so a failed run is passed on
+	// as far as it got, as git's own output would be; a follower that has
+	// sent nothing yet gets the error instead and may run git itself.
+	leads bool
+	once  sync.Once
+}
+
+// Following tells whether the reader follows a run in progress.
+func (r *Reader) Following() bool { return r.g != nil }
+
+// Replay writes the response to out until its end and returns how many
+// bytes it wrote. A failed write returns an error wrapping ErrClientGone;
+// a run that failed returns one wrapping ErrGenerationFailed (with
+// written 0 the caller may still run git itself). Cancelling ctx stops
+// only this reader. idle > 0 bounds how long one write may block, when out
+// is a WriteDeadliner.
+func (r *Reader) Replay(ctx context.Context, out io.Writer, idle time.Duration) (written int64, err error) {
+	deadliner, _ := out.(WriteDeadliner)
+	if deadliner != nil {
+		// A kill (shutdown) unblocks a write stuck on a client that stopped reading.
+		stop := context.AfterFunc(ctx, func() { deadliner.SetWriteDeadline(time.Now()) })
+		defer stop()
+		defer deadliner.SetWriteDeadline(time.Time{})
+	}
+	if r.g == nil {
+		return r.copy(ctx, out, 0, r.size, deadliner, idle)
+	}
+	g := r.g
+	stop := context.AfterFunc(ctx, func() {
+		g.mu.Lock()
+		g.cond.Broadcast()
+		g.mu.Unlock()
+	})
+	defer stop()
+	for {
+		need := written + 1
+		if written == 0 && !r.leads {
+			need = HoldBack
+		}
+		size, done, genErr := g.wait(ctx, need)
+		if ctx.Err() != nil {
+			return written, ctx.Err()
+		}
+		if done && genErr != nil && written == 0 && !r.leads {
+			return 0, genErr
+		}
+		n, err := r.copy(ctx, out, written, size, deadliner, idle)
+		written += n
+		if err != nil {
+			return written, err
+		}
+		if done {
+			return written, genErr
+		}
+	}
+}
+
+// copy sends [off, end) of the file to out: whole with ServeFile when that
+// is the entire response and nothing went out yet, else in chunks.
+func (r *Reader) copy(ctx context.Context, out io.Writer, off, end int64, d WriteDeadliner, idle time.Duration) (int64, error) {
+	if off == 0 && end > 0 && r.complete(end) {
+		if fs, ok := out.(FileServer); ok {
+			n, err := fs.ServeFile(r.f, end)
+			if err != nil {
+				return n, wrapGone(ctx, err)
+			}
+			return n, nil
+		}
+	}
+	bufp := buffers.Get().(*[]byte)
+	defer buffers.Put(bufp)
+	buf := *bufp
+	var written int64
+	for off < end {
+		n, rerr := r.f.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
+		if n > 0 {
+			if d != nil && idle > 0 {
+				d.SetWriteDeadline(time.Now().Add(idle))
+			}
+			if _, err := out.Write(buf[:n]); err != nil {
+				return written, wrapGone(ctx, err)
+			}
+			off += int64(n)
+			written += int64(n)
+		}
+		if rerr != nil && rerr != io.EOF {
+			return written, rerr
+		}
+		if rerr == io.EOF && n == 0 {
+			return written, io.ErrUnexpectedEOF // the file is shorter than it said
+		}
+	}
+	return written, nil
+}
+
+// complete tells whether end is the end of the whole, successful response.
+func (r *Reader) complete(end int64) bool {
+	if r.g == nil {
+		return end == r.size
+	}
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	return r.g.done && r.g.err == nil && end == r.g.size
+}
+
+func wrapGone(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.Join(ErrClientGone, err)
+}
+
+// Close releases the reader; the last reader of an unfinished run stops it.
+func (r *Reader) Close() error {
+	r.once.Do(func() {
+		r.f.Close()
+		if r.g != nil {
+			r.c.leave(r.g)
+		}
+	})
+	return nil
+}
+
+// buffers are reused between replays: 256 KiB, as the relay uses.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}

@@ -1,0 +1,248 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"packwire/internal/fetchcache"
+	"packwire/internal/gitexec"
+	"packwire/internal/limiter"
+	"packwire/internal/protocol"
+	"packwire/internal/repostate"
+)
+
+// MaxCachedBody bounds the request body read ahead for the fetch cache. A
+// clone's request is a few KiB (one want per branch and tag); a larger
+// body is streamed to git as it comes and never cached.
+const MaxCachedBody = 1 << 20
+
+// usesFetchCache tells whether a request goes through the fetch cache: a
+// stateless protocol v2 upload-pack command (smart HTTP POST) that is not
+// ls-refs. Its admission waits until the body says whether git will run.
+func (p *Pipeline) usesFetchCache(req Request) bool {
+	return p.FetchCache != nil && req.StatelessRPC && req.Service == gitexec.UploadPack &&
+		!req.AdvertiseRefs && !req.RefsOnly && protocol.Version(req.Protocol) == 2
+}
+
+// runFetch serves a stateless v2 fetch through the fetch cache: a stored
+// response is replayed and a run in progress followed, with no git and no
+// limiter slot (a replay costs a file read, not a pack); otherwise this
+// request takes a slot and runs git, sharing its output with every
+// identical request that arrives meanwhile.
+func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
+	p := c.p
+	body, complete, err := readBody(ctx, stdin, stdout, MaxCachedBody, p.Runner.IdleTimeout)
+	if err != nil {
+		// Git gets what arrived and then EOF, as when relaying; the
+		// transport tells the client what went wrong (413 for a body too large).
+		return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
+	}
+	if !complete {
+		return c.runUncached(ctx, spec, io.MultiReader(bytes.NewReader(body), stdin), stdout, stderr)
+	}
+	if err := fetchcache.Check(body); err != nil {
+		return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
+	}
+	stamp, err := repostate.Refs(c.Repo.Path, time.Now())
+	if err != nil || stamp.Racy {
+		// A ref changed a moment ago: another change now could leave the
+		// same stamp, so this request neither stores nor replays.
+		return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
+	}
+	key := p.FetchCache.Key([]byte(strings.Join(p.Runner.Args(spec), "\x00")), []byte(spec.Protocol), []byte(stamp.Digest), body)
+	reader, writer, err := p.FetchCache.Join(key)
+	if err != nil {
+		return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
+	}
+	out := &progressWriter{w: stdout, progress: spec.Progress}
+	if spec.Progress != nil {
+		spec.Progress.BytesIn.Add(int64(len(body)))
+	}
+	if writer == nil {
+		written, err := reader.Replay(ctx, out, p.Runner.IdleTimeout)
+		reader.Close()
+		if errors.Is(err, fetchcache.ErrGenerationFailed) && written == 0 {
+			// The run this request waited for failed before sending it
+			// anything: run git itself, as without the cache.
+			if spec.Progress != nil {
+				spec.Progress.BytesIn.Add(-int64(len(body)))
+			}
+			return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
+		}
+		c.outcome = fetchcache.Replayed
+		return gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}, replayError(err)
+	}
+	return c.lead(ctx, spec, body, reader, writer, out)
+}
+
+// lead runs git for a key nobody has: its output goes to the cache's file,
+// and this request's client, like every follower, reads it from there. So
+// git runs at its own pace whatever the clients', and keeps running while
+// any reader is left: the leader's client leaving does not stop the
+// followers. When the last reader leaves early, git is killed. The
+// request returns once git has exited, so its record has git's cost and
+// its limiter slot is held exactly while git runs.
+func (c *Call) lead(ctx context.Context, spec gitexec.Spec, body []byte, reader *fetchcache.Reader, writer *fetchcache.Writer, out io.Writer) (gitexec.Result, error) {
+	p := c.p
+	if err := c.admitNow(ctx); err != nil {
+		writer.Finish(err)
+		reader.Close()
+		return gitexec.Result{}, err
+	}
+	// Detached from this request (but not from the server's kill switch).
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopKill := context.AfterFunc(p.killCtx, cancel)
+	defer stopKill()
+	writer.OnAbandon(cancel)
+
+	spec.Progress = nil // the run's bytes go to the file; out counts the client's
+	type outcome struct {
+		res gitexec.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := p.Runner.Run(runCtx, spec, bytes.NewReader(body), writer, nil)
+		failed := err
+		if failed == nil && res.ExitCode != 0 {
+			failed = fmt.Errorf("git exited with status %d: %s", res.ExitCode, res.Stderr)
+		}
+		writer.Finish(failed)
+		done <- outcome{res, err}
+	}()
+	written, replayErr := reader.Replay(ctx, out, p.Runner.IdleTimeout)
+	reader.Close()
+	run := <-done
+	c.outcome = fetchcache.Generated
+	res := run.res
+	res.BytesIn, res.BytesOut = int64(len(body)), written
+	switch {
+	case replayErr != nil && !errors.Is(replayErr, fetchcache.ErrGenerationFailed):
+		return res, replayError(replayErr) // this client left (or was cut off)
+	case run.err != nil && ctx.Err() != nil:
+		return res, ctx.Err()
+	default:
+		return res, run.err
+	}
+}
+
+// runUncached runs git as without the cache, once it has a limiter slot.
+func (c *Call) runUncached(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
+	if err := c.admitNow(ctx); err != nil {
+		return gitexec.Result{}, err
+	}
+	return c.p.Runner.Run(ctx, spec, stdin, stdout, stderr)
+}
+
+// admitNow takes the limiter slot a request deferred at Prepare; it is
+// released when the request ends.
+func (c *Call) admitNow(ctx context.Context) error {
+	p := c.p
+	if p.Limiter == nil || c.release != nil {
+		return nil
+	}
+	release, waited, err := p.Limiter.Acquire(ctx, c.Repo.Name)
+	c.queueWait += waited
+	var busy *limiter.BusyError
+	switch {
+	case err == nil:
+		c.release = release
+		return nil
+	case errors.As(err, &busy):
+		return &Error{Code: CodeUnavailable, Message: busy.Error(), Err: err, RetryAfter: busy.RetryAfter}
+	default:
+		return &Error{Code: CodeUnavailable, Message: "request cancelled while queued", Err: err}
+	}
+}
+
+// replayError names a replay's failure as the relay would.
+func replayError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fetchcache.ErrClientGone):
+		return fmt.Errorf("%w: %v", gitexec.ErrClientGone, err)
+	}
+	return err
+}
+
+// ReadDeadliner is implemented by transports whose request body reads can
+// be cut short (the HTTP transport's response writer, for its request).
+type ReadDeadliner interface {
+	SetReadDeadline(time.Time) error
+}
+
+// readBody reads up to max bytes of the request body. complete is true
+// when the body ended within the bound. A client that sends nothing for
+// idle, or the request's end, cuts the read short where the transport
+// allows (see ReadDeadliner).
+func readBody(ctx context.Context, stdin io.Reader, stdout io.Writer, max int64, idle time.Duration) (body []byte, complete bool, err error) {
+	if d, ok := stdout.(ReadDeadliner); ok {
+		if idle > 0 {
+			d.SetReadDeadline(time.Now().Add(idle))
+		}
+		stop := context.AfterFunc(ctx, func() { d.SetReadDeadline(time.Now()) })
+		defer func() {
+			if stop() || ctx.Err() == nil {
+				d.SetReadDeadline(time.Time{})
+			}
+		}()
+	}
+	body, err = io.ReadAll(io.LimitReader(stdin, max+1))
+	if err != nil {
+		return body, false, err
+	}
+	if int64(len(body)) > max {
+		return body, false, nil
+	}
+	return body, true, nil
+}
+
+// progressWriter counts what reaches the client for views of running
+// requests, and passes on what the cache's replay can use.
+type progressWriter struct {
+	w        io.Writer
+	progress *gitexec.Progress
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	if p.progress != nil {
+		p.progress.BytesOut.Add(int64(n))
+	}
+	return n, err
+}
+
+// ServeFile hands the whole file to the transport when it can send it
+// itself, else copies it.
+func (p *progressWriter) ServeFile(f *os.File, size int64) (int64, error) {
+	var n int64
+	var err error
+	if fs, ok := p.w.(fetchcache.FileServer); ok {
+		n, err = fs.ServeFile(f, size)
+		if p.progress != nil {
+			p.progress.BytesOut.Add(n)
+		}
+	} else {
+		buf := make([]byte, 256<<10)
+		n, err = io.CopyBuffer(struct{ io.Writer }{p}, io.LimitReader(f, size), buf)
+	}
+	if err == nil && n < size {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (p *progressWriter) SetWriteDeadline(t time.Time) error {
+	if d, ok := p.w.(fetchcache.WriteDeadliner); ok {
+		return d.SetWriteDeadline(t)
+	}
+	return nil
+}

@@ -1,0 +1,98 @@
+package repostate
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"packwire/internal/gittest"
+)
+
+func stamp(t *testing.T, repo string) Stamp {
+	t.Helper()
+	s, err := Refs(repo, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// settled waits out the racy window and returns the stamp then.
+func settled(t *testing.T, repo string) Stamp {
+	t.Helper()
+	time.Sleep(RacyWindow + 10*time.Millisecond)
+	s := stamp(t, repo)
+	if s.Racy {
+		t.Fatalf("still racy after the window: newest %v", s.Newest)
+	}
+	return s
+}
+
+// TestRefsStampSeesEveryChange: each way git changes what a fetch sees
+// gives a new stamp, and a stamp taken right after a change is racy.
+func TestRefsStampSeesEveryChange(t *testing.T) {
+	env := gittest.New(t)
+	repo := filepath.Join(t.TempDir(), "r.git")
+	env.Build(repo, gittest.Shape{Commits: 3, Branches: 1, Tags: 1, Seed: 1})
+	env.Git(repo, "pack-refs", "--all")
+	main := env.RevParse(repo, "main")
+	first := env.RevParse(repo, "main~1")
+
+	changes := []struct {
+		name string
+		do   func()
+	}{
+		{"nothing", func() {}},
+		{"loose ref created", func() { env.Git(repo, "update-ref", "refs/heads/new", main) }},
+		{"loose ref updated", func() { env.Git(repo, "update-ref", "refs/heads/new", first) }},
+		{"loose ref updated back", func() { env.Git(repo, "update-ref", "refs/heads/new", main) }},
+		{"packed ref updated", func() { env.Git(repo, "update-ref", "refs/heads/branch0", first) }},
+		{"refs packed", func() { env.Git(repo, "pack-refs", "--all") }},
+		{"packed ref deleted", func() { env.Git(repo, "update-ref", "-d", "refs/heads/new") }},
+		{"nested ref created", func() { env.Git(repo, "update-ref", "refs/pull/1/head", main) }},
+		{"HEAD moved", func() { env.Git(repo, "symbolic-ref", "HEAD", "refs/heads/branch0") }},
+		{"config changed", func() { env.Git(repo, "config", "uploadpack.hideRefs", "refs/pull") }},
+		{"shallow file", func() { os.WriteFile(filepath.Join(repo, "shallow"), []byte(first+"\n"), 0o644) }},
+		{"objects repacked", func() { env.Git(repo, "repack", "-adq") }},
+	}
+	seen := map[string]string{}
+	prev := settled(t, repo)
+	for _, c := range changes {
+		c.do()
+		if c.name != "nothing" && !stamp(t, repo).Racy {
+			t.Errorf("%s: a stamp right after the change is not racy", c.name)
+		}
+		s := settled(t, repo)
+		if c.name == "nothing" {
+			if s.Digest != prev.Digest {
+				t.Fatal("the stamp changed with nothing changed")
+			}
+			continue
+		}
+		if s.Digest == prev.Digest {
+			t.Errorf("%s: same stamp", c.name)
+		}
+		if other, ok := seen[s.Digest]; ok {
+			t.Errorf("%s: same stamp as after %s", c.name, other)
+		}
+		seen[s.Digest] = c.name
+		prev = s
+	}
+	if _, err := Refs(filepath.Join(t.TempDir(), "missing.git"), time.Now()); err == nil {
+		t.Error("a missing repository has a stamp")
+	}
+}
+
+func TestConfigStamp(t *testing.T) {
+	dir := t.TempDir()
+	if ConfigStamp(dir) != "none" {
+		t.Fatal("no config file")
+	}
+	os.WriteFile(filepath.Join(dir, "config"), []byte("[core]\n"), 0o644)
+	a := ConfigStamp(dir)
+	os.WriteFile(filepath.Join(dir, "config"), []byte("[core]\n\tbare = true\n"), 0o644)
+	if ConfigStamp(dir) == a {
+		t.Fatal("a changed config has the same stamp")
+	}
+}
