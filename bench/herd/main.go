@@ -1,11 +1,14 @@
 // Command herd measures clone storms: N concurrent full clones of a fresh
-// commit (nobody has its pack cached) against packwire with shared pack
-// generation, packwire without it, and nginx + fcgiwrap + git-http-backend,
-// all serving the same bare repository over HTTP on loopback at once.
-// Each server runs in its own cgroup v1 cpuacct and memory groups; the
-// benchmark reports server CPU, CPU per clone, herd CPU against a 1-clone
-// herd, wall percentiles and peak server memory, then compares repeated
-// full clones served from packwire's pack cache with git-http-backend.
+// commit (nobody has its pack cached) against packwire with its fetch
+// cache (one git per herd, responses replayed), packwire with the older
+// pack cache (shared pack-objects runs through upload-pack's hook),
+// packwire with neither, and nginx + fcgiwrap + git-http-backend, all
+// serving the same bare repository over HTTP on loopback at once. Each
+// server runs in its own cgroup v1 cpuacct and memory groups; the benchmark
+// reports server CPU, CPU per clone, herd CPU against a 1-clone herd, wall
+// percentiles and peak server memory, then compares repeated full clones
+// served from packwire's caches with git-http-backend, and what storing a
+// response costs a single clone (fetch cache on against off, in pairs).
 //
 //	go run ./bench/herd -rounds 3 -sizes 1,4,16,32 -out bench/out/herd
 //
@@ -25,6 +28,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +74,7 @@ func main() {
 	src := flag.String("src", runtime.GOROOT()+"/src", "source tree the benchmark history is made from")
 	noBitmap := flag.Bool("no-bitmap", false, "delete the reachability bitmap after building the repository, so every pack is counted and compressed the slow way")
 	hits := flag.Int("hits", 5, "repeated full clones per server in the cache-hit comparison")
+	pairs := flag.Int("pairs", 10, "paired single clones of a fresh commit, fetch cache on against off (the cost of storing a response)")
 	flag.Parse()
 	log.SetFlags(0)
 	var sizes []int
@@ -137,9 +142,10 @@ func main() {
 	}()
 	defer cleanup()
 	atExit = cleanup
-	servers = append(servers, startPackwire(bin, "packwire (sharing)", "a", repos, true))
-	servers = append(servers, startPackwire(bin, "packwire (no sharing)", "b", repos, false))
-	servers = append(servers, startNginx("nginx + fcgiwrap + git-http-backend", "c", repos))
+	servers = append(servers, startPackwire(bin, "packwire (fetch cache)", "a", repos, "--fetch-cache=true", "--pack-cache=false"))
+	servers = append(servers, startPackwire(bin, "packwire (pack cache hook)", "b", repos, "--fetch-cache=false", "--pack-cache=true"))
+	servers = append(servers, startPackwire(bin, "packwire (no sharing)", "c", repos, "--fetch-cache=false", "--pack-cache=false"))
+	servers = append(servers, startNginx("nginx + fcgiwrap + git-http-backend", "d", repos))
 
 	// Warm-up: one clone per server (page cache, first-start costs).
 	for _, s := range servers {
@@ -176,32 +182,67 @@ func main() {
 	// clones; the first clone of (a) after a fresh commit generates the
 	// pack, the next ones are served from the cache.
 	newCommit("cache-hit comparison")
-	a, c := servers[0], servers[2]
-	first := runHerd(a, 1)
-	first.cache = packCacheCounts(bin, a.data, 1)
-	var hitA, hitC, hitGit []time.Duration
-	hitCache := map[string]int{}
+	hitServers := []*server{servers[0], servers[1], servers[3]}
+	firsts := map[*server]herdResult{}
+	for _, s := range hitServers[:2] {
+		first := runHerd(s, 1)
+		first.cache = packCacheCounts(bin, s.data, 1)
+		firsts[s] = first
+	}
+	hitCPU := map[*server][]time.Duration{}
+	hitGit := map[*server][]time.Duration{}
+	hitRSS := map[*server][]time.Duration{}
+	hitCache := map[*server]map[string]int{}
 	for i := 0; i < *hits; i++ {
-		pair := []*server{a, c}
-		if rng.IntN(2) == 1 {
-			pair[0], pair[1] = c, a
-		}
-		for _, s := range pair {
+		for _, j := range rng.Perm(len(hitServers)) {
+			s := hitServers[j]
 			res := runHerd(s, 1)
 			if res.errs > 0 {
 				fatalf("repeated clone from %s failed: %s", s.name, res.errMsg)
 			}
-			if s == a {
-				hitA = append(hitA, res.cpu)
-				counts, gitCPU := packCacheRecords(bin, a.data, 1)
-				for k, v := range counts {
-					hitCache[k] += v
+			hitCPU[s] = append(hitCPU[s], res.cpu)
+			hitRSS[s] = append(hitRSS[s], time.Duration(res.rssPeak))
+			if s.data != "" {
+				counts, gitCPU := packCacheRecords(bin, s.data, 1)
+				if hitCache[s] == nil {
+					hitCache[s] = map[string]int{}
 				}
-				hitGit = append(hitGit, gitCPU)
-			} else {
-				hitC = append(hitC, res.cpu)
+				for k, v := range counts {
+					hitCache[s][k] += v
+				}
+				hitGit[s] = append(hitGit[s], gitCPU)
 			}
 		}
+	}
+
+	// What storing a response costs: single clones of a fresh commit (so
+	// the fetch cache runs git and writes the response to disk) against
+	// the same with the cache off, in pairs of shuffled order.
+	var teeOn, teeOff []time.Duration
+	var teeRatios []float64
+	on, off := servers[0], servers[2]
+	for i := 0; i < *pairs; i++ {
+		newCommit(fmt.Sprintf("tee pair %d", i))
+		got := map[*server]time.Duration{}
+		order := []*server{on, off}
+		if rng.IntN(2) == 1 {
+			order[0], order[1] = off, on
+		}
+		for _, s := range order {
+			res := runHerd(s, 1)
+			if res.errs > 0 {
+				fatalf("paired clone from %s failed: %s", s.name, res.errMsg)
+			}
+			got[s] = res.cpu
+		}
+		counts := packCacheCounts(bin, on.data, 1)
+		if counts["generated"] != 1 {
+			log.Printf("pair %d: the fetch cache did not run git for a fresh commit: %v", i, counts)
+		}
+		packCacheCounts(bin, off.data, 1)
+		teeOn, teeOff = append(teeOn, got[on]), append(teeOff, got[off])
+		teeRatios = append(teeRatios, got[on].Seconds()/got[off].Seconds())
+		log.Printf("pair %d/%d  cache on %.3fs  off %.3fs", i+1, *pairs, got[on].Seconds(), got[off].Seconds())
 	}
 
 	// Report.
@@ -217,9 +258,9 @@ func main() {
 	}
 	p("Every herd asks for a commit made just before it (pushed straight into the bare repository), so no server has its pack cached. ")
 	p("Clients: `git -c protocol.version=2 clone --no-local --no-checkout -q URL dir_i`, isolated HOME, GIT_CONFIG_NOSYSTEM=1 (no checkout: it is client-side work only, and with it a 32-clone herd is bound by writing 32 work trees on 2 cores). ")
-	p("Both packwire servers run with --max-pack-jobs 64 --max-pack-jobs-per-repo 64 (no queueing). ")
+	p("All packwire servers run with --max-pack-jobs 64 --max-pack-jobs-per-repo 64 (no queueing). ")
 	p("Server CPU: cgroup v1 cpuacct delta over the herd (+300 ms for stragglers), all processes of the server; ")
-	p("peak memory: memory.max_usage_in_bytes of the server's memory group (anonymous memory and page cache charged to it), reset before each herd; peak RSS: total_rss sampled every 20 ms; git CPU: user+system of the herd's upload-pack processes and their children (pack-objects, the pack-cache hook) as packwire's governor records them, the rest of packwire's server CPU is its own process (HTTP, relay, accounting, cache); client CPU: all clone processes of the herd, on the same 2 cores. ")
+	p("peak memory: memory.max_usage_in_bytes of the server's memory group (anonymous memory and page cache charged to it), reset before each herd; peak RSS: total_rss sampled every 20 ms; git CPU: user+system of the herd's upload-pack processes and their children (pack-objects, the pack-cache hook) as packwire's governor records them (0 for a replayed response: no git runs), the rest of packwire's server CPU is its own process (HTTP, relay, accounting, caches); client CPU: all clone processes of the herd, on the same 2 cores. ")
 	p("Figures are medians over rounds; min-max of server CPU in brackets.\n\n")
 	type key struct {
 		s string
@@ -285,18 +326,31 @@ func main() {
 			}
 		}
 	}
-	mA, mC := benchkit.Median(hitA), benchkit.Median(hitC)
+	a, peer := servers[0], servers[3]
+	mA, mC := benchkit.Median(hitCPU[a]), benchkit.Median(hitCPU[peer])
 	p("### Repeated full clone served from the cache\n\n")
-	p("No new commit; the first clone from packwire (sharing) after a fresh commit generated the pack (%.2f s server CPU, pack cache %s), then %d interleaved single clones per server:\n\n",
-		first.cpu.Seconds(), cacheString(first.cache, true), *hits)
-	p("| server | server CPU per clone (median) | min - max | pack cache |\n|---|---:|---:|---|\n")
-	p("| %s | %.3f s | %.3f - %.3f s | %s |\n", a.name, mA.Seconds(), benchkit.Percentile(hitA, 0).Seconds(), benchkit.Percentile(hitA, 100).Seconds(), cacheString(hitCache, true))
-	p("| %s | %.3f s | %.3f - %.3f s | - |\n\n", c.name, mC.Seconds(), benchkit.Percentile(hitC, 0).Seconds(), benchkit.Percentile(hitC, 100).Seconds())
+	p("No new commit; after a fresh commit the first clone from each packwire server made its response (fetch cache: %.2f s server CPU, %s; pack cache hook: %.2f s, %s), then %d single clones per server, servers in a fresh random order each time:\n\n",
+		firsts[a].cpu.Seconds(), cacheString(firsts[a].cache, true), firsts[servers[1]].cpu.Seconds(), cacheString(firsts[servers[1]].cache, true), *hits)
+	p("| server | server CPU per clone (median) | min - max | / git-http-backend | git CPU (governor) | peak RSS | outcome |\n|---|---:|---:|---:|---:|---:|---|\n")
+	for _, s := range hitServers {
+		cpus := hitCPU[s]
+		gitCol := "-"
+		if s.data != "" {
+			gitCol = fmt.Sprintf("%.3f s", benchkit.Median(hitGit[s]).Seconds())
+		}
+		p("| %s | %.3f s | %.3f - %.3f s | %.3fx | %s | %s | %s |\n", s.name, benchkit.Median(cpus).Seconds(), benchkit.Percentile(cpus, 0).Seconds(), benchkit.Percentile(cpus, 100).Seconds(),
+			benchkit.Median(cpus).Seconds()/mC.Seconds(), gitCol, mib(int64(benchkit.Median(hitRSS[s]))), cacheString(hitCache[s], s.data != ""))
+	}
 	hitRatio := mA.Seconds() / mC.Seconds()
-	p("Ratio packwire cache hit / git-http-backend: %.3fx\n\n", hitRatio)
-	mG := benchkit.Median(hitGit)
-	p("Where a cache hit's server CPU goes (governor records): git upload-pack and the hook streaming the cached pack %.3f s (user+sys, median), the packwire process (HTTP, relay, accounting) the rest, about %.3f s.\n\n",
-		mG.Seconds(), (mA - mG).Seconds())
+	p("\nRatio packwire fetch-cache hit / git-http-backend: %.3fx\n\n", hitRatio)
+
+	p("### What storing a response costs a single clone\n\n")
+	p("%d pairs: a fresh commit, then one clone from packwire with the fetch cache (git runs, its output goes to a file and is replayed to the client from there) and one from packwire without it, in random order.\n\n", *pairs)
+	p("| | server CPU (median) | min - max |\n|---|---:|---:|\n")
+	p("| fetch cache on | %.3f s | %.3f - %.3f s |\n", benchkit.Median(teeOn).Seconds(), benchkit.Percentile(teeOn, 0).Seconds(), benchkit.Percentile(teeOn, 100).Seconds())
+	p("| fetch cache off | %.3f s | %.3f - %.3f s |\n\n", benchkit.Median(teeOff).Seconds(), benchkit.Percentile(teeOff, 0).Seconds(), benchkit.Percentile(teeOff, 100).Seconds())
+	sort.Float64s(teeRatios)
+	p("Per-pair ratio on/off: median %.3f, quartiles %.3f - %.3f, min-max %.3f - %.3f.\n\n", quantile(teeRatios, 0.5), quantile(teeRatios, 0.25), quantile(teeRatios, 0.75), teeRatios[0], teeRatios[len(teeRatios)-1])
 
 	p("### Targets\n\n")
 	yes := func(ok bool) string {
@@ -305,13 +359,14 @@ func main() {
 		}
 		return "MISSED"
 	}
-	aName, bName, cName := servers[0].name, servers[1].name, servers[2].name
+	aName, bName, cName, dName := servers[0].name, servers[1].name, servers[2].name, servers[3].name
 	if one, ok := med[key{aName, 1}]; ok {
 		if sixteen, ok := med[key{aName, 16}]; ok {
 			r := sixteen.Seconds() / one.Seconds()
-			p("- 16-client herd at most 2.5x the server CPU of one clone (packwire with sharing): %.2fx (%.2f s vs %.2f s): %s. ", r, sixteen.Seconds(), one.Seconds(), yes(r <= 2.5))
-			p("Without sharing: %.2fx; git-http-backend: %.2fx.\n",
-				med[key{bName, 16}].Seconds()/med[key{bName, 1}].Seconds(), med[key{cName, 16}].Seconds()/med[key{cName, 1}].Seconds())
+			p("- 16-client herd at most 2.5x the server CPU of one clone (packwire with the fetch cache): %.2fx (%.2f s vs %.2f s): %s. ", r, sixteen.Seconds(), one.Seconds(), yes(r <= 2.5))
+			p("Pack cache hook: %.2fx; no sharing: %.2fx; git-http-backend: %.2fx.\n",
+				med[key{bName, 16}].Seconds()/med[key{bName, 1}].Seconds(), med[key{cName, 16}].Seconds()/med[key{cName, 1}].Seconds(),
+				med[key{dName, 16}].Seconds()/med[key{dName, 1}].Seconds())
 		}
 	}
 	p("- Repeated full clone from the cache at most 0.1x git-http-backend's server CPU: %.3fx (%.3f s vs %.3f s): %s\n", hitRatio, mA.Seconds(), mC.Seconds(), yes(hitRatio <= 0.1))
@@ -319,10 +374,10 @@ func main() {
 	if hi > lo {
 		growth := medPeak[key{aName, hi}] - medPeak[key{aName, lo}]
 		bound := 2 * packSize
-		p("- Server memory does not grow with pack size x clients (packwire with sharing, peak memory herd of %d minus herd of %d below 2x the pack, %.0f MiB; pack x %d clients would be %.0f MiB): grew %s: %s. ",
+		p("- Server memory does not grow with pack size x clients (packwire with the fetch cache, peak memory herd of %d minus herd of %d below 2x the pack, %.0f MiB; pack x %d clients would be %.0f MiB): grew %s: %s. ",
 			hi, lo, float64(bound)/(1<<20), hi, float64(packSize)*float64(hi)/(1<<20), mib(growth), yes(growth < bound))
-		p("Without sharing: grew %s; git-http-backend: grew %s.\n",
-			mib(medPeak[key{bName, hi}]-medPeak[key{bName, lo}]), mib(medPeak[key{cName, hi}]-medPeak[key{cName, lo}]))
+		p("Pack cache hook: grew %s; no sharing: grew %s; git-http-backend: grew %s.\n",
+			mib(medPeak[key{bName, hi}]-medPeak[key{bName, lo}]), mib(medPeak[key{cName, hi}]-medPeak[key{cName, lo}]), mib(medPeak[key{dName, hi}]-medPeak[key{dName, lo}]))
 	}
 	fmt.Print(b.String())
 	os.WriteFile(filepath.Join(out, "results.md"), []byte(b.String()), 0o644)
@@ -335,7 +390,7 @@ func cacheString(m map[string]int, packwire bool) string {
 		return "-"
 	}
 	var parts []string
-	for _, k := range []string{"generated", "joined", "hit", "direct", "off"} {
+	for _, k := range []string{"generated", "replayed", "joined", "hit", "direct", "off"} {
 		if m[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 		}
@@ -382,6 +437,23 @@ func newCommit(msg string) {
 	git(work, "add", "HERD")
 	git(work, "-c", "user.name=Bench", "-c", "user.email=bench@example.com", "commit", "-q", "-m", msg)
 	git(work, "push", "-q", "origin", "HEAD:main")
+	// The fetch cache trusts no refs changed in the last 50 ms (a change
+	// in the same clock tick could go unseen); a real herd comes seconds
+	// after the push that triggered it.
+	time.Sleep(100 * time.Millisecond)
+}
+
+// quantile of sorted values, linear between neighbours.
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	pos := q * float64(len(sorted)-1)
+	i := int(pos)
+	if i+1 >= len(sorted) {
+		return sorted[len(sorted)-1]
+	}
+	return sorted[i] + (pos-float64(i))*(sorted[i+1]-sorted[i])
 }
 
 // runHerd runs n concurrent full clones against s and measures the
@@ -551,14 +623,15 @@ func parseRecords(b []byte) []record {
 	return recs
 }
 
-func startPackwire(bin, name, short, repos string, sharing bool) *server {
+func startPackwire(bin, name, short, repos string, cacheFlags ...string) *server {
 	data := filepath.Join(out, "data-"+short)
 	must(os.MkdirAll(data, 0o755))
 	must(os.Symlink(repos, filepath.Join(data, "repos")))
 	port := benchkit.FreePort()
 	g := benchkit.NewGroup(short)
-	cmd := g.Command(bin, "serve", "--data", data, "--maintain-interval", "0", "--git=", "--ssh=", "--http", "127.0.0.1:"+port,
-		"--pack-cache="+strconv.FormatBool(sharing), "--max-pack-jobs", "64", "--max-pack-jobs-per-repo", "64", "--log-format", "json")
+	args := append([]string{"serve", "--data", data, "--maintain-interval", "0", "--git=", "--ssh=", "--http", "127.0.0.1:" + port,
+		"--max-pack-jobs", "64", "--max-pack-jobs-per-repo", "64", "--log-format", "json"}, cacheFlags...)
+	cmd := g.Command(bin, args...)
 	logf, _ := os.Create(filepath.Join(out, "packwire-"+short+".log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	must(cmd.Start())
