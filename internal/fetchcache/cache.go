@@ -83,7 +83,17 @@ type generation struct {
 	err     error      // why it failed, if it did
 	tail    [4]byte    // the last bytes written, to check the response ended with a flush
 	tailLen int
+	woken   int64 // size when readers were last woken
 }
+
+// wakeEvery batches wake-ups of readers while a pack streams: waking them
+// for every pipe read (64 KiB) cost more CPU in goroutine hand-offs than
+// the copying itself. Small writes (progress, section headers) wake them
+// at once, so a client still sees git's progress as it comes.
+const (
+	wakeEvery  = 1 << 20
+	smallWrite = 4 << 10
+)
 
 // Open makes the directory, removing what an earlier process left there:
 // a file from before a restart is never trusted.
@@ -349,7 +359,10 @@ func (w *Writer) Write(p []byte) (int, error) {
 			g.tailLen++
 		}
 	}
-	g.cond.Broadcast()
+	if n < smallWrite || g.size-g.woken >= wakeEvery {
+		g.woken = g.size
+		g.cond.Broadcast()
+	}
 	g.mu.Unlock()
 	return n, err
 }

@@ -18,6 +18,15 @@ type FileServer interface {
 	ServeFile(f *os.File, size int64) (int64, error)
 }
 
+// FileStreamer is implemented by response writers that can send a file's
+// bytes themselves as they become available (the HTTP transport, over
+// HTTP/1.1: no chunking, sendfile). StreamFile sends the next n bytes of f
+// from its current offset and returns how many it sent. Replay uses it for
+// a run in progress when nothing was written yet.
+type FileStreamer interface {
+	StreamFile(f *os.File, n int64) (int64, error)
+}
+
 // WriteDeadliner is implemented by client streams whose blocked writes can
 // be cut short (the HTTP transport's writer).
 type WriteDeadliner interface {
@@ -45,7 +54,10 @@ type Reader struct {
 	// as far as it got, as git's own output would be; a follower that has
 	// sent nothing yet gets the error instead and may run git itself.
 	leads bool
-	once  sync.Once
+	// streamed: the response goes out through FileStreamer from the
+	// file's own offset, which then always equals what was written.
+	streamed bool
+	once     sync.Once
 }
 
 // Following tells whether the reader follows a run in progress.
@@ -109,6 +121,17 @@ func (r *Reader) copy(ctx context.Context, out io.Writer, off, end int64, d Writ
 			}
 			return n, nil
 		}
+	}
+	if fs, ok := out.(FileStreamer); ok && (off == 0 || r.streamed) {
+		r.streamed = true
+		n, err := fs.StreamFile(r.f, end-off)
+		if err == nil && n < end-off {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return n, wrapGone(ctx, err)
+		}
+		return n, nil
 	}
 	bufp := buffers.Get().(*[]byte)
 	defer buffers.Put(bufp)

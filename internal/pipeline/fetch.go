@@ -240,6 +240,19 @@ func (p *progressWriter) ServeFile(f *os.File, size int64) (int64, error) {
 	return n, err
 }
 
+// StreamFile hands the next n bytes of f to the transport when it can send
+// them itself, else copies them.
+func (p *progressWriter) StreamFile(f *os.File, n int64) (int64, error) {
+	if fs, ok := p.w.(fetchcache.FileStreamer); ok {
+		sent, err := fs.StreamFile(f, n)
+		if p.progress != nil {
+			p.progress.BytesOut.Add(sent)
+		}
+		return sent, err
+	}
+	return io.CopyBuffer(struct{ io.Writer }{p}, io.LimitReader(f, n), make([]byte, 256<<10))
+}
+
 func (p *progressWriter) SetWriteDeadline(t time.Time) error {
 	if d, ok := p.w.(fetchcache.WriteDeadliner); ok {
 		return d.SetWriteDeadline(t)

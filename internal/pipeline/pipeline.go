@@ -342,6 +342,8 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	switch {
 	case errors.As(err, &refusal):
 		rec.Result = governor.ResultRefused // admitted late (fetch cache) and refused then
+	case errors.Is(err, fetchcache.ErrGenerationFailed):
+		rec.Result = governor.ResultGitError // the shared run failed after this replay had begun
 	case errors.Is(err, gitexec.ErrClientGone):
 		rec.Result = governor.ResultClientGone
 	case errors.Is(err, gitexec.ErrIdle):

@@ -162,7 +162,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	out := &streamWriter{w: w, contentType: "application/x-" + string(service) + resultSuffix(advertise), idle: h.IdleTimeout}
+	out := &streamWriter{w: w, contentType: "application/x-" + string(service) + resultSuffix(advertise), idle: h.IdleTimeout,
+		closeDelimitedOK: r.ProtoMajor == 1 && r.ProtoMinor >= 1}
 	if advertise && !(service == gitexec.UploadPack && protocol.Version(req.Protocol) == 2) {
 		// git-http-backend's preamble for protocol v0/v1 advertisements.
 		var pre []byte
@@ -263,6 +264,9 @@ type streamWriter struct {
 	contentType string
 	started     bool
 	idle        time.Duration
+	// closeDelimitedOK: an HTTP/1.1 response may end with the connection
+	// instead of chunks; closeDelimited: this one does.
+	closeDelimitedOK, closeDelimited bool
 }
 
 func (s *streamWriter) start() {
@@ -311,19 +315,45 @@ func (s *streamWriter) ServeFile(f *os.File, size int64) (int64, error) {
 	}
 	s.w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	s.start()
+	return s.sendFile(f, size)
+}
+
+// StreamFile sends the next n bytes of f, from its current offset, as
+// part of a response whose length is not known yet (a file still being
+// written). Over HTTP/1.1, when nothing was written yet, the response is
+// delimited by closing the connection rather than chunked, so that
+// net/http hands each range to sendfile(2); a clone makes no request after
+// its fetch, so the closed connection costs nothing. Otherwise it streams
+// as Write does.
+func (s *streamWriter) StreamFile(f *os.File, n int64) (int64, error) {
+	if !s.started && s.closeDelimitedOK {
+		// net/http then neither chunks nor keeps the connection, and drops the header.
+		s.w.Header().Set("Transfer-Encoding", "identity")
+		s.closeDelimited = true
+		s.start()
+	}
+	if !s.closeDelimited {
+		return io.CopyBuffer(struct{ io.Writer }{s}, io.LimitReader(f, n), make([]byte, 256<<10))
+	}
+	return s.sendFile(f, n)
+}
+
+// sendFile copies n bytes of f through net/http's ReadFrom (sendfile on a
+// plain TCP connection), a chunk at a time under the idle write deadline.
+func (s *streamWriter) sendFile(f *os.File, n int64) (int64, error) {
 	rc := http.NewResponseController(s.w)
 	var sent int64
-	for sent < size {
+	for sent < n {
 		if s.idle > 0 {
 			rc.SetWriteDeadline(time.Now().Add(s.idle))
 		}
 		// A LimitReader over the *os.File is what net/http's sendfile path takes.
-		n, err := io.Copy(s.w, io.LimitReader(f, min(serveFileChunk, size-sent)))
-		sent += n
+		c, err := io.Copy(s.w, io.LimitReader(f, min(serveFileChunk, n-sent)))
+		sent += c
 		if err != nil {
 			return sent, err
 		}
-		if n == 0 {
+		if c == 0 {
 			return sent, io.ErrUnexpectedEOF
 		}
 	}
