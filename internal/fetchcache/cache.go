@@ -81,9 +81,7 @@ type generation struct {
 	size    int64      // bytes written so far
 	done    bool       // the producer finished (successfully or not)
 	err     error      // why it failed, if it did
-	tail    [4]byte    // the last bytes written, to check the response ended with a flush
-	tailLen int
-	woken   int64 // size when readers were last woken
+	woken   int64      // size when readers were last woken
 }
 
 // wakeEvery batches wake-ups of readers while a pack streams: waking them
@@ -220,17 +218,12 @@ func (c *Cache) leave(g *generation) {
 	}
 }
 
-// finish ends a run: a complete response is stored, anything else removed.
-func (c *Cache) finish(g *generation, err error) {
+// finish ends a run of size bytes: a complete response is stored,
+// anything else removed.
+func (c *Cache) finish(g *generation, size int64, err error) {
 	c.mu.Lock()
 	if c.inflight[g.key] == g {
 		delete(c.inflight, g.key)
-	}
-	g.mu.Lock()
-	size, complete := g.size, err == nil && g.tailLen == 4 && string(g.tail[:]) == "0000"
-	g.mu.Unlock()
-	if err == nil && !complete {
-		err = errors.New("the response does not end with a flush packet")
 	}
 	final := filepath.Join(c.Dir, g.key+".response")
 	keep := err == nil && c.MaxBytes > 0 && size <= c.MaxBytes
@@ -248,6 +241,7 @@ func (c *Cache) finish(g *generation, err error) {
 	c.mu.Unlock()
 
 	g.mu.Lock()
+	g.size = size
 	g.done = true
 	if err != nil {
 		g.err = fmt.Errorf("%w: %v", ErrGenerationFailed, err)
@@ -320,11 +314,15 @@ func (c *Cache) Stats() Stats {
 	return s
 }
 
-// Writer receives the output of the git run that leads a key.
+// Writer receives the output of the git run that leads a key: written
+// through Write, or by git itself into File.
 type Writer struct {
-	f *os.File
-	g *generation
-	c *Cache
+	f         *os.File
+	g         *generation
+	c         *Cache
+	watchOnce sync.Once
+	stopWatch chan struct{}
+	watchDone chan struct{}
 }
 
 // OnAbandon sets what stops the producer when every reader has left
@@ -346,19 +344,6 @@ func (w *Writer) Write(p []byte) (int, error) {
 	g := w.g
 	g.mu.Lock()
 	g.size += int64(n)
-	if n >= 4 {
-		copy(g.tail[:], p[n-4:n])
-		g.tailLen = 4
-	} else {
-		for _, b := range p[:n] {
-			if g.tailLen == 4 {
-				copy(g.tail[:], g.tail[1:])
-				g.tailLen = 3
-			}
-			g.tail[g.tailLen] = b
-			g.tailLen++
-		}
-	}
 	if n < smallWrite || g.size-g.woken >= wakeEvery {
 		g.woken = g.size
 		g.cond.Broadcast()
@@ -367,14 +352,71 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// watchEvery is how often the size of a file git writes itself is looked
+// at: a stat costs a microsecond, and clients get git's bytes at most
+// this much later.
+const watchEvery = 5 * time.Millisecond
+
+// File returns the response file for a producer that writes it itself
+// (git's stdout, with no copy through packwire); the Writer then watches
+// its size and wakes readers as it grows. Write must not be used then.
+func (w *Writer) File() *os.File {
+	w.watchOnce.Do(func() {
+		w.stopWatch, w.watchDone = make(chan struct{}), make(chan struct{})
+		go w.watch()
+	})
+	return w.f
+}
+
+func (w *Writer) watch() {
+	defer close(w.watchDone)
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stopWatch:
+			return
+		case <-t.C:
+			fi, err := w.f.Stat()
+			if err != nil {
+				continue
+			}
+			g := w.g
+			g.mu.Lock()
+			if fi.Size() > g.size {
+				g.size, g.woken = fi.Size(), fi.Size()
+				g.cond.Broadcast()
+			}
+			g.mu.Unlock()
+		}
+	}
+}
+
 // Finish ends the run. err nil means git succeeded and wrote its whole
-// response: it is then stored (within the size bound). Otherwise the file
-// is dropped and followers that have sent nothing yet fall back.
+// response: it is then stored if it ends as a response must (with a flush
+// packet) and fits the size bound. Otherwise the file is dropped, and
+// followers that have sent nothing yet fall back.
 func (w *Writer) Finish(err error) {
+	if w.stopWatch != nil {
+		close(w.stopWatch)
+		<-w.watchDone
+	}
+	var size int64
+	if fi, serr := w.f.Stat(); serr == nil {
+		size = fi.Size()
+	} else if err == nil {
+		err = serr
+	}
+	if err == nil {
+		var tail [4]byte
+		if n, _ := w.f.ReadAt(tail[:], size-4); size < 4 || n != 4 || string(tail[:]) != "0000" {
+			err = errors.New("the response does not end with a flush packet")
+		}
+	}
 	if cerr := w.f.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
-	w.c.finish(w.g, err)
+	w.c.finish(w.g, size, err)
 }
 
 // wait blocks until the file holds need bytes, the run ended, or ctx ended.

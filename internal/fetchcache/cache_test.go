@@ -292,3 +292,31 @@ func TestOpenEmptiesTheDirectory(t *testing.T) {
 		t.Fatal("a cache without a directory opened")
 	}
 }
+
+// TestProducerWritesTheFile: a producer writing the file itself (git's
+// stdout) is followed by watching the file grow.
+func TestProducerWritesTheFile(t *testing.T) {
+	c := newCache(t, 1<<20)
+	leader, w := join(t, c, "k")
+	follower, _ := join(t, c, "k")
+	var lout, fout bytes.Buffer
+	ld, fd := replayAsync(leader, &lout), replayAsync(follower, &fout)
+	f := w.File()
+	want := strings.Repeat("sideband pack data", 20_000) + "0000"
+	for i := 0; i < len(want); i += 50_000 {
+		f.WriteString(want[i:min(i+50_000, len(want))])
+		time.Sleep(2 * time.Millisecond)
+	}
+	w.Finish(nil)
+	for i, d := range []<-chan error{ld, fd} {
+		if err := <-d; err != nil {
+			t.Fatalf("reader %d: %v", i, err)
+		}
+	}
+	if lout.String() != want || fout.String() != want {
+		t.Fatalf("got %d and %d bytes, want %d", lout.Len(), fout.Len(), len(want))
+	}
+	if s := c.Stats(); s.Entries != 1 || s.Bytes != int64(len(want)) {
+		t.Fatalf("stats %+v", s)
+	}
+}

@@ -96,6 +96,11 @@ type Spec struct {
 	// Progress, if set, counts bytes as they move, for views of running
 	// requests; several runs of one request may share it.
 	Progress *Progress
+	// OutputFile, if set, is git's stdout itself: git writes its answer
+	// straight into this (empty) file, with no relay through packwire
+	// (Run's stdout and OutputTap are then unused). The idle deadline
+	// watches the file's size. For answers that others read from the file.
+	OutputFile *os.File
 }
 
 // Progress is the bytes a running request moved so far. Its counters are
@@ -176,24 +181,33 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	if err != nil {
 		return Result{}, err
 	}
-	// Our own pipe rather than StdoutPipe: Wait must not close the read end
-	// under the copying goroutine.
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return Result{}, err
+	var outR, outW *os.File
+	if spec.OutputFile != nil {
+		cmd.Stdout = spec.OutputFile
+	} else {
+		// Our own pipe rather than StdoutPipe: Wait must not close the read
+		// end under the copying goroutine.
+		outR, outW, err = os.Pipe()
+		if err != nil {
+			return Result{}, err
+		}
+		// A larger pipe lets git write ahead instead of waking the relay every
+		// 64 KiB (the default): on two cores that ping-pong was measurable.
+		if PipeSize > 0 {
+			unix.FcntlInt(outW.Fd(), unix.F_SETPIPE_SZ, PipeSize)
+		}
+		cmd.Stdout = outW
 	}
-	// A larger pipe lets git write ahead instead of waking the relay every
-	// 64 KiB (the default): on two cores that ping-pong was measurable.
-	if PipeSize > 0 {
-		unix.FcntlInt(outW.Fd(), unix.F_SETPIPE_SZ, PipeSize)
-	}
-	cmd.Stdout = outW
 	if err := cmd.Start(); err != nil {
-		outR.Close()
-		outW.Close()
+		if outR != nil {
+			outR.Close()
+			outW.Close()
+		}
 		return Result{}, fmt.Errorf("spawn git: %w", err)
 	}
-	outW.Close()
+	if outW != nil {
+		outW.Close()
+	}
 
 	var (
 		bytesIn, bytesOut atomic.Int64
@@ -225,7 +239,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 
 	// git -> client.
 	copied := make(chan struct{})
-	go func() {
+	relay := func() {
 		defer close(copied)
 		defer outR.Close()
 		bufp := relayBuffers.Get().(*[]byte)
@@ -252,7 +266,12 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 				return
 			}
 		}
-	}()
+	}
+	if outR != nil {
+		go relay()
+	} else {
+		close(copied) // git writes into spec.OutputFile itself
+	}
 
 	done := make(chan struct{})
 	go func() {
@@ -270,6 +289,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 				kill(ctx.Err())
 				return
 			case <-idle:
+				if spec.OutputFile != nil {
+					// No relay sees git's output go by: its file's growth is the sign of life.
+					if fi, err := spec.OutputFile.Stat(); err == nil && fi.Size() != bytesOut.Load() {
+						bytesOut.Store(fi.Size())
+						lastSeen.Store(time.Now().UnixNano())
+					}
+				}
 				if time.Since(time.Unix(0, lastSeen.Load())) > r.IdleTimeout {
 					kill(ErrIdle)
 					return
@@ -286,6 +312,11 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	why := killErr
 	killMu.Unlock()
 
+	if spec.OutputFile != nil {
+		if fi, err := spec.OutputFile.Stat(); err == nil {
+			bytesOut.Store(fi.Size())
+		}
+	}
 	res := Result{
 		Wall:     time.Since(start),
 		BytesIn:  bytesIn.Load(),

@@ -81,7 +81,7 @@ func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, stdin io.Reader,
 	return c.lead(ctx, spec, body, reader, writer, out)
 }
 
-// lead runs git for a key nobody has: its output goes to the cache's file,
+// lead runs git for a key nobody has: git writes into the cache's file,
 // and this request's client, like every follower, reads it from there. So
 // git runs at its own pace whatever the clients', and keeps running while
 // any reader is left: the leader's client leaving does not stop the
@@ -102,14 +102,20 @@ func (c *Call) lead(ctx context.Context, spec gitexec.Spec, body []byte, reader 
 	defer stopKill()
 	writer.OnAbandon(cancel)
 
-	spec.Progress = nil // the run's bytes go to the file; out counts the client's
+	// git writes its answer straight into the cache's file: no copy of it
+	// passes through packwire on the way in, and every reader (this
+	// request's client too) sends it from there, with sendfile where the
+	// transport can.
+	spec.OutputFile = writer.File()
+	spec.OutputTap = nil // "done" was sent: the kind needs no look at the answer
+	spec.Progress = nil  // out counts what reaches this client
 	type outcome struct {
 		res gitexec.Result
 		err error
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := p.Runner.Run(runCtx, spec, bytes.NewReader(body), writer, nil)
+		res, err := p.Runner.Run(runCtx, spec, bytes.NewReader(body), nil, nil)
 		failed := err
 		if failed == nil && res.ExitCode != 0 {
 			failed = fmt.Errorf("git exited with status %d: %s", res.ExitCode, res.Stderr)
