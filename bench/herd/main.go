@@ -345,7 +345,7 @@ func main() {
 	p("\nRatio packwire fetch-cache hit / git-http-backend: %.3fx\n\n", hitRatio)
 
 	p("### What storing a response costs a single clone\n\n")
-	p("%d pairs: a fresh commit, then one clone from packwire with the fetch cache (git runs, its output goes to a file and is replayed to the client from there) and one from packwire without it, in random order.\n\n", *pairs)
+	p("%d pairs: a fresh commit, then one clone from packwire with the fetch cache (git runs and writes its answer into the cache file, and the client is sent it from there) and one from packwire without it, in random order.\n\n", *pairs)
 	p("| | server CPU (median) | min - max |\n|---|---:|---:|\n")
 	p("| fetch cache on | %.3f s | %.3f - %.3f s |\n", benchkit.Median(teeOn).Seconds(), benchkit.Percentile(teeOn, 0).Seconds(), benchkit.Percentile(teeOn, 100).Seconds())
 	p("| fetch cache off | %.3f s | %.3f - %.3f s |\n\n", benchkit.Median(teeOff).Seconds(), benchkit.Percentile(teeOff, 0).Seconds(), benchkit.Percentile(teeOff, 100).Seconds())

@@ -39,7 +39,7 @@ type Record struct {
 	ExitCode   int       `json:"exit_code"`
 	Result     string    `json:"result"` // ok, git-error, client-gone, timeout, killed, refused
 	Error      string    `json:"error,omitempty"`
-	PackCache  string    `json:"pack_cache,omitempty"` // generated, joined, hit, direct; empty: no pack made
+	PackCache  string    `json:"pack_cache,omitempty"` // generated, joined, hit, direct (pack cache); generated, replayed (fetch cache); empty: neither
 }
 
 // Results a record can have; also the "result" label of the metrics.

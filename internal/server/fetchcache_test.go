@@ -174,7 +174,9 @@ func packNamesBare(t *testing.T, bare string) string {
 // make the next identical request a miss; shallow and filtered clones
 // have their own entries; fetches with haves are never cached.
 func TestFetchCacheKeys(t *testing.T) {
-	s := startServer(t, nil)
+	enableSSH, sshEnvFor := withSSH(t)
+	s := startServer(t, enableSSH)
+	sshEnv := sshEnvFor(s)
 	bare := s.seed(t, "team/app")
 	url := s.httpURL("team/app")
 	run := func(kind string, args ...string) (string, governor.Record) {
@@ -182,7 +184,7 @@ func TestFetchCacheKeys(t *testing.T) {
 		settle(t, bare)
 		seq := s.lastSeq(t)
 		dir := filepath.Join(t.TempDir(), "c")
-		if out, err := s.env.Run("", v2, append(append([]string{"clone", "-q"}, args...), url, dir)...); err != nil {
+		if out, err := s.env.Run("", append(v2, sshEnv...), append(append([]string{"clone", "-q"}, args...), url, dir)...); err != nil {
 			t.Fatal(err, out)
 		}
 		return dir, s.fetchRecords(t, seq, kind, 1)[0]
@@ -236,6 +238,17 @@ func TestFetchCacheKeys(t *testing.T) {
 	}
 	s.env.Git(dir, "reset", "-q", "--hard") // lazy fetches of the blobs it needs
 	s.env.Fsck(dir)
+
+	// git:// and SSH keep their connection's negotiation state: never cached.
+	for _, other := range []string{s.gitURL("team/app"), s.sshURL("team/app")} {
+		url = other
+		for i := 0; i < 2; i++ {
+			if _, rec = run("full-clone", "--bare"); rec.PackCache != "" || rec.CPU() == 0 {
+				t.Fatalf("%s: %+v", other, rec)
+			}
+		}
+	}
+	url = s.httpURL("team/app")
 
 	// Fetches with haves run git every time, identical or not.
 	a, _ := run("full-clone")
