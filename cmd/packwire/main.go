@@ -53,7 +53,8 @@ commands:
                              (protocol v0/v2, SSH with/without ControlMaster)
   compare -- CMD_A -- CMD_B  paired, order-shuffled timing of two commands: median ratio, 95% CI, verdict
   advise URL...              measure a repository's transports and clone options; recommendations with evidence
-  synth --shape S --out DIR  make a repository shaped like the clone study's jquery, swift or linux (--scale F)
+  synth --shape S --out DIR  make a repository shaped like the clone study's jquery, swift or linux (--scale F,
+                             --pull-refs N: unfetched refs/pull/*/head as hosted repositories have)
   sizer REPO [--json]        repository measures as git-sizer reports them, with a level of concern
   version                    print the version
 
