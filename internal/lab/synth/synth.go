@@ -37,10 +37,10 @@ import (
 
 // Options says what to generate. Seed 0 is a seed like any other.
 type Options struct {
-	Shape    string  // one of Shapes()
-	Scale    float64 // 1 = the study's counts
-	Out      string  // the bare repository to create; must not exist or be empty
-	Seed     int64
+	Shape string  // one of Shapes()
+	Scale float64 // 1 = the study's counts
+	Out   string  // the bare repository to create; must not exist or be empty
+	Seed  int64
 	// PullRefs adds refs/pull/1/head .. refs/pull/N/head, as hosted
 	// repositories carry them: side commits off commits spread over main's
 	// history, each editing a few lines of one file, reachable from no
