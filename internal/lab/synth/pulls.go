@@ -101,13 +101,7 @@ func (g *generator) openPullRequest() {
 // another, so the new version is a close relative of the old one.
 func (t *fileText) propose(rng *rand.Rand, nextLine func() uint32) *fileText {
 	lines := slices.Clone(t.lines)
-	fresh := func(n int) []uint32 {
-		s := make([]uint32, n)
-		for i := range s {
-			s[i] = nextLine()
-		}
-		return s
-	}
+	fresh := func(n int) []uint32 { return freshLines(n, nextLine) }
 	at := rng.IntN(len(lines) + 1)
 	lines = slices.Insert(lines, at, fresh(1+rng.IntN(8))...)
 	if rng.IntN(2) == 0 {
