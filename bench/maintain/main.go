@@ -196,8 +196,12 @@ func main() {
 			if t.repo != "" {
 				git = fmt.Sprintf("%.3f s", median(s, gitCPUOf).Seconds())
 			}
+			wallRatio, cpuRatio := "1", "1"
+			if t != targets[0] {
+				wallRatio, cpuRatio = paired(base, s, wallOf), paired(base, s, cpuOf)
+			}
 			fmt.Printf("| %s | %s | %.2f s | %.3f s | %s | %s | %s |\n", k.name, t.name, median(s, wallOf).Seconds(), median(s, cpuOf).Seconds(), git,
-				paired(base, s, wallOf), paired(base, s, cpuOf))
+				wallRatio, cpuRatio)
 		}
 	}
 	if *sweep {
