@@ -62,16 +62,18 @@ var kinds = []kind{
 type target struct {
 	name   string
 	url    string
-	server *benchkit.Server
-	repo   string // packwire's name of the repository ("": not packwire, no governor records)
+	server *benchkit.Server // nil: no server (file://)
+	repo   string           // packwire's name of the repository ("": not packwire, no governor records)
 }
 
-// sample is one clone: client wall time and the server's CPU (its whole
-// cgroup), and for packwire the git CPU the governor recorded for it.
+// sample is one clone: client wall time and CPU (git clone and the
+// children it waited for: remote helper, index-pack, and over file://
+// upload-pack too), the server's CPU (its whole cgroup), and for packwire
+// the git CPU the governor recorded for it.
 type sample struct {
-	wall, cpu, gitCPU time.Duration
-	start, end        time.Time
-	repo              string
+	wall, client, cpu, gitCPU time.Duration
+	start, end                time.Time
+	repo                      string
 }
 
 // cleanups run before a fatal exit too, so no server outlives the run.
@@ -150,6 +152,9 @@ func main() {
 		{"nginx + git-http-backend, git gc layout", "http://127.0.0.1:" + peer.Port + "/bench.git", peer, ""},
 		{"packwire, git gc layout (before)", "http://127.0.0.1:" + port + "/before.git", pw, "before"},
 		{"packwire, maintained (after)", "http://127.0.0.1:" + port + "/after.git", pw, "after"},
+		// The floor for any server on the maintained layout: no network,
+		// the client's own upload-pack.
+		{"no server: git clone file://, maintained", "file://" + filepath.Join(data, "repos", "after.git"), nil, ""},
 	}
 	results := map[string][]sample{}
 	load := [][3]float64{loadAverage()}
@@ -187,22 +192,28 @@ func main() {
 	fmt.Printf("Load average (1 min) during the rounds: %s.\n", loadRange(load))
 	fmt.Printf("Server CPU: %s (packwire; nginx + fcgiwrap + git-http-backend). git CPU: the governor's record of each request of the clone.\n", pw.Group.Source())
 	fmt.Printf("Maintenance of the copy: %s\n\n", maintainOut)
-	fmt.Println("| clone | server | wall | server CPU | of which git | wall vs nginx (95% CI) | CPU vs nginx (95% CI) |")
-	fmt.Println("|---|---|---:|---:|---:|---:|---:|")
+	fmt.Println("| clone | server | wall | client CPU | server CPU | of which git | wall vs nginx (95% CI) | CPU vs nginx (95% CI) |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, k := range kinds {
 		base := results[targets[0].name+"|"+k.name]
 		for _, t := range targets {
 			s := results[t.name+"|"+k.name]
-			git := "-"
+			server, git := "-", "-"
+			if t.server != nil {
+				server = fmt.Sprintf("%.3f s", median(s, cpuOf).Seconds())
+			}
 			if t.repo != "" {
 				git = fmt.Sprintf("%.3f s", median(s, gitCPUOf).Seconds())
 			}
 			wallRatio, cpuRatio := "1", "1"
 			if t != targets[0] {
-				wallRatio, cpuRatio = paired(base, s, wallOf), paired(base, s, cpuOf)
+				wallRatio, cpuRatio = paired(base, s, wallOf), "-"
+				if t.server != nil {
+					cpuRatio = paired(base, s, cpuOf)
+				}
 			}
-			fmt.Printf("| %s | %s | %.2f s | %.3f s | %s | %s | %s |\n", k.name, t.name, median(s, wallOf).Seconds(), median(s, cpuOf).Seconds(), git,
-				wallRatio, cpuRatio)
+			fmt.Printf("| %s | %s | %.2f s | %.2f s | %s | %s | %s | %s |\n", k.name, t.name, median(s, wallOf).Seconds(), median(s, clientOf).Seconds(),
+				server, git, wallRatio, cpuRatio)
 		}
 	}
 	if *perfClones > 0 {
@@ -352,7 +363,10 @@ func driftOf(show string) string {
 func clone(out string, t target, k kind) sample {
 	dst := filepath.Join(out, "clone")
 	os.RemoveAll(dst)
-	cpu0 := t.server.Group.Read()
+	var cpu0 time.Duration
+	if t.server != nil {
+		cpu0 = t.server.Group.Read()
+	}
 	start := time.Now()
 	args := append([]string{"clone", "-q", "--no-local"}, k.args...)
 	cmd := exec.Command("git", append(args, t.url, dst)...)
@@ -361,8 +375,12 @@ func clone(out string, t target, k kind) sample {
 		fatalf("%s %s: %v\n%s", t.name, k.name, err, b)
 	}
 	end := time.Now()
-	time.Sleep(150 * time.Millisecond) // let the server reap its git
-	return sample{wall: end.Sub(start), cpu: t.server.Group.Read() - cpu0, start: start, end: end, repo: t.repo}
+	s := sample{wall: end.Sub(start), client: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), start: start, end: end, repo: t.repo}
+	if t.server != nil {
+		time.Sleep(150 * time.Millisecond) // let the server reap its git
+		s.cpu = t.server.Group.Read() - cpu0
+	}
+	return s
 }
 
 // appendCommits adds n commits on main, each editing three files, as one
@@ -390,6 +408,7 @@ func appendCommits(bare string, from, n int) error {
 }
 
 func wallOf(s sample) time.Duration   { return s.wall }
+func clientOf(s sample) time.Duration { return s.client }
 func cpuOf(s sample) time.Duration    { return s.cpu }
 func gitCPUOf(s sample) time.Duration { return s.gitCPU }
 
