@@ -224,48 +224,6 @@ func main() {
 	}
 }
 
-// profile samples packwire serve and the git processes it starts (perf
-// follows children) over n full clones, and prints where the CPU went by
-// process, by binary and by function.
-func profile(out string, t target, n int) {
-	if _, err := exec.LookPath("perf"); err != nil {
-		fatalf("-perf needs perf (apt-get install linux-perf)")
-	}
-	pid := 0
-	for _, p := range t.server.Group.Procs() {
-		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(comm)) == "packwire" {
-			pid = p
-		}
-	}
-	if pid == 0 {
-		fatalf("no packwire process in its group")
-	}
-	data := filepath.Join(out, "perf.data")
-	rec := exec.Command("perf", "record", "-q", "-F", "1999", "-g", "-p", strconv.Itoa(pid), "-o", data)
-	rec.Stderr = os.Stderr
-	must(rec.Start())
-	time.Sleep(time.Second) // perf attaches
-	var s []sample
-	for i := 0; i < n; i++ {
-		s = append(s, clone(out, t, kinds[0]))
-	}
-	rec.Process.Signal(os.Interrupt)
-	rec.Wait()
-	fmt.Printf("\nperf over %d full clones of the maintained copy (server CPU median %.3f s per clone), share of samples:\n\n", n, median(s, cpuOf).Seconds())
-	for _, sortBy := range []string{"comm,dso", "comm,dso,sym"} {
-		report := benchkit.Output("perf", "report", "-i", data, "--stdio", "--no-children", "--sort", sortBy, "--percent-limit", "1", "-g", "none")
-		path := filepath.Join(out, "perf-"+strings.ReplaceAll(sortBy, ",", "-")+".txt")
-		must(os.WriteFile(path, []byte(report), 0o644))
-		fmt.Println("```")
-		for _, line := range strings.Split(report, "\n") {
-			if line != "" && !strings.HasPrefix(line, "#") {
-				fmt.Println(line)
-			}
-		}
-		fmt.Println("```")
-	}
-}
-
 // paired is the median of per-round ratios s/base with its 95% CI.
 func paired(base, s []sample, f func(sample) time.Duration) string {
 	res := compare.Analyze(durations(base, f), durations(s, f))
