@@ -58,9 +58,10 @@ func profile(out string, t target, n int) {
 	samples := perfScript(data)
 	sha1 := sha1Pages(out)
 
-	counts := map[string]int{}
+	counts, byProcess := map[string]int{}, map[string]int{}
 	for _, smp := range samples {
 		counts[classify(smp, sha1)]++
+		byProcess[smp.comm]++
 	}
 	type row struct {
 		what string
@@ -83,7 +84,13 @@ func profile(out string, t target, n int) {
 		proc, what, _ := strings.Cut(r.what, ": ")
 		fmt.Printf("| %s | %s | %.1f%% | %.1f ms |\n", proc, what, 100*share, share*float64(perServer)/1e6)
 	}
-	fmt.Printf("\n(rows under 1%% left out; perf data in %s)\n", data)
+	var procs []string
+	for comm, c := range byProcess {
+		share := float64(c) / float64(len(samples))
+		procs = append(procs, fmt.Sprintf("%s %.1f%% (%.1f ms)", comm, 100*share, share*float64(perServer)/1e6))
+	}
+	slices.Sort(procs)
+	fmt.Printf("\nBy process: %s. Rows under 1%% left out; perf data in %s.\n", strings.Join(procs, ", "), data)
 }
 
 // classify names where one sample's time went.
