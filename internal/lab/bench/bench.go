@@ -133,10 +133,10 @@ type Phase struct {
 type Check struct {
 	Want           string `json:"want"`
 	Shallow        bool   `json:"shallow"`
-	Filter         string `json:"filter,omitempty"`   // remote.origin.partialclonefilter
-	Promisor       bool   `json:"promisor"`           // remote.origin.promisor
-	MissingObjects int    `json:"missing_objects"`    // reachable objects not present locally
-	OK             bool   `json:"ok"`                 // the repository has the scenario's shape
+	Filter         string `json:"filter,omitempty"` // remote.origin.partialclonefilter
+	Promisor       bool   `json:"promisor"`         // remote.origin.promisor
+	MissingObjects int    `json:"missing_objects"`  // reachable objects not present locally
+	OK             bool   `json:"ok"`               // the repository has the scenario's shape
 	Error          string `json:"error,omitempty"`
 }
 
@@ -146,15 +146,15 @@ type Sample struct {
 	User        int       `json:"user"`
 	Seq         int       `json:"seq"`
 	Start       time.Time `json:"start"`
-	WallMS      float64   `json:"wall_ms"`           // clone, or fetch
-	ResetMS     *float64  `json:"reset_ms"`          // fetches: git reset --hard origin/<branch>
-	Bytes       int64     `json:"bytes"`             // pack bytes received by the clone or fetch
-	ResetBytes  *int64    `json:"reset_bytes"`       // fetches: pack bytes the reset's lazy fetches received
-	ClientCPUMS float64   `json:"client_cpu_ms"`     // git's own CPU (and its children's), fetch and reset
-	ServerCPUMS *float64  `json:"server_cpu_ms"`     // with one user: governor records within the operation
-	Result      string    `json:"result"`            // ok, error, canceled
-	Error       string    `json:"error,omitempty"`   // git's message
-	Tip         string    `json:"tip,omitempty"`     // fetches: origin/<branch> after the fetch
+	WallMS      float64   `json:"wall_ms"`         // clone, or fetch
+	ResetMS     *float64  `json:"reset_ms"`        // fetches: git reset --hard origin/<branch>
+	Bytes       int64     `json:"bytes"`           // pack bytes received by the clone or fetch
+	ResetBytes  *int64    `json:"reset_bytes"`     // fetches: pack bytes the reset's lazy fetches received
+	ClientCPUMS float64   `json:"client_cpu_ms"`   // git's own CPU (and its children's), fetch and reset
+	ServerCPUMS *float64  `json:"server_cpu_ms"`   // with one user: governor records within the operation
+	Result      string    `json:"result"`          // ok, error, canceled
+	Error       string    `json:"error,omitempty"` // git's message
+	Tip         string    `json:"tip,omitempty"`   // fetches: origin/<branch> after the fetch
 	EndTime     time.Time `json:"end"`
 }
 
