@@ -15,7 +15,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -89,7 +88,7 @@ func main() {
 			log.Fatalf("herd needs the cgroup v1 hierarchy %s mounted (and writable)", d)
 		}
 	}
-	ensureTools()
+	benchkit.EnsureTools(map[string]string{"nginx": "nginx", "fcgiwrap": "fcgiwrap"})
 
 	out, _ = filepath.Abs(*outDir)
 	os.RemoveAll(out)
@@ -579,120 +578,8 @@ func startPackwire(bin, name, short, repos string, sharing bool) *server {
 	return s
 }
 
-const nginxConf = `daemon off;
-master_process on;
-worker_processes 2;
-user root;
-pid {{DIR}}/nginx.pid;
-error_log {{DIR}}/error.log warn;
-events { worker_connections 1024; }
-http {
-	access_log off;
-	client_body_temp_path {{DIR}}/tmp/body;
-	fastcgi_temp_path {{DIR}}/tmp/fastcgi;
-	proxy_temp_path {{DIR}}/tmp/proxy;
-	uwsgi_temp_path {{DIR}}/tmp/uwsgi;
-	scgi_temp_path {{DIR}}/tmp/scgi;
-	server {
-		listen 127.0.0.1:{{PORT}};
-		client_max_body_size 0;
-		location / {
-			fastcgi_pass unix:{{SOCK}};
-			fastcgi_param SCRIPT_FILENAME /usr/lib/git-core/git-http-backend;
-			fastcgi_param GIT_PROJECT_ROOT {{REPOS}};
-			fastcgi_param GIT_HTTP_EXPORT_ALL 1;
-			fastcgi_param PATH_INFO $uri;
-			fastcgi_param QUERY_STRING $query_string;
-			fastcgi_param REQUEST_METHOD $request_method;
-			fastcgi_param CONTENT_TYPE $content_type;
-			fastcgi_param CONTENT_LENGTH $content_length;
-			fastcgi_param GIT_PROTOCOL $http_git_protocol;
-			fastcgi_param REMOTE_ADDR $remote_addr;
-		}
-	}
-}
-`
-
-// startNginx starts nginx (master and workers) and fcgiwrap in one cgroup.
-// fcgiwrap gets 64 children (its default is 1, which would serve a herd one
-// clone at a time), matching packwire's raised admission limits.
+// startNginx starts the peer, nginx + fcgiwrap + git-http-backend, in its own group.
 func startNginx(name, short, repos string) *server {
-	dir := filepath.Join(out, "nginx")
-	must(os.MkdirAll(filepath.Join(dir, "tmp"), 0o755))
-	sock := filepath.Join(dir, "fcgiwrap.sock")
-	port := benchkit.FreePort()
-	conf := strings.NewReplacer("{{DIR}}", dir, "{{PORT}}", port, "{{SOCK}}", sock, "{{REPOS}}", repos).Replace(nginxConf)
-	must(os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
-	g := benchkit.NewGroup(short)
-	fcgi := g.Command("fcgiwrap", "-c", "64", "-s", "unix:"+sock)
-	logf, _ := os.Create(filepath.Join(dir, "stderr.log"))
-	fcgi.Stdout, fcgi.Stderr = logf, logf
-	must(fcgi.Start())
-	for i := 0; i < 100; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	ngx := g.Command("nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
-	ngx.Stdout, ngx.Stderr = logf, logf
-	must(ngx.Start())
-	s := &server{name: name, short: short, url: "http://127.0.0.1:" + port + "/bench.git", group: g}
-	s.stop = func() {
-		ngx.Process.Signal(syscall.SIGQUIT)
-		fcgi.Process.Signal(syscall.SIGTERM)
-		time.Sleep(200 * time.Millisecond)
-		g.Close() // kills what is left: workers, fcgiwrap children, git-http-backend
-		ngx.Wait()
-		fcgi.Wait()
-		logf.Close()
-	}
-	benchkit.WaitPort(port)
-	return s
-}
-
-// ensureTools installs nginx and fcgiwrap with apt-get when missing,
-// waiting for the dpkg lock when someone else is installing.
-func ensureTools() {
-	if _, err := os.Stat("/usr/lib/git-core/git-http-backend"); err != nil {
-		log.Fatal("missing /usr/lib/git-core/git-http-backend (git's smart HTTP CGI program)")
-	}
-	var missing []string
-	for _, t := range []string{"nginx", "fcgiwrap"} {
-		if _, err := exec.LookPath(t); err != nil {
-			if _, err := os.Stat("/usr/sbin/" + t); err != nil {
-				missing = append(missing, t)
-			}
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		log.Fatalf("missing %s and no apt-get to install them: install them and rerun", strings.Join(missing, ", "))
-	}
-	log.Printf("installing %s ...", strings.Join(missing, ", "))
-	for try := 0; ; try++ {
-		cmd := exec.Command("apt-get", append([]string{"install", "-y", "-o", "DPkg::Lock::Timeout=120"}, missing...)...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		b, err := cmd.CombinedOutput()
-		if err == nil {
-			break
-		}
-		locked := bytes.Contains(b, []byte("lock"))
-		if try < 10 && locked {
-			log.Printf("dpkg lock busy (someone else installs); retrying in 15 s")
-			time.Sleep(15 * time.Second)
-			continue
-		}
-		if try < 1 && bytes.Contains(b, []byte("Unable to locate")) {
-			exec.Command("apt-get", "update").Run()
-			continue
-		}
-		log.Fatalf("could not install %s: %v\n%s", strings.Join(missing, ", "), err, b)
-	}
-	os.Setenv("PATH", os.Getenv("PATH")+":/usr/sbin")
-	if _, err := exec.LookPath("nginx"); err != nil {
-		log.Fatal(errors.New("nginx still missing after apt-get install"))
-	}
+	p := benchkit.StartNginx(short, filepath.Join(out, "nginx"), repos)
+	return &server{name: name, short: short, url: "http://127.0.0.1:" + p.Port + "/bench.git", group: p.Group, stop: p.Stop}
 }

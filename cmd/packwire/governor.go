@@ -18,19 +18,23 @@ import (
 
 func cmdGovernor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tail := len(args) > 0 && args[0] == "tail"
-	if tail {
+	maintenance := len(args) > 0 && args[0] == "maintenance"
+	if tail || maintenance {
 		args = args[1:]
 	}
-	fs := newFlagSet("governor", "governor [--since DUR] [--by repo|user|kind|transport|service|result] [--top N] [--json]\n       packwire governor --last N [--json]\n       packwire governor tail [--json]",
+	fs := newFlagSet("governor", "governor [--since DUR] [--by repo|user|kind|transport|service|result] [--top N] [--json]\n       packwire governor --last N [--json]\n       packwire governor tail [--json]\n       packwire governor maintenance [--repo NAME] [--last N] [--json]",
 		`Show what requests cost: count, wall time percentiles (p50/p95/p99),
 git CPU in total and per request (user+system of git and the children it
 waited for: pack-objects, hooks), and bytes sent, grouped and sorted by CPU.
-"governor tail" prints records as they are written, until Ctrl-C.`, stderr)
+"governor tail" prints records as they are written, until Ctrl-C.
+"governor maintenance" lists the latest maintenance runs (newest first):
+what kind, why, what they cost, and the packs and bytes before and after.`, stderr)
 	dir := fs.String("data", datadir.DefaultDir, "data directory")
 	since := fs.Duration("since", 24*time.Hour, "summarise requests that started within this long")
 	by := fs.String("by", "kind", "group by repo, user, kind, transport, service or result")
 	top := fs.Int("top", 20, "show at most this many groups")
-	last := fs.Int("last", 0, "print the last N raw records instead of a summary")
+	last := fs.Int("last", 0, "print the last N raw records instead of a summary (maintenance: default 20)")
+	repoName := fs.String("repo", "", "maintenance: only this repository")
 	asJSON := fs.Bool("json", false, "machine-readable output")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
@@ -49,6 +53,16 @@ waited for: pack-objects, hooks), and bytes sent, grouped and sorted by CPU.
 	defer gov.Close()
 
 	switch {
+	case maintenance:
+		n := *last
+		if n <= 0 {
+			n = 20
+		}
+		runs, err := gov.LastMaintenance(ctx, *repoName, n)
+		if err != nil {
+			return err
+		}
+		return printMaintenance(stdout, runs, *asJSON)
 	case tail:
 		return tailRecords(ctx, gov, stdout, *asJSON)
 	case *last > 0:
@@ -160,4 +174,31 @@ func bytesText(n int64) string {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+func printMaintenance(out io.Writer, runs []governor.MaintenanceRun, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		for _, r := range runs {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(out, "no maintenance runs recorded")
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "START\tREPO\tKIND\tRESULT\tWALL\tGIT CPU\tPACKS\tBYTES\tREASON")
+	for _, r := range runs {
+		result := r.Result
+		if r.Error != "" {
+			result += ": " + r.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d -> %d\t%s -> %s\t%s\n", r.Start.UTC().Format("2006-01-02 15:04:05"), r.Repo, r.Kind, result,
+			ms(r.Wall), ms(r.UserCPU+r.SysCPU), r.PacksBefore, r.PacksAfter, bytesText(r.BytesBefore), bytesText(r.BytesAfter), r.Reason)
+	}
+	return tw.Flush()
 }

@@ -47,7 +47,7 @@ commands:
   rule remove N              remove the rule at position N
   access export [-o FILE]    write users, keys, grants, rules, settings as TOML
   access import FILE         replace the access model with a TOML file's
-  governor                   what requests cost: by kind, repo, user, transport (--last N, tail)
+  governor                   what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)
   version                    print the version
 
 Every command takes --data DIR (default ./packwire-data) and is safe to run

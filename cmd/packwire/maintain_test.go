@@ -38,6 +38,14 @@ func TestImportMaintainShow(t *testing.T) {
 	if out, code := packwire(t, "maintain", "app", "--full", "--data", data); code != 0 || !strings.Contains(out, "app: full run (requested (--full)): ok") {
 		t.Fatalf("maintain --full: %d %s", code, out)
 	}
+	// The runs are in the governor, newest first, with their reason.
+	if out, code := packwire(t, "governor", "maintenance", "--repo", "app", "--data", data); code != 0 ||
+		!strings.Contains(out, "REASON") || !strings.Contains(strings.SplitN(out, "\n", 3)[1], "requested (--full)") {
+		t.Fatalf("governor maintenance: %d %s", code, out)
+	}
+	if out, code := packwire(t, "governor", "maintenance", "--repo", "other", "--data", data); code != 0 || !strings.Contains(out, "no maintenance runs") {
+		t.Fatalf("governor maintenance of a repo without runs: %d %s", code, out)
+	}
 	if out, code := packwire(t, "maintain", "nope", "--data", data); code == 0 || !strings.Contains(out, "not found") {
 		t.Fatalf("maintain of a missing repo: %d %s", code, out)
 	}

@@ -89,6 +89,10 @@ func OpenWith(ctx context.Context, path string, migrations []string) (*Store, er
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "synchronous(NORMAL)")
+	// Transactions that read and then write must hold the write lock from
+	// the start: a deferred one that upgrades after another process wrote
+	// fails with "database is locked" at once, without waiting.
+	q.Add("_txlock", "immediate")
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, err
