@@ -49,7 +49,8 @@ type Config struct {
 	// records count as complete (default 1.2 s).
 	GovernorSettle time.Duration
 
-	Target string // what the target is, for the report (e.g. "packwire, synth jquery 1.0")
+	Target string   // what the target is, for the report (e.g. "packwire, synth jquery 1.0")
+	Notes  []string // anything else the report should say about the run
 
 	Progress    io.Writer // live progress; nil: none
 	ProgressTTY bool      // Progress is a terminal: one line updated in place
@@ -328,6 +329,7 @@ func (r *runner) meta() Meta {
 	m := Meta{
 		URL:          RedactURL(cfg.URL),
 		Target:       cfg.Target,
+		Notes:        cfg.Notes,
 		Branch:       cfg.Branch,
 		Protocol:     cfg.Protocol,
 		Users:        cfg.Users,

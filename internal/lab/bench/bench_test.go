@@ -11,14 +11,15 @@ import (
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
 	"packwire/internal/lab/bench"
+	"packwire/internal/lab/labserver"
 )
 
 // startLocal serves a small synthetic history (30 commits, 40 files in
 // nested directories, tags, a branch) from an in-process packwire.
-func startLocal(t *testing.T) *bench.LocalServer {
+func startLocal(t *testing.T) *labserver.Server {
 	t.Helper()
 	env := gittest.New(t)
-	ls, err := bench.StartLocalServer(context.Background(), bench.LocalOptions{
+	ls, err := labserver.Start(context.Background(), labserver.Options{
 		DataDir:      filepath.Join(t.TempDir(), "data"),
 		Repo:         "lab/test",
 		RecordsFlush: 20 * time.Millisecond,
@@ -36,7 +37,7 @@ func startLocal(t *testing.T) *bench.LocalServer {
 
 // governorWindow reads the server's records directly (not through the lab
 // API) for a phase's window.
-func governorWindow(t *testing.T, ls *bench.LocalServer, from, to time.Time) (uploadPack, receivePack []governor.Record) {
+func governorWindow(t *testing.T, ls *labserver.Server, from, to time.Time) (uploadPack, receivePack []governor.Record) {
 	t.Helper()
 	recs, _, err := ls.Server.Governor.After(context.Background(), 0, from, 100_000)
 	if err != nil {

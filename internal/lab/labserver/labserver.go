@@ -1,4 +1,9 @@
-package bench
+// Package labserver runs a packwire server inside the calling process on
+// 127.0.0.1, serving one repository over HTTP with a server admin's token
+// for its governor: the target of `packwire bench --demo` and of the lab's
+// end-to-end tests. It is apart from package bench so that the bench, which
+// measures any server, does not depend on packwire's own.
+package labserver
 
 import (
 	"context"
@@ -10,23 +15,22 @@ import (
 	"path/filepath"
 	"time"
 
+	"packwire/internal/lab/bench"
 	"packwire/internal/server"
 	"packwire/internal/store"
 )
 
-// LocalServer is a packwire server run inside this process on 127.0.0.1,
-// serving one repository over HTTP, with a server admin's token so that its
-// governor can be read: what `packwire bench --demo` measures.
-type LocalServer struct {
+// Server is a running packwire with one repository.
+type Server struct {
 	Server   *server.Server
 	URL      string    // anonymous clone URL
 	PushURL  string    // the same with the admin's token (for the pusher)
-	Governor *Governor // the server's governor API with the admin's token
+	Governor *bench.Governor // the server's governor API with the admin's token
 	RepoPath string
 }
 
-// LocalOptions configure StartLocalServer.
-type LocalOptions struct {
+// Options configure Start.
+type Options struct {
 	DataDir string // created if missing
 	Repo    string // repository name (default "lab/demo")
 	// Build fills the bare repository at path, which does not exist yet.
@@ -38,9 +42,9 @@ type LocalOptions struct {
 	Log          *slog.Logger  // default: discard
 }
 
-// StartLocalServer builds the repository, starts the server and makes the
+// Start builds the repository, starts the server and makes the
 // admin token. Close stops it.
-func StartLocalServer(ctx context.Context, o LocalOptions) (*LocalServer, error) {
+func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.Repo == "" {
 		o.Repo = "lab/demo"
 	}
@@ -63,8 +67,8 @@ func StartLocalServer(ctx context.Context, o LocalOptions) (*LocalServer, error)
 	if err != nil {
 		return nil, err
 	}
-	ls := &LocalServer{Server: srv, RepoPath: srv.Data.Repos.PathFor(o.Repo)}
-	fail := func(err error) (*LocalServer, error) {
+	ls := &Server{Server: srv, RepoPath: srv.Data.Repos.PathFor(o.Repo)}
+	fail := func(err error) (*Server, error) {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		srv.Shutdown(sctx)
@@ -102,12 +106,12 @@ func StartLocalServer(ctx context.Context, o LocalOptions) (*LocalServer, error)
 	host := srv.HTTPAddr.String()
 	ls.URL = "http://" + host + "/" + o.Repo + ".git"
 	ls.PushURL = "http://" + admin + ":" + token + "@" + host + "/" + o.Repo + ".git"
-	ls.Governor = &Governor{URL: "http://" + host, Token: token}
+	ls.Governor = &bench.Governor{URL: "http://" + host, Token: token}
 	return ls, nil
 }
 
 // Close stops the server, letting running requests finish for a few seconds.
-func (l *LocalServer) Close() error {
+func (l *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return l.Server.Shutdown(ctx)
