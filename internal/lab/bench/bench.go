@@ -399,7 +399,7 @@ func (r *runner) phase(ctx context.Context, s Scenario) {
 	}()
 	if s.Fetch {
 		prep := time.Now()
-		r.prog.status(fmt.Sprintf("%s: preparing %d clone(s) with git clone %s (not timed)", s.ID, cfg.Users, strings.Join(s.Clone, " ")))
+		r.prog.status(fmt.Sprintf("%s: preparing %d clone(s) with %s (not timed)", s.ID, cfg.Users, strings.Join(append([]string{"git clone"}, s.Clone...), " ")))
 		errs := make([]error, cfg.Users)
 		var wg sync.WaitGroup
 		for u := range userDirs {

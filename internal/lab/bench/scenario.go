@@ -8,8 +8,9 @@ import (
 
 // Scenario is one operation of the clone/fetch study.
 type Scenario struct {
-	ID   string // T1..T10
-	Name string
+	ID    string // T1..T10
+	Name  string
+	Short string // a column header: "shallow", "fetch→blobless"
 	// Clone holds the clone options: of the measured clone for T1-T4, of
 	// the prepared clone the fetches go into for T5-T10.
 	Clone []string
@@ -29,16 +30,16 @@ func (s Scenario) Command() string {
 
 // Scenarios are the study's ten operations, in its order.
 var Scenarios = []Scenario{
-	{ID: "T1", Name: "full clone"},
-	{ID: "T2", Name: "shallow clone", Clone: []string{"--depth", "1"}},
-	{ID: "T3", Name: "treeless clone", Clone: []string{"--filter=tree:0"}},
-	{ID: "T4", Name: "blobless clone", Clone: []string{"--filter=blob:none"}},
-	{ID: "T5", Name: "full fetch into a full clone", Fetch: true},
-	{ID: "T6", Name: "shallow fetch into a full clone", Fetch: true, FetchArgs: []string{"--depth", "1"}},
-	{ID: "T7", Name: "full fetch into a shallow clone", Clone: []string{"--depth", "1"}, Fetch: true},
-	{ID: "T8", Name: "shallow fetch into a shallow clone", Clone: []string{"--depth", "1"}, Fetch: true, FetchArgs: []string{"--depth", "1"}},
-	{ID: "T9", Name: "full fetch into a treeless clone", Clone: []string{"--filter=tree:0"}, Fetch: true},
-	{ID: "T10", Name: "full fetch into a blobless clone", Clone: []string{"--filter=blob:none"}, Fetch: true},
+	{ID: "T1", Name: "full clone", Short: "full"},
+	{ID: "T2", Name: "shallow clone", Short: "shallow", Clone: []string{"--depth", "1"}},
+	{ID: "T3", Name: "treeless clone", Short: "treeless", Clone: []string{"--filter=tree:0"}},
+	{ID: "T4", Name: "blobless clone", Short: "blobless", Clone: []string{"--filter=blob:none"}},
+	{ID: "T5", Name: "full fetch into a full clone", Short: "fetch→full", Fetch: true},
+	{ID: "T6", Name: "shallow fetch into a full clone", Short: "shallow fetch→full", Fetch: true, FetchArgs: []string{"--depth", "1"}},
+	{ID: "T7", Name: "full fetch into a shallow clone", Short: "fetch→shallow", Clone: []string{"--depth", "1"}, Fetch: true},
+	{ID: "T8", Name: "shallow fetch into a shallow clone", Short: "shallow fetch→shallow", Clone: []string{"--depth", "1"}, Fetch: true, FetchArgs: []string{"--depth", "1"}},
+	{ID: "T9", Name: "full fetch into a treeless clone", Short: "fetch→treeless", Clone: []string{"--filter=tree:0"}, Fetch: true},
+	{ID: "T10", Name: "full fetch into a blobless clone", Short: "fetch→blobless", Clone: []string{"--filter=blob:none"}, Fetch: true},
 }
 
 // Lookup returns the scenario with this id (case-insensitive).

@@ -23,8 +23,8 @@ import (
 // Server is a running packwire with one repository.
 type Server struct {
 	Server   *server.Server
-	URL      string    // anonymous clone URL
-	PushURL  string    // the same with the admin's token (for the pusher)
+	URL      string          // anonymous clone URL
+	PushURL  string          // the same with the admin's token (for the pusher)
 	Governor *bench.Governor // the server's governor API with the admin's token
 	RepoPath string
 }

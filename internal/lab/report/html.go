@@ -184,7 +184,7 @@ func charts(res *bench.Result, sums []Scenario) ([]htmlChart, error) {
 	var bars []chart.Bar
 	for _, sc := range sums {
 		if sc.ServerPerOp != nil {
-			bars = append(bars, chart.Bar{Label: sc.ID + " " + shortName(sc.Name), Value: *sc.ServerPerOp, Note: fmt.Sprintf("%d ops", sc.Ops)})
+			bars = append(bars, chart.Bar{Label: sc.ID + " " + shortName(sc.ID), Value: *sc.ServerPerOp, Note: fmt.Sprintf("%d ops", sc.Ops)})
 		}
 	}
 	caption := "Server CPU of each phase divided by the operations completed in it (" + res.Meta.ServerCost + ")."
@@ -272,9 +272,9 @@ var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 75em; padding: 0 1em; color: #222; line-height: 1.4; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.92em; }
-th, td { padding: 0.25em 0.7em; border-bottom: 1px solid #eee; text-align: right; vertical-align: top; }
+th, td { white-space: nowrap; padding: 0.25em 0.7em; border-bottom: 1px solid #eee; text-align: right; vertical-align: top; }
 th:first-child, td:first-child { text-align: left; }
-table.meta td { text-align: left; } table.meta td:first-child { color: #555; white-space: nowrap; }
+table.meta td { text-align: left; white-space: normal; } table.meta td:first-child { color: #555; white-space: nowrap; }
 tr.sub td:first-child { padding-left: 1.5em; color: #555; }
 .notes, .caption { color: #555; font-size: 0.9em; }
 .finding { background: #fff8e5; border-left: 3px solid #e69f00; padding: 0.3em 0.7em; margin: 0.3em 0; }

@@ -230,16 +230,16 @@ func base(list []Scenario, id string) *Scenario {
 func header(list []Scenario) []string {
 	h := []string{""}
 	for _, s := range list {
-		h = append(h, s.ID+" "+shortName(s.Name))
+		h = append(h, s.ID+" "+shortName(s.ID))
 	}
 	return h
 }
 
-func shortName(name string) string {
-	if before, _, ok := strings.Cut(name, " clone"); ok && !strings.Contains(name, "fetch") {
-		return before
+func shortName(id string) string {
+	if s, ok := bench.Lookup(id); ok {
+		return s.Short
 	}
-	return strings.NewReplacer("fetch into a ", "→", " clone", "").Replace(name)
+	return id
 }
 
 func row(label string, list []Scenario, cell func(Scenario) string) []string {
