@@ -89,40 +89,44 @@ func (g *Governor) Probe(ctx context.Context) error {
 
 // Window returns the upload-pack records of requests that started within
 // [from, to]. Records reach the governor's database in batches after each
-// request ends, so it polls until no new one has arrived for settle.
+// request ends, so it first waits settle past the window's end, then reads
+// until a further read brings nothing new.
 func (g *Governor) Window(ctx context.Context, from, to time.Time, settle time.Duration) ([]governor.Record, error) {
 	if settle <= 0 {
 		settle = 1200 * time.Millisecond
 	}
-	var (
-		cursor  int64
-		recs    []governor.Record
-		changed = time.Now()
-	)
-	// Wait at least settle after the window ends: the last requests may
-	// still be being written.
 	if wait := time.Until(to.Add(settle)); wait > 0 {
 		if err := sleep(ctx, wait); err != nil {
 			return nil, err
 		}
 	}
+	var (
+		cursor int64
+		recs   []governor.Record
+	)
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		p, err := g.page(ctx, from, cursor, 10_000)
-		if err != nil {
-			return nil, err
-		}
-		cursor = p.Next
-		for _, r := range p.Records {
-			if r.Service == "git-upload-pack" && !r.Start.Before(from) && !r.Start.After(to) {
-				recs = append(recs, r)
-				changed = time.Now()
+	for polls := 0; ; polls++ {
+		added := 0
+		for {
+			p, err := g.page(ctx, from, cursor, 10_000)
+			if err != nil {
+				return nil, err
+			}
+			cursor = p.Next
+			for _, r := range p.Records {
+				if r.Start.After(to) {
+					continue // a later request (another client of the server)
+				}
+				added++
+				if r.Service == "git-upload-pack" && !r.Start.Before(from) {
+					recs = append(recs, r)
+				}
+			}
+			if len(p.Records) < 10_000 {
+				break
 			}
 		}
-		if len(p.Records) == 10_000 {
-			continue
-		}
-		if time.Since(changed) >= settle || time.Now().After(deadline) {
+		if polls > 0 && added == 0 || time.Now().After(deadline) {
 			return recs, nil
 		}
 		if err := sleep(ctx, settle/3); err != nil {
