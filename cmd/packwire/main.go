@@ -48,6 +48,11 @@ commands:
   access export [-o FILE]    write users, keys, grants, rules, settings as TOML
   access import FILE         replace the access model with a TOML file's
   governor                   what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)
+  netem --upstream HOST:PORT a proxy that adds latency, jitter, a bandwidth limit or resets; counts round trips
+  rtt URL...                 round trips and wall of ls-remote, no-op fetch, clone at several added RTTs
+                             (protocol v0/v2, SSH with/without ControlMaster)
+  compare -- CMD_A -- CMD_B  paired, order-shuffled timing of two commands: median ratio, 95% CI, verdict
+  advise URL...              measure a repository's transports and clone options; recommendations with evidence
   version                    print the version
 
 Every command takes --data DIR (default ./packwire-data) and is safe to run
@@ -104,6 +109,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdMaintain(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout, stderr)
+	case "netem":
+		err = cmdNetem(ctx, args[1:], stdout, stderr)
+	case "rtt":
+		err = cmdRTT(ctx, args[1:], stdout, stderr)
+	case "compare":
+		err = cmdCompare(ctx, args[1:], stdout, stderr)
+	case "advise":
+		err = cmdAdvise(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "packwire", version)
 	case "help", "-h", "--help":

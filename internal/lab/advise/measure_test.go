@@ -1,0 +1,65 @@
+package advise
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"packwire/internal/gittest"
+	"packwire/internal/lab/rtt"
+	"packwire/internal/servertest"
+)
+
+// TestMeasurePackwire measures an in-process packwire over all three
+// transports and checks the measurements hang together.
+func TestMeasurePackwire(t *testing.T) {
+	srv := servertest.Start(t, nil)
+	srv.Repo(t, "team/app", gittest.Shape{Commits: 20, Files: 30, BlobBytes: 3000, Seed: 2})
+	o := Options{Client: &rtt.Client{Env: srv.Env.Vars, SSHKey: srv.SSHKey, Dir: t.TempDir()}, Runs: 1}
+	urls := []string{srv.GitURL("team/app"), srv.HTTPURL("team/app"), srv.SSHURL("team/app"), "git://127.0.0.1:1/team/app"}
+	m, err := Measure(context.Background(), urls, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Targets) != 4 || m.Targets[3].Error == "" || !strings.Contains(m.Targets[3].Error, "cannot connect") {
+		t.Errorf("targets %+v: want the closed port reported", m.Targets)
+	}
+	// 3 URLs x protocols 0 and 2 x ls-remote and fetch, SSH twice (reuse).
+	if len(m.Ops) != 4*4 {
+		t.Errorf("%d operations measured, want 16", len(m.Ops))
+	}
+	for _, op := range m.Ops {
+		if op.Error != "" || op.Wall <= 0 || op.RoundTrips < 2 && op.Reuse != rtt.ReuseControlMaster {
+			t.Errorf("operation %+v", op)
+		}
+	}
+	if len(m.Clones) != len(CloneVariants) {
+		t.Fatalf("clones %+v", m.Clones)
+	}
+	sizes := map[string]int64{}
+	for _, c := range m.Clones {
+		if c.Error != "" {
+			t.Errorf("clone %s: %s", c.Variant, c.Error)
+		}
+		sizes[c.Variant] = c.BytesDown
+	}
+	// A shallow clone carries one commit's objects, a blobless clone none of
+	// the blobs: both smaller than the full clone. The partial clones'
+	// checkouts fetch what they lack; a full clone's checkout fetches nothing.
+	if sizes[CloneShallow] >= sizes[CloneFull] || sizes[CloneBlobless] >= sizes[CloneFull] || sizes[CloneTreeless] > sizes[CloneBlobless] {
+		t.Errorf("clone sizes %v", sizes)
+	}
+	for _, c := range m.Clones {
+		partial := c.Variant == CloneBlobless || c.Variant == CloneTreeless
+		if partial != (c.CheckoutBytes > 0) {
+			t.Errorf("%s clone's checkout fetched %d bytes", c.Variant, c.CheckoutBytes)
+		}
+	}
+	advice, err := Recommend(m, UseCI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(advice) < 5 {
+		t.Errorf("advice %+v", advice)
+	}
+}
