@@ -244,6 +244,7 @@ func startDemo(ctx context.Context, cfg *bench.Config, outDir string, scale floa
 	}
 	fmt.Fprintf(stderr, "demo: %s, served at %s (ready in %s)\n", described, ls.URL, time.Since(began).Round(100*time.Millisecond))
 	cfg.URL, cfg.PushURL, cfg.Governor = ls.URL, ls.PushURL, ls.Governor
+	cfg.GovernorSettle = 500 * time.Millisecond // the demo server writes its records every 100 ms
 	cfg.Target = fmt.Sprintf("packwire %s in this process over HTTP (demo), %s", version, described)
 	cfg.Notes = append(cfg.Notes, "demo: the server runs in the bench's own process, on the same CPUs as the clients")
 	return func() { ls.Close(); cleanup() }, nil

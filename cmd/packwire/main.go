@@ -53,6 +53,7 @@ commands:
                              (protocol v0/v2, SSH with/without ControlMaster)
   compare -- CMD_A -- CMD_B  paired, order-shuffled timing of two commands: median ratio, 95% CI, verdict
   advise URL...              measure a repository's transports and clone options; recommendations with evidence
+  bench --url URL | --demo   replay the clone/fetch study (T1-T10) against a server: tables + report.html
   version                    print the version
 
 Every command takes --data DIR (default ./packwire-data) and is safe to run

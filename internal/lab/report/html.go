@@ -181,20 +181,29 @@ func charts(res *bench.Result, sums []Scenario) ([]htmlChart, error) {
 		}
 	}
 
-	var bars []chart.Bar
-	for _, sc := range sums {
-		if sc.ServerPerOp != nil {
-			bars = append(bars, chart.Bar{Label: sc.ID + " " + shortName(sc.ID), Value: *sc.ServerPerOp, Note: fmt.Sprintf("%d ops", sc.Ops)})
+	for _, fetch := range []bool{false, true} {
+		if fetch && !hasFetches || !fetch && !hasClones {
+			continue
 		}
-	}
-	caption := "Server CPU of each phase divided by the operations completed in it (" + res.Meta.ServerCost + ")."
-	if len(bars) == 0 {
-		caption = "Server CPU was not measured in this run (no governor, --server-cgroup or --server-pid)."
-	}
-	if err := draw("Server CPU per operation", caption, func(w io.Writer) error {
-		return chart.Bars(w, chart.Options{Unit: "ms"}, bars)
-	}); err != nil {
-		return nil, err
+		var bars []chart.Bar
+		for _, sc := range sums {
+			if sc.Fetch == fetch && sc.ServerPerOp != nil {
+				bars = append(bars, chart.Bar{Label: sc.ID + " " + shortName(sc.ID), Value: *sc.ServerPerOp, Note: fmt.Sprintf("(%d ops)", sc.Ops)})
+			}
+		}
+		title, what := "Server CPU per clone", "clones"
+		if fetch {
+			title, what = "Server CPU per fetch", "fetches (and the lazy fetches of their resets)"
+		}
+		caption := "Server CPU of each phase divided by the " + what + " completed in it (" + res.Meta.ServerCost + ")."
+		if len(bars) == 0 {
+			caption = "Server CPU was not measured in this run (no governor, --server-cgroup or --server-pid)."
+		}
+		if err := draw(title, caption, func(w io.Writer) error {
+			return chart.Bars(w, chart.Options{Unit: "ms"}, bars)
+		}); err != nil {
+			return nil, err
+		}
 	}
 	attributed := false
 	for _, sc := range sums {

@@ -95,6 +95,7 @@ func TestTextTables(t *testing.T) {
 		"250 ms / 25 ms",          // the study's form for T1
 		"not measured",            // T5's server CPU
 		"30 / 5.0 / not measured", // the study's form for T5
+		"2 (100%)",                // T5's fetches that received data
 		"1 x error: git clone: fatal: early EOF",
 		"T2: the repository is not shallow",
 		"every pushed commit is in the server's main",
@@ -132,7 +133,7 @@ func TestHTMLSelfContained(t *testing.T) {
 			t.Errorf("report.html refers to %s", u)
 		}
 	}
-	for _, want := range []string{"<svg", "Clone time per operation", "Server CPU per operation", "Fetches and pushes over time", "samples.csv"} {
+	for _, want := range []string{"<svg", "Clone time per operation", "Server CPU per clone", "Server CPU per fetch", "Fetches and pushes over time", "samples.csv"} {
 		if !strings.Contains(html, want) {
 			t.Errorf("report.html lacks %q", want)
 		}

@@ -49,6 +49,7 @@ type Scenario struct {
 	Wall, Reset       Stats   // ms
 	Bytes, ResetBytes Stats   // bytes
 	ClientCPU         Stats   // ms
+	WithData          int     // successful operations that received pack data
 	ServerPerOp       *float64
 	ServerAttributed  Stats // ms per operation, when operations could be told apart (one user)
 	ServerSource      string
@@ -93,6 +94,9 @@ func Summarize(res *bench.Result) []Scenario {
 				continue
 			}
 			wall = append(wall, s.WallMS)
+			if s.Bytes > 0 {
+				sc.WithData++
+			}
 			bytes = append(bytes, float64(s.Bytes))
 			cpu = append(cpu, s.ClientCPUMS)
 			if s.ResetMS != nil {
@@ -337,6 +341,12 @@ func fetchTable(list []Scenario) table {
 				return "-"
 			}
 			return bytesText(s.Bytes.Mean) + " / " + bytesText(s.ResetBytes.Mean)
+		}),
+		row("fetches that received data", list, func(s Scenario) string {
+			if s.Ops == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%d (%.0f%%)", s.WithData, 100*float64(s.WithData)/float64(s.Ops))
 		}),
 		row("pushes during the phase", list, func(s Scenario) string {
 			if s.PushFails > 0 {
