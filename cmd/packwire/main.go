@@ -54,6 +54,8 @@ commands:
   compare -- CMD_A -- CMD_B  paired, order-shuffled timing of two commands: median ratio, 95% CI, verdict
   advise URL...              measure a repository's transports and clone options; recommendations with evidence
   bench --url URL | --demo   replay the clone/fetch study (T1-T10) against a server: tables + report.html
+  synth --shape S --out DIR  make a repository shaped like the clone study's jquery, swift or linux (--scale F)
+  sizer REPO [--json]        repository measures as git-sizer reports them, with a level of concern
   version                    print the version
 
 Every command takes --data DIR (default ./packwire-data) and is safe to run
@@ -118,6 +120,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdCompare(ctx, args[1:], stdout, stderr)
 	case "advise":
 		err = cmdAdvise(ctx, args[1:], stdout, stderr)
+	case "synth":
+		err = cmdSynth(ctx, args[1:], stdout, stderr)
+	case "sizer":
+		err = cmdSizer(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "packwire", version)
 	case "help", "-h", "--help":

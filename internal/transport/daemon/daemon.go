@@ -91,6 +91,7 @@ func (s *Server) Serve(l net.Listener) error {
 	s.listener = l
 	s.mu.Unlock()
 	err := accept.Loop(l, s.isClosed, func(conn net.Conn) {
+		conn = accept.QuickAck(conn)
 		// Add under the lock Close takes: Wait after Close never races it.
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -229,8 +230,8 @@ func (s *Server) handle(conn net.Conn) {
 // can destroy the message before git reads it.
 func refuse(conn net.Conn, msg string) {
 	pktline.WriteError(conn, msg)
-	if tc, ok := conn.(*net.TCPConn); ok {
-		tc.CloseWrite()
+	if hc, ok := conn.(interface{ CloseWrite() error }); ok {
+		hc.CloseWrite()
 	}
 	conn.SetReadDeadline(time.Now().Add(time.Second))
 	io.Copy(io.Discard, io.LimitReader(conn, 1<<20))

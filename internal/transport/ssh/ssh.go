@@ -76,6 +76,7 @@ func (s *Server) Serve(l net.Listener) error {
 	s.listener = l
 	s.mu.Unlock()
 	err := accept.Loop(l, s.isClosed, func(nc net.Conn) {
+		nc = accept.QuickAck(nc)
 		// Add under the lock that Close takes, so that Wait after Close
 		// never races a handler being added.
 		s.mu.Lock()
