@@ -148,3 +148,33 @@ func TestBenchInterrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBenchDemo runs the demo at a tiny scale: synth, the in-process
+// server with its admin token, maintenance, the governor, the report.
+func TestBenchDemo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	out, code := packwire(t, "bench", "--demo", "--scale", "0.02", "--duration", "500ms", "--scenarios", "T1,T5", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"synth jquery x0.02", "report: " + filepath.Join(dir, report.ReportHTML), "every pushed commit is in the server's main"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	res, err := report.ReadJSON(filepath.Join(dir, report.SamplesJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Phases) != 2 || res.Meta.Users != 2 || !strings.Contains(res.Meta.Target, "demo") {
+		t.Fatalf("phases %d, users %d, target %q", len(res.Phases), res.Meta.Users, res.Meta.Target)
+	}
+	for _, ph := range res.Phases {
+		if ph.Ops == 0 || ph.Errors != 0 || ph.ServerCPUMS == nil || ph.Check == nil || !ph.Check.OK {
+			t.Fatalf("phase %+v", ph)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "server.log")); err != nil {
+		t.Fatal(err)
+	}
+}

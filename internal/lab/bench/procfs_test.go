@@ -51,4 +51,3 @@ func FuzzParseProcStat(f *testing.F) {
 		parseCPUAcctUsage(s)
 	})
 }
-

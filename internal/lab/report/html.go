@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"net/url"
 	"sort"
 	"strings"
 
@@ -18,15 +19,15 @@ import (
 func WriteHTML(w io.Writer, res *bench.Result) error {
 	sums := Summarize(res)
 	page := htmlPage{
-		Title:    "packwire bench " + res.Meta.Started.UTC().Format("2006-01-02 15:04 UTC"),
+		Title:    "packwire bench, " + res.Meta.Started.UTC().Format("2006-01-02 15:04 UTC"),
 		Meta:     metaRows(res.Meta),
 		Tables:   tables(sums),
 		Findings: findings(res, sums),
 		Checks:   checkRows(sums),
 		Res:      res,
 	}
-	if res.Meta.Target != "" {
-		page.Title += ": " + res.Meta.Target
+	if u, err := url.Parse(res.Meta.URL); err == nil && u.Path != "" {
+		page.Title = "packwire bench: " + strings.TrimPrefix(u.Path, "/") + ", " + res.Meta.Started.UTC().Format("2006-01-02 15:04 UTC")
 	}
 	var err error
 	if page.Charts, err = charts(res, sums); err != nil {
@@ -281,7 +282,8 @@ var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 75em; padding: 0 1em; color: #222; line-height: 1.4; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.92em; }
-th, td { white-space: nowrap; padding: 0.25em 0.7em; border-bottom: 1px solid #eee; text-align: right; vertical-align: top; }
+th, td { white-space: nowrap; padding: 0.25em 0.6em; border-bottom: 1px solid #eee; text-align: right; vertical-align: top; }
+th { white-space: normal; }
 th:first-child, td:first-child { text-align: left; }
 table.meta td { text-align: left; white-space: normal; } table.meta td:first-child { color: #555; white-space: nowrap; }
 tr.sub td:first-child { padding-left: 1.5em; color: #555; }
