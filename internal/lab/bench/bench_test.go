@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"packwire/internal/governor"
 	"packwire/internal/lab/bench"
 	"packwire/internal/lab/labserver"
+	"packwire/internal/lab/report"
+	"packwire/internal/server"
 )
 
 // startLocal serves a small synthetic history (30 commits, 40 files in
@@ -191,4 +194,58 @@ func TestStudyMatrix(t *testing.T) {
 	if tip := strings.TrimSpace(gittest.New(t).Git(ls.RepoPath, "rev-parse", "refs/heads/main")); tip != res.Pusher.Tip {
 		t.Fatalf("server's main is %s, the pusher verified against %s", tip, res.Pusher.Tip)
 	}
+}
+
+// TestBusyServerErrorsCounted: a server that refuses most concurrent
+// clones (one pack job, no waiting) yields errors that are counted with
+// git's message and kept out of the timings, not hidden.
+func TestBusyServerErrorsCounted(t *testing.T) {
+	env := gittest.New(t)
+	ls, err := labserver.Start(context.Background(), labserver.Options{
+		DataDir: filepath.Join(t.TempDir(), "data"), Repo: "lab/busy", RecordsFlush: 20 * time.Millisecond,
+		Build: func(ctx context.Context, path string) error {
+			env.Build(path, gittest.Shape{Commits: 5, Files: 30, BlobBytes: 1 << 16, Incompress: true, Seed: 9})
+			return nil
+		},
+		Mutate: func(c *server.Config) {
+			c.MaxPackJobs, c.MaxPackJobsPerRepo, c.MaxQueue, c.MaxQueueWait = 1, 1, 1, time.Millisecond
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close()
+	res, err := bench.Run(context.Background(), bench.Config{
+		URL: ls.URL, Scenarios: []bench.Scenario{bench.Scenarios[0]}, Users: 4, Iterations: 4,
+		Governor: ls.Governor, GovernorSettle: 300 * time.Millisecond, WorkDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := res.Phases[0]
+	t.Logf("%d ok, %d errors; e.g. %q", ph.Ops, ph.Errors, firstError(res))
+	if ph.Errors == 0 || ph.Ops+ph.Errors != 16 {
+		t.Fatalf("%d ok, %d errors of 16 clones against a one-slot server", ph.Ops, ph.Errors)
+	}
+	for _, s := range res.Samples {
+		if s.Result == bench.ResultError && !strings.Contains(s.Error, "503") && !strings.Contains(s.Error, "busy") {
+			t.Fatalf("error without git's message: %q", s.Error)
+		}
+	}
+	var text strings.Builder
+	if err := report.WriteText(&text, res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), fmt.Sprintf("%d (%d errors)", ph.Ops, ph.Errors)) || !strings.Contains(text.String(), "x error: git clone:") {
+		t.Fatalf("errors not in the tables:\n%s", text.String())
+	}
+}
+
+func firstError(res *bench.Result) string {
+	for _, s := range res.Samples {
+		if s.Error != "" {
+			return s.Error
+		}
+	}
+	return ""
 }

@@ -40,6 +40,8 @@ type Options struct {
 	Maintain     bool
 	RecordsFlush time.Duration // governor batch interval (default 100 ms)
 	Log          *slog.Logger  // default: discard
+	// Mutate, if set, may change the server's configuration (limits).
+	Mutate func(*server.Config)
 }
 
 // Start builds the repository, starts the server and makes the
@@ -63,6 +65,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	cfg.MaintainInterval = 0 // no background maintenance in the middle of a measurement
 	cfg.RecordsFlush = o.RecordsFlush
 	cfg.Log = o.Log
+	if o.Mutate != nil {
+		o.Mutate(&cfg)
+	}
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		return nil, err
