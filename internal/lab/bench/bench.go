@@ -415,7 +415,9 @@ func (r *runner) phase(ctx context.Context, s Scenario) {
 		ph.PrepareMS = ms(time.Since(prep))
 		if err := errors.Join(errs...); err != nil {
 			ph.Note = "preparing the clones failed: " + err.Error()
-			ph.Interrupted = ctx.Err() != nil
+			if ph.Interrupted = ctx.Err() != nil; ph.Interrupted {
+				ph.Note = "interrupted while preparing the clones"
+			}
 			r.res.Phases = append(r.res.Phases, ph)
 			r.prog.event(fmt.Sprintf("%s %s: %s", s.ID, s.Name, ph.Note))
 			return
