@@ -50,6 +50,7 @@ then exits 0.`, stderr)
 	fs.DurationVar(&cfg.MaintainInterval, "maintain-interval", d.MaintainInterval, "check every repository this often and run the maintenance it needs (see packwire maintain --help; 0: never)")
 	fs.IntVar(&cfg.MaintainConcurrency, "maintain-concurrency", d.MaintainConcurrency, "repositories maintained at once")
 	fs.DurationVar(&cfg.MaintainBudget, "maintain-budget", d.MaintainBudget, "maintenance CPU time allowed per hour, all repositories together (0: no bound)")
+	fs.StringVar(&cfg.LabDir, "lab-dir", "", "directory of the lab's reports the dashboard lists (default DATA/lab)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running requests get to finish before they are killed")
 	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")
 	if _, err := parseInterspersed(fs, args); err != nil {
@@ -92,6 +93,7 @@ then exits 0.`, stderr)
 			scheme = "https://"
 		}
 		fmt.Fprintf(stdout, "  %-8s listening on %s\n", scheme, srv.HTTPAddr)
+		fmt.Fprintf(stdout, "  dashboard at %s%s/-/ (log in with a server admin's token)\n", scheme, srv.HTTPAddr)
 	}
 	if srv.MetricsAddr != nil {
 		fmt.Fprintf(stdout, "  metrics  listening on %s (/metrics)\n", srv.MetricsAddr)

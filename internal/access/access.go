@@ -215,6 +215,30 @@ func (c *Controller) CreateToken(ctx context.Context, user string, ttl time.Dura
 	return tokenPrefix + id + "_" + secretText, nil
 }
 
+// splitToken splits "pwt_<id>_<secret>"; the secret may contain '_'.
+func splitToken(token string) (id, secret string, ok bool) {
+	rest, ok := strings.CutPrefix(token, tokenPrefix)
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, "_")
+}
+
+// TokenID is the public id of a token (what "token list" shows and
+// "token revoke" takes), or "" if it is not shaped like one.
+func TokenID(token string) string {
+	id, _, _ := splitToken(token)
+	return id
+}
+
+// TokenValid reports whether the token with this id still belongs to user
+// and is neither revoked nor expired: for sessions that were opened with
+// it, so that revoking the token ends them.
+func (c *Controller) TokenValid(ctx context.Context, id, user string) bool {
+	t, err := c.Store.GetToken(ctx, id)
+	return err == nil && t.User == user && t.Revoked.IsZero() && (t.Expires.IsZero() || time.Now().Before(t.Expires))
+}
+
 func hashSecret(secret string) []byte {
 	h := sha256.Sum256([]byte(secret))
 	return h[:]
@@ -224,11 +248,7 @@ func hashSecret(secret string) []byte {
 // must be the token's owner (or empty, or the literal "token"), so that one
 // user's token can never be presented under another user's name.
 func (c *Controller) PrincipalForToken(ctx context.Context, username, token string) (Principal, error) {
-	rest, ok := strings.CutPrefix(token, tokenPrefix)
-	if !ok {
-		return Principal{}, ErrBadCredentials
-	}
-	id, secret, ok := strings.Cut(rest, "_")
+	id, secret, ok := splitToken(token)
 	if !ok {
 		return Principal{}, ErrBadCredentials
 	}

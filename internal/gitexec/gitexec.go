@@ -93,6 +93,16 @@ type Spec struct {
 	// OutputTap, if set, sees git's output before the client does. It must
 	// be cheap and never fail (the classifier stops after the first section).
 	OutputTap io.Writer
+	// Progress, if set, counts bytes as they move, for views of running
+	// requests; several runs of one request may share it.
+	Progress *Progress
+}
+
+// Progress is the bytes a running request moved so far. Its counters are
+// atomic: any goroutine may read them while the relay adds to them.
+type Progress struct {
+	BytesIn  atomic.Int64 // client -> git
+	BytesOut atomic.Int64 // git -> client
 }
 
 // Result is what one git process did and cost.
@@ -209,7 +219,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	// Client -> git. On EOF git sees EOF. Not waited for: a client may keep
 	// its side open after git is done; the transport's close ends it.
 	go func() {
-		io.Copy(&countingWriter{w: gitIn, n: &bytesIn, seen: &lastSeen}, stdin)
+		io.Copy(&countingWriter{w: gitIn, n: &bytesIn, seen: &lastSeen, progress: spec.Progress}, stdin)
 		gitIn.Close()
 	}()
 
@@ -234,6 +244,9 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 					return
 				}
 				bytesOut.Add(int64(n))
+				if spec.Progress != nil {
+					spec.Progress.BytesOut.Add(int64(n))
+				}
 			}
 			if rerr != nil {
 				return
@@ -329,15 +342,19 @@ func Environ() []string {
 
 // countingWriter counts what reaches git and when it last moved.
 type countingWriter struct {
-	w    io.Writer
-	n    *atomic.Int64
-	seen *atomic.Int64
+	w        io.Writer
+	n        *atomic.Int64
+	seen     *atomic.Int64
+	progress *Progress
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	c.seen.Store(time.Now().UnixNano())
 	n, err := c.w.Write(p)
 	c.n.Add(int64(n))
+	if c.progress != nil {
+		c.progress.BytesIn.Add(int64(n))
+	}
 	return n, err
 }
 

@@ -48,6 +48,7 @@ CREATE TABLE requests (
 CREATE INDEX requests_start ON requests(start_ns);`,
 	`ALTER TABLE requests ADD COLUMN pack_cache TEXT NOT NULL DEFAULT '';`,
 	maintenanceMigration, // 2: maintenance_runs (maintenance.go)
+	rollupMigration,      // 3: per-bucket sums for the dashboard (rollup.go)
 }
 
 const columns = `seq, id, start_ns, transport, protocol, repo, user, remote, service, kind, wants, haves, depth, filter,
@@ -80,7 +81,12 @@ func Open(ctx context.Context, path string) (*Governor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Governor{db: db, metrics: newMetrics()}, nil
+	g := &Governor{db: db, metrics: newMetrics()}
+	if err := g.backfillRollups(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return g, nil
 }
 
 // Start begins the batch writer and the retention loop.
@@ -175,12 +181,17 @@ func (g *Governor) insert(batch []Record) error {
 		return err
 	}
 	defer stmt.Close()
+	ru := newRollups(time.Now())
 	for _, r := range batch {
+		ru.add(inputOf(&r))
 		if _, err := stmt.ExecContext(ctx, r.ID, r.Start.UnixNano(), r.Transport, r.Protocol, r.Repo, r.User, r.Remote,
 			r.Service, r.Kind, r.Wants, r.Haves, r.Depth, r.Filter, r.PushedRefs, r.BytesIn, r.BytesOut,
 			int64(r.QueueWait), int64(r.Wall), int64(r.UserCPU), int64(r.SysCPU), r.MaxRSS, r.ExitCode, r.Result, r.Error, r.PackCache); err != nil {
 			return err
 		}
+	}
+	if err := ru.write(ctx, tx); err != nil {
+		return err
 	}
 	return tx.Commit()
 }
@@ -212,7 +223,7 @@ func (g *Governor) Trim(ctx context.Context, now time.Time) (int64, error) {
 		n, _ := res.RowsAffected()
 		total += n
 	}
-	return total, nil
+	return total, g.trimRollups(ctx, now)
 }
 
 func scanRecords(rows *sql.Rows) ([]Record, int64, error) {

@@ -8,6 +8,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 )
@@ -197,4 +198,51 @@ func (l *Limiter) Stats() (running, queued int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.running, len(l.queue)
+}
+
+// Usage is the limiter's state for a status page.
+type Usage struct {
+	Global, PerRepo, MaxQueue int // the configured limits (0: none)
+	Running, Queued           int
+	Admitted                  int64       // requests admitted since start
+	Repos                     []RepoUsage // repositories with running or queued requests, busiest first
+}
+
+// RepoUsage is one repository's share of the limiter.
+type RepoUsage struct {
+	Repo            string
+	Running, Queued int
+}
+
+// Usage returns the limiter's state now, per repository.
+func (l *Limiter) Usage() Usage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	u := Usage{Global: l.Global, PerRepo: l.PerRepo, MaxQueue: l.MaxQueue, Running: l.running, Queued: len(l.queue), Admitted: l.admitted}
+	byRepo := map[string]*RepoUsage{}
+	get := func(repo string) *RepoUsage {
+		r := byRepo[repo]
+		if r == nil {
+			r = &RepoUsage{Repo: repo}
+			byRepo[repo] = r
+		}
+		return r
+	}
+	for repo, n := range l.perRepo {
+		get(repo).Running = n
+	}
+	for _, w := range l.queue {
+		get(w.repo).Queued++
+	}
+	for _, r := range byRepo {
+		u.Repos = append(u.Repos, *r)
+	}
+	sort.Slice(u.Repos, func(i, j int) bool {
+		a, b := u.Repos[i], u.Repos[j]
+		if a.Running+a.Queued != b.Running+b.Queued {
+			return a.Running+a.Queued > b.Running+b.Queued
+		}
+		return a.Repo < b.Repo
+	})
+	return u
 }

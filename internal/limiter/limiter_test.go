@@ -117,3 +117,45 @@ func TestNoOverAdmissionUnderContention(t *testing.T) {
 		t.Errorf("never used the whole capacity: %d", maxRunning)
 	}
 }
+
+func TestUsagePerRepository(t *testing.T) {
+	l := &Limiter{Global: 2, PerRepo: 1, MaxQueue: 10, MaxWait: 5 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a1, _, _ := l.Acquire(ctx, "a")
+	b1, _, _ := l.Acquire(ctx, "b")
+	var wg sync.WaitGroup
+	for _, repo := range []string{"a", "a", "c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if rel, _, err := l.Acquire(ctx, repo); err == nil {
+				rel()
+			}
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, q := l.Stats(); q == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("waiters never queued")
+		}
+	}
+	u := l.Usage()
+	want := []RepoUsage{{"a", 1, 2}, {"b", 1, 0}, {"c", 0, 1}}
+	if u.Global != 2 || u.PerRepo != 1 || u.MaxQueue != 10 || u.Running != 2 || u.Queued != 3 || u.Admitted != 2 || len(u.Repos) != len(want) {
+		t.Fatalf("usage %+v", u)
+	}
+	for i := range want {
+		if u.Repos[i] != want[i] {
+			t.Fatalf("repo %d: %+v, want %+v (all: %+v)", i, u.Repos[i], want[i], u.Repos)
+		}
+	}
+	a1()
+	b1()
+	wg.Wait()
+	if u := l.Usage(); u.Running != 0 || u.Queued != 0 || len(u.Repos) != 0 || u.Admitted != 5 {
+		t.Fatalf("after all left: %+v", u)
+	}
+}

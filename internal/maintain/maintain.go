@@ -349,25 +349,50 @@ func (s *session) plan(ctx context.Context) (Kind, string, error) {
 	} else if pref != nil {
 		return Full, "no branches or tags left", nil
 	}
-	if l.Loose > s.m.MaxLoose {
-		return Geometric, fmt.Sprintf("%d loose objects", l.Loose), nil
+	kind, reason := l.foldCheck(s.m.MaxLoose)
+	return kind, reason, nil
+}
+
+// foldCheck is the part of the plan the files alone decide once the
+// preferred pack is right: loose objects, packs to fold, indexes.
+func (l *Layout) foldCheck(maxLoose int) (Kind, string) {
+	if l.Loose > maxLoose {
+		return Geometric, fmt.Sprintf("%d loose objects", l.Loose)
 	}
 	var sizes []int64
 	for _, p := range l.Packs {
 		if !l.MIDXPacks[p.Name] {
-			return Geometric, "packs outside the multi-pack-index", nil
+			return Geometric, "packs outside the multi-pack-index"
 		}
 		if !p.Keep && !p.Cruft {
 			sizes = append(sizes, p.Objects)
 		}
 	}
 	if !geometric(sizes, 2) {
-		return Geometric, fmt.Sprintf("%d packs not in a geometric progression", len(sizes)), nil
+		return Geometric, fmt.Sprintf("%d packs not in a geometric progression", len(sizes))
 	}
 	if !l.CommitGraph && len(l.Packs) > 0 {
-		return Geometric, "no commit-graph", nil
+		return Geometric, "no commit-graph"
 	}
-	return None, "", nil
+	return None, ""
+}
+
+// Health judges a layout from its files alone, without spawning git, for
+// status pages: what maintenance would do and why, or None. It is Plan
+// without the refs, so it cannot see drift (Plan can) and takes an
+// unmaintained repository without branches for one that needs a full run.
+func (l *Layout) Health(maxLoose int) (Kind, string) {
+	if maxLoose <= 0 {
+		maxLoose = 100
+	}
+	pref := l.PreferredPack()
+	switch {
+	case pref == nil && len(l.Packs)+l.Loose > 0:
+		return Full, "no preferred pack"
+	case pref != nil && !l.Bitmap:
+		return Full, "no multi-pack-index bitmap"
+	}
+	return l.foldCheck(maxLoose)
 }
 
 // geometric reports whether the packs, by object count, already form a

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,6 +86,7 @@ type Pipeline struct {
 
 	mu       sync.Mutex
 	draining bool
+	running  map[uint64]*runningCall // by Call.ID, under mu: what Active shows
 	active   sync.WaitGroup
 	inFlight atomic.Int64
 	kill     context.CancelFunc // kills every running request (after the grace period)
@@ -141,7 +143,12 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 	if err != nil {
 		call.releaseWG()
 		rec := call.record()
+		// Named as the repository would be ("team/app.git" is "team/app"),
+		// so that refusals add up with the requests that got through.
 		rec.Repo = printable(strings.Trim(req.RepoPath, "/"))
+		if clean, cerr := repo.CleanName(req.RepoPath); cerr == nil {
+			rec.Repo = clean
+		}
 		rec.Kind = string(protocol.NewClassifier(req.Service, false).Summary(req.AdvertiseRefs, req.StatelessRPC).Kind)
 		rec.Result = governor.ResultRefused
 		rec.Error = err.Error()
@@ -259,6 +266,8 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	p := c.p
 	p.inFlight.Add(1)
 	defer p.inFlight.Add(-1)
+	rc := p.startRunning(c)
+	defer p.stopRunning(c)
 	// The request dies with the client's context or with the server's kill switch.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -287,11 +296,12 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			packcache.EnvRequestID+"="+c.RecordID,
 			packcache.EnvRepoPath+"="+c.Repo.Path)
 	}
+	spec.Progress = &rc.progress
 	// Without a governor nothing reads the classification: skip the taps.
 	v2 := protocol.Version(req.Protocol) == 2
 	classifier := protocol.NewClassifier(req.Service, v2)
 	if p.Governor != nil {
-		stdin = io.TeeReader(stdin, classifier)
+		stdin = io.TeeReader(stdin, &settleWatch{classifier: classifier, call: rc, stateless: req.StatelessRPC})
 		if v2 && req.StatelessRPC && req.Service == gitexec.UploadPack {
 			// Only a stateless v2 fetch needs git's answer to tell its kind.
 			spec.OutputTap = classifier.Response()
@@ -345,6 +355,99 @@ func (p *Pipeline) initKillLocked() {
 	if p.killCtx == nil {
 		p.killCtx, p.kill = context.WithCancel(context.Background())
 	}
+}
+
+// Active is a request whose git is running, as Pipeline.Active sees it.
+type Active struct {
+	ID        uint64        `json:"id"`
+	RecordID  string        `json:"record_id"` // the governor record it will leave
+	Transport string        `json:"transport"`
+	Service   string        `json:"service"`
+	Repo      string        `json:"repo"`
+	User      string        `json:"user"` // empty: anonymous
+	Remote    string        `json:"remote"`
+	Kind      string        `json:"kind"` // empty until the client's request fixes it
+	Started   time.Time     `json:"started"`
+	QueueWait time.Duration `json:"queue_wait_ns"`
+	BytesIn   int64         `json:"bytes_in"`
+	BytesOut  int64         `json:"bytes_out"`
+}
+
+// runningCall is a Call in Run: the live counters and the kind once known,
+// all read atomically, so that Active never holds up the relay.
+type runningCall struct {
+	call     *Call
+	progress gitexec.Progress
+	kind     atomic.Pointer[protocol.Kind]
+}
+
+func (p *Pipeline) startRunning(c *Call) *runningCall {
+	rc := &runningCall{call: c}
+	req := c.Request
+	var kind protocol.Kind
+	switch {
+	case req.AdvertiseRefs || req.RefsOnly:
+		kind = protocol.Refs
+	case req.Service == gitexec.ReceivePack:
+		kind = protocol.Push
+	case req.Service == gitexec.UploadArchive:
+		kind = protocol.Archive
+	}
+	if kind != "" {
+		rc.kind.Store(&kind)
+	}
+	p.mu.Lock()
+	if p.running == nil {
+		p.running = map[uint64]*runningCall{}
+	}
+	p.running[c.ID] = rc
+	p.mu.Unlock()
+	return rc
+}
+
+func (p *Pipeline) stopRunning(c *Call) {
+	p.mu.Lock()
+	delete(p.running, c.ID)
+	p.mu.Unlock()
+}
+
+// Active returns the requests whose git is running now, oldest first.
+func (p *Pipeline) Active() []Active {
+	p.mu.Lock()
+	out := make([]Active, 0, len(p.running))
+	for _, rc := range p.running {
+		c := rc.call
+		a := Active{ID: c.ID, RecordID: c.RecordID, Transport: c.Request.Transport, Service: string(c.Request.Service),
+			Repo: c.Repo.Name, User: c.Request.Principal.User, Remote: c.Request.Remote, Started: c.started,
+			QueueWait: c.queueWait, BytesIn: rc.progress.BytesIn.Load(), BytesOut: rc.progress.BytesOut.Load()}
+		if k := rc.kind.Load(); k != nil {
+			a.Kind = string(*k)
+		}
+		out = append(out, a)
+	}
+	p.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// settleWatch feeds the classifier and publishes the request's kind for
+// Active as soon as the client's request fixes it.
+type settleWatch struct {
+	classifier *protocol.Classifier
+	call       *runningCall
+	stateless  bool
+	settled    bool
+}
+
+func (w *settleWatch) Write(b []byte) (int, error) {
+	w.classifier.Write(b)
+	if !w.settled {
+		if kind, ok := w.classifier.Settled(w.stateless); ok {
+			w.call.kind.Store(&kind)
+			w.settled = true
+		}
+	}
+	return len(b), nil
 }
 
 // Abandon releases a prepared call that will not run.

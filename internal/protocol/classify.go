@@ -243,6 +243,24 @@ func (c *Classifier) Summary(advertise, stateless bool) Summary {
 	return s
 }
 
+// Settled returns the kind as soon as what the client sent fixes it: at
+// once for a push or an archive, once a fetch said "done". Before that ok
+// is false (a fetch may still turn out a negotiation round or a no-op).
+// Call it from the goroutine that writes to the classifier.
+func (c *Classifier) Settled(stateless bool) (kind Kind, ok bool) {
+	switch {
+	case c.service == gitexec.ReceivePack:
+		return Push, true
+	case c.service == gitexec.UploadArchive:
+		return Archive, true
+	case !c.s.Done:
+		return "", false
+	}
+	// With Done set, Summary never reads the response watcher, which
+	// another goroutine writes.
+	return c.Summary(false, stateless).Kind, true
+}
+
 func containsOnly(list []string, what string) bool {
 	for _, v := range list {
 		if v != what {

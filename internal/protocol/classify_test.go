@@ -171,3 +171,30 @@ func FuzzClassifier(f *testing.F) {
 		}
 	})
 }
+
+func TestSettled(t *testing.T) {
+	oid := "1111111111111111111111111111111111111111"
+	c := NewClassifier(gitexec.UploadPack, true)
+	if _, ok := c.Settled(false); ok {
+		t.Fatal("a fetch was settled before the client said anything")
+	}
+	c.Write(pkts("command=fetch", "0001", "want "+oid, "deepen 1"))
+	if kind, ok := c.Settled(false); ok {
+		t.Fatalf("settled as %s before done", kind)
+	}
+	c.Write(pkts("done", "0000"))
+	if kind, ok := c.Settled(false); !ok || kind != ShallowClone {
+		t.Fatalf("after done: %s %v", kind, ok)
+	}
+	// A stateless round that has not said done may still be a negotiation.
+	c = NewClassifier(gitexec.UploadPack, false)
+	c.Write(pkts("want "+oid, "0000", "have "+oid))
+	if _, ok := c.Settled(true); ok {
+		t.Fatal("a negotiation round was settled")
+	}
+	for service, want := range map[gitexec.Service]Kind{gitexec.ReceivePack: Push, gitexec.UploadArchive: Archive} {
+		if kind, ok := NewClassifier(service, false).Settled(false); !ok || kind != want {
+			t.Errorf("%s: %s %v", service, kind, ok)
+		}
+	}
+}

@@ -22,7 +22,9 @@ func TestCleanName(t *testing.T) {
 		}
 	}
 	bad := []string{"", "/", "..", "../x", "a/../b", "a/./b", "a//b", ".git", "a/.hidden", "~root/x",
-		"a b", "a;id", "a'b", "a\x00b", "%2e%2e", "a\\b", "-upload", "a.git/b", "a/b\n"}
+		"a b", "a;id", "a'b", "a\x00b", "%2e%2e", "a\\b", "-upload", "a.git/b", "a/b\n",
+		// The dashboard lives under /-/: no repository name may start with "-".
+		"-", "-/now", "/-/now", "-/lab/x", "team/-x"}
 	for _, in := range bad {
 		if got, err := CleanName(in); !errors.Is(err, ErrInvalidName) {
 			t.Errorf("CleanName(%q) = %q, %v; want ErrInvalidName", in, got, err)

@@ -23,6 +23,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"packwire/internal/dashboard"
 	"packwire/internal/datadir"
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
@@ -71,6 +72,8 @@ type Config struct {
 	MaintainConcurrency int           // repositories maintained at once
 	MaintainBudget      time.Duration // maintenance CPU allowed per hour (0: no bound)
 
+	LabDir string // the lab's reports, shown by the dashboard (default DATA/lab)
+
 	Log *slog.Logger
 }
 
@@ -113,6 +116,8 @@ type Server struct {
 	// Maintainer keeps repositories in the serving layout; its scheduler
 	// runs in the background from Start to Shutdown.
 	Maintainer *maintain.Maintainer
+	// Dashboard is the web dashboard under /-/ on the HTTP listener.
+	Dashboard *dashboard.Handler
 
 	// Listening addresses, set by Start for the listeners that are on.
 	GitAddr, HTTPAddr, SSHAddr, MetricsAddr net.Addr
@@ -242,6 +247,25 @@ func (s *Server) Start() error {
 	}
 	if httpL != nil {
 		s.HTTPAddr = httpL.Addr()
+		labDir := cfg.LabDir
+		if labDir == "" {
+			labDir = filepath.Join(s.Data.Dir, "lab")
+		}
+		s.Dashboard = &dashboard.Handler{
+			Access:    s.Data.Access,
+			Pipeline:  s.Pipeline,
+			Governor:  s.Governor,
+			PackCache: s.Pipeline.PackCache,
+			Repos:     s.Data.Repos,
+			LabDir:    labDir,
+			Log:       cfg.Log,
+		}
+		if gitL != nil {
+			s.Dashboard.GitAddr = gitL.Addr()
+		}
+		if sshL != nil {
+			s.Dashboard.SSHAddr = sshL.Addr()
+		}
 		git := &httptransport.Handler{
 			Pipeline:       s.Pipeline,
 			Access:         s.Data.Access,
@@ -253,7 +277,7 @@ func (s *Server) Start() error {
 			routes["/metrics"] = s.Governor.MetricsHandler()
 		}
 		s.http = &nethttp.Server{
-			Handler:           exactRoutes(routes, git),
+			Handler:           exactRoutes(routes, dashboardPrefix(s.Dashboard, git)),
 			ReadHeaderTimeout: cfg.InitTimeout,
 			IdleTimeout:       cfg.IdleTimeout,
 			MaxHeaderBytes:    64 << 10,
@@ -447,4 +471,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
 	return errors.Join(drainErr, s.err)
+}
+
+// dashboardPrefix sends every path under /-/ to the dashboard, whatever the
+// method (it answers 404 or 405 itself), and the rest to git. No repository
+// name starts with "-" (repo.CleanName), so none is shadowed.
+func dashboardPrefix(d nethttp.Handler, git nethttp.Handler) nethttp.Handler {
+	return nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, dashboard.Prefix):
+			d.ServeHTTP(w, r)
+		case r.URL.Path == "/-":
+			nethttp.Redirect(w, r, dashboard.Prefix, nethttp.StatusMovedPermanently)
+		default:
+			git.ServeHTTP(w, r)
+		}
+	})
 }

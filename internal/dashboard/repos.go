@@ -1,0 +1,144 @@
+package dashboard
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"packwire/internal/governor"
+	"packwire/internal/maintain"
+)
+
+// mixWindow is how far back the request mix per repository looks.
+const mixWindow = 7 * 24 * time.Hour
+
+type reposView struct {
+	Repos      []repoRow
+	MixWindow  string
+	PushSource string
+}
+
+type repoRow struct {
+	Name        string
+	Size        int64 // packs (with indexes) on disk
+	Loose       int
+	Packs       int
+	Refs        refCount
+	RefsErr     string
+	LastPush    time.Time
+	Health      string // "ok" or what maintenance would do and why
+	Healthy     bool
+	Maintained  *governor.MaintenanceRun
+	Mix         []governor.CostGroup // by kind, most requests first
+	MixRequests int64
+	URLs        []cloneURL
+}
+
+type cloneURL struct {
+	Transport, URL string
+}
+
+func (h *Handler) repos(w http.ResponseWriter, r *http.Request, who string) {
+	ctx := r.Context()
+	list, err := h.Repos.List()
+	if err != nil {
+		h.fail(w, who, http.StatusInternalServerError, "listing repositories failed", err)
+		return
+	}
+	v := reposView{MixWindow: "7 days", PushSource: "governor push records"}
+	var pushes map[string]time.Time
+	mix := map[string][]governor.CostGroup{}
+	if h.Governor != nil {
+		if pushes, err = h.Governor.LastPushes(ctx); err != nil {
+			h.fail(w, who, http.StatusInternalServerError, "reading push records failed", err)
+			return
+		}
+		now := time.Now()
+		b, err := h.Governor.Breakdown(ctx, "repo_kind", now.Add(-mixWindow), now, 0)
+		if err != nil {
+			h.fail(w, who, http.StatusInternalServerError, "reading the request mix failed", err)
+			return
+		}
+		for _, g := range b.Groups {
+			mix[g.Key] = append(mix[g.Key], g)
+		}
+	}
+	urls := h.cloneURLs(r)
+	for _, rp := range list {
+		row := repoRow{Name: rp.Name, LastPush: pushes[rp.Name], Mix: mix[rp.Name]}
+		sort.SliceStable(row.Mix, func(i, j int) bool { return row.Mix[i].Requests > row.Mix[j].Requests })
+		for _, g := range row.Mix {
+			row.MixRequests += g.Requests
+		}
+		if l, err := maintain.Inspect(rp.Path); err == nil {
+			row.Size, row.Loose, row.Packs = l.Bytes(), l.Loose, len(l.Packs)
+			kind, reason := l.Health(0)
+			row.Healthy = kind == maintain.None
+			row.Health = "ok"
+			if !row.Healthy {
+				row.Health = fmt.Sprintf("needs a %s run: %s", kind, reason)
+			}
+		} else {
+			row.Health = "cannot read the layout: " + err.Error()
+		}
+		if row.Refs, err = countRefs(rp.Path); err != nil {
+			row.RefsErr = err.Error()
+		}
+		if h.Governor != nil {
+			if runs, err := h.Governor.LastMaintenance(ctx, rp.Name, 1); err == nil && len(runs) > 0 {
+				row.Maintained = &runs[0]
+			}
+		}
+		for _, u := range urls {
+			row.URLs = append(row.URLs, cloneURL{Transport: u.Transport, URL: u.URL + rp.Name + u.Suffix})
+		}
+		v.Repos = append(v.Repos, row)
+	}
+	h.render(w, "repos", page{Title: "Repositories", Nav: "repos", User: who, Data: v})
+}
+
+type urlBase struct {
+	Transport, URL, Suffix string
+}
+
+// cloneURLs are the URL prefixes of each transport that is on, named by the
+// host the admin reached the dashboard at (the Host header) and each
+// listener's port, default ports left out.
+func (h *Handler) cloneURLs(r *http.Request) []urlBase {
+	host := r.Host
+	if hh, _, err := net.SplitHostPort(r.Host); err == nil {
+		host = hh
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]" // IPv6
+	}
+	hostPort := func(addr net.Addr, def int) string {
+		port := def
+		if ta, ok := addr.(*net.TCPAddr); ok {
+			port = ta.Port
+		} else if _, p, err := net.SplitHostPort(addr.String()); err == nil {
+			port, _ = strconv.Atoi(p)
+		}
+		if port == def {
+			return host
+		}
+		return host + ":" + strconv.Itoa(port)
+	}
+	var out []urlBase
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	out = append(out, urlBase{Transport: scheme, URL: scheme + "://" + r.Host + "/", Suffix: ".git"})
+	if h.SSHAddr != nil {
+		out = append(out, urlBase{Transport: "ssh", URL: "ssh://git@" + hostPort(h.SSHAddr, 22) + "/"})
+	}
+	if h.GitAddr != nil {
+		out = append(out, urlBase{Transport: "git", URL: "git://" + hostPort(h.GitAddr, 9418) + "/"})
+	}
+	return out
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package governor
+
+const raceEnabled = false
