@@ -84,6 +84,8 @@ type Pipeline struct {
 	// nil: no limit.
 	Limiter *limiter.Limiter
 
+	capabilities capabilitiesCache // v2 advertisements for stateless HTTP
+
 	mu       sync.Mutex
 	draining bool
 	running  map[uint64]*runningCall // by Call.ID, under mu: what Active shows
@@ -309,9 +311,12 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	}
 	var res gitexec.Result
 	var err error
-	if req.Service == gitexec.ReceivePack && !req.AdvertiseRefs {
+	switch {
+	case req.Service == gitexec.ReceivePack && !req.AdvertiseRefs:
 		res, err = c.runPush(ctx, spec, stdin, stdout, stderr)
-	} else {
+	case cachesCapabilities(req):
+		res, err = c.runCapabilities(ctx, spec, stdin, stdout, stderr)
+	default:
 		res, err = p.Runner.Run(ctx, spec, stdin, stdout, stderr)
 	}
 

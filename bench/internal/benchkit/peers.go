@@ -234,13 +234,27 @@ AcceptEnv GIT_PROTOCOL
 LogLevel ERROR
 `
 
-// StartSSHD runs OpenSSH's sshd on loopback for the user running the
-// benchmark (root), accepting only authorizedKey, with its own host key.
-// Clients reach repositories by absolute path:
-// ssh://root@127.0.0.1:PORT/abs/path.git. MaxStartups is raised so a herd
-// is not dropped by sshd's default 10:30:100.
+// SSHDUser is the account sshd serves git as: uid 0 (so it reads and
+// writes the repositories the other servers use, with no ownership
+// checks in the way), an empty home and git-shell as its shell, as Git
+// hosts run it. Logging in as root would run root's ~/.bashrc on every
+// command (bash sources it for ssh commands), which costs the peer time
+// no git host pays.
+const SSHDUser = "gitbench"
+
+// StartSSHD runs OpenSSH's sshd on loopback, accepting only authorizedKey
+// for SSHDUser, with its own host key. Clients reach repositories by
+// absolute path: ssh://gitbench@127.0.0.1:PORT/abs/path.git. MaxStartups
+// is raised so a herd is not dropped by sshd's default 10:30:100.
 func StartSSHD(name, dir, authorizedKey string) *Server {
 	EnsureTools(map[string]string{"sshd": "openssh-server", "ssh": "openssh-client"})
+	if exec.Command("id", SSHDUser).Run() != nil {
+		home := "/var/lib/" + SSHDUser
+		os.MkdirAll(home, 0o755)
+		Run("useradd", "--non-unique", "--uid", "0", "--gid", "0", "--no-create-home", "--home-dir", home, "--shell", "/usr/bin/git-shell", SSHDUser)
+		// "*": no password, but not locked ("!"), which sshd without PAM refuses.
+		Run("usermod", "--password", "*", SSHDUser)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		log.Fatal(err)
 	}

@@ -1,0 +1,109 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"packwire/internal/gitexec"
+	"packwire/internal/protocol"
+)
+
+// capabilitiesCache keeps protocol v2 capability advertisements by
+// repository. Over smart HTTP a v2 client's GET of info/refs gets nothing
+// but that advertisement, which depends only on git's version and
+// configuration, yet cost a git process per request: half the server CPU
+// of a no-op fetch. The cache serves it without spawning git until the
+// repository's config file changes. An advertisement with a session id
+// (transfer.advertiseSID) is per process and never cached.
+type capabilitiesCache struct {
+	mu      sync.Mutex
+	entries map[string]capabilitiesEntry // by repository path
+}
+
+type capabilitiesEntry struct {
+	stamp string // the repository config file's size and mtime when read
+	body  []byte
+}
+
+// maxCapabilities bounds what is kept per repository: an advertisement is
+// a few hundred bytes; anything larger is not one.
+const maxCapabilities = 16 << 10
+
+// cachesCapabilities tells whether a request is a stateless v2
+// capability advertisement (HTTP GET info/refs with version=2).
+func cachesCapabilities(req Request) bool {
+	return req.Service == gitexec.UploadPack && req.AdvertiseRefs && req.StatelessRPC &&
+		protocol.Version(req.Protocol) == 2
+}
+
+// configStamp identifies the version of a repository's config file.
+func configStamp(repoPath string) string {
+	fi, err := os.Stat(filepath.Join(repoPath, "config"))
+	if err != nil {
+		return "none"
+	}
+	return fmt.Sprintf("%d/%d", fi.Size(), fi.ModTime().UnixNano())
+}
+
+func (c *capabilitiesCache) get(repoPath, stamp string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[repoPath]
+	return e.body, ok && e.stamp == stamp
+}
+
+func (c *capabilitiesCache) put(repoPath, stamp string, body []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[string]capabilitiesEntry{}
+	}
+	c.entries[repoPath] = capabilitiesEntry{stamp: stamp, body: body}
+}
+
+// runCapabilities answers a v2 capability advertisement from the cache,
+// or runs git and keeps its answer for the next request.
+func (c *Call) runCapabilities(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
+	p := c.p
+	stamp := configStamp(c.Repo.Path)
+	if body, ok := p.capabilities.get(c.Repo.Path, stamp); ok {
+		n, err := stdout.Write(body)
+		if spec.Progress != nil {
+			spec.Progress.BytesOut.Add(int64(n))
+		}
+		if err != nil {
+			return gitexec.Result{BytesOut: int64(n)}, fmt.Errorf("%w: %v", gitexec.ErrClientGone, err)
+		}
+		return gitexec.Result{BytesOut: int64(n)}, nil
+	}
+	capture := &capturingWriter{w: stdout}
+	res, err := p.Runner.Run(ctx, spec, stdin, capture, stderr)
+	if err == nil && res.ExitCode == 0 && !capture.overflow && bytes.HasSuffix(capture.buf.Bytes(), []byte("0000")) &&
+		!bytes.Contains(capture.buf.Bytes(), []byte("session-id=")) {
+		p.capabilities.put(c.Repo.Path, stamp, bytes.Clone(capture.buf.Bytes()))
+	}
+	return res, err
+}
+
+// capturingWriter passes writes through and keeps a copy of up to
+// maxCapabilities bytes.
+type capturingWriter struct {
+	w        io.Writer
+	buf      bytes.Buffer
+	overflow bool
+}
+
+func (c *capturingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if c.buf.Len()+n > maxCapabilities {
+		c.overflow = true
+	} else {
+		c.buf.Write(p[:n])
+	}
+	return n, err
+}
