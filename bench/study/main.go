@@ -45,7 +45,12 @@ func main() {
 	benchkit.Run("go", "build", "-o", bin, "./cmd/packwire")
 	benchkit.Run(bin, "synth", "--shape", *shape, "--scale", strconv.FormatFloat(*scale, 'g', -1, 64), "--out", filepath.Join(repos, "jq.git"), "--quiet")
 	benchkit.Run(bin, "maintain", "--data", data) // both servers serve the maintained files
-	benchkit.Run("git", "-C", filepath.Join(repos, "jq.git"), "config", "http.receivepack", "true")
+	// What packwire serves every repository with (gitexec.ServedConfig),
+	// set in the repository for git-http-backend: without allowFilter it
+	// ignores --filter and T3/T4 are full clones (git only warns).
+	for _, kv := range [][2]string{{"http.receivepack", "true"}, {"uploadpack.allowFilter", "true"}, {"uploadpack.allowAnySHA1InWant", "true"}} {
+		benchkit.Run("git", "-C", filepath.Join(repos, "jq.git"), "config", kv[0], kv[1])
+	}
 	benchkit.Run(bin, "user", "add", "lab", "--data", data)
 	benchkit.Run(bin, "grant", "lab", "admin", "**", "--data", data)
 	tok := strings.Fields(benchkit.Output(bin, "token", "create", "lab", "--data", data))
