@@ -1,8 +1,9 @@
 // Command maintain measures what packwire's maintenance layout does for
-// clone serving. On a Go-source-shaped repository with a few thousand
-// unfetched refs (refs/pull/N/head on side commits), it clones full,
-// shallow (--depth=1), treeless (--filter=tree:0) and blobless
-// (--filter=blob:none) over smart HTTP from
+// clone serving. On a synth repository (jquery-shaped at scale 1 by
+// default) with a few thousand unfetched refs (refs/pull/K/head on side
+// commits, `synth --pull-refs`), it clones full, shallow (--depth=1),
+// treeless (--filter=tree:0) and blobless (--filter=blob:none) over smart
+// HTTP from
 //
 //   - nginx + fcgiwrap + git-http-backend serving the `git gc`-shaped copy,
 //   - packwire serving the same `git gc`-shaped copy ("before"),
@@ -10,9 +11,11 @@
 //
 // in one run, rounds interleaved in a fresh random order, and prints
 // medians of client wall time and server CPU (each server in its own
-// cgroup v1 cpuacct group: fcgiwrap never waits for its children). It then
-// sweeps the drift (objects of the default clone outside the preferred
-// pack) to show where a full rebuild pays off, which is the rule
+// cgroup v1 cpuacct group: fcgiwrap never waits for its children), the
+// paired ratios against nginx with a 95% confidence interval, and how much
+// of packwire's CPU is git's (from the governor's records) and how much its
+// own. It then sweeps the drift (objects of the default clone outside the
+// preferred pack) to show where a full rebuild pays off, which is the rule
 // `packwire maintain --drift` uses.
 //
 // Needs root (cgroups), git, nginx and fcgiwrap (installed with apt-get if
@@ -22,22 +25,26 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"packwire/bench/internal/benchkit"
+	"packwire/internal/governor"
+	"packwire/internal/lab/compare"
+	"packwire/internal/lab/synth"
 )
 
 type kind struct {
@@ -55,10 +62,19 @@ var kinds = []kind{
 type target struct {
 	name   string
 	url    string
-	server *cpuMeter
+	server *benchkit.Server // nil: no server (file://)
+	repo   string           // packwire's name of the repository ("": not packwire, no governor records)
 }
 
-type sample struct{ wall, cpu time.Duration }
+// sample is one clone: client wall time and CPU (git clone and the
+// children it waited for: remote helper, index-pack, and over file://
+// upload-pack too), the server's CPU (its whole cgroup), and for packwire
+// the git CPU the governor recorded for it.
+type sample struct {
+	wall, client, cpu, gitCPU time.Duration
+	start, end                time.Time
+	repo                      string
+}
 
 // cleanups run before a fatal exit too, so no server outlives the run.
 var cleanups []func()
@@ -73,78 +89,75 @@ func fatalf(format string, args ...any) {
 var clientEnv []string
 
 func main() {
-	rounds := flag.Int("rounds", 5, "clones per target and kind")
+	rounds := flag.Int("rounds", 5, "clones per target and kind, after one warm-up round")
 	outDir := flag.String("out", "/tmp/bench-maintain", "work directory")
-	src := flag.String("src", runtime.GOROOT()+"/src", "source tree the history is made from")
-	pulls := flag.Int("pulls", 3000, "refs/pull/N/head refs on side commits")
+	shape := flag.String("shape", "jquery", "synth shape of the repository: "+strings.Join(synth.Shapes(), ", "))
+	scale := flag.Float64("scale", 1, "synth scale of the repository")
+	pulls := flag.Int("pulls", 3000, "refs/pull/K/head refs on side commits (synth --pull-refs)")
 	sweep := flag.Bool("sweep", true, "also measure clone CPU against drift")
+	perfClones := flag.Int("perf", 0, "profile packwire and its git children with perf over this many full clones of the maintained copy (0: off)")
 	flag.Parse()
 	log.SetFlags(0)
 	if os.Geteuid() != 0 {
 		log.Fatal("run as root: each server is measured in its own cgroup")
 	}
-	ensureTools()
+	if _, err := os.Stat("/sys/fs/cgroup/cpuacct"); err != nil {
+		log.Fatal("no cgroup v1 cpuacct hierarchy at /sys/fs/cgroup/cpuacct: fcgiwrap's children could not be measured")
+	}
+	benchkit.EnsureTools(map[string]string{"nginx": "nginx", "fcgiwrap": "fcgiwrap"})
 	out, _ := filepath.Abs(*outDir)
 	os.RemoveAll(out)
 	must(os.MkdirAll(out, 0o755))
 	home := filepath.Join(out, "home")
 	os.MkdirAll(home, 0o700)
 	clientEnv = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}
+	// synth's git, ours and the servers': no system or global git config
+	// (HOME stays: go build needs its caches).
+	os.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	os.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
 
 	// The repository, `git gc`-shaped: one pack with a bitmap, packed refs.
 	gcShaped := filepath.Join(out, "gc-shaped.git")
-	log.Printf("building the repository from %s with %d unfetched refs ...", *src, *pulls)
-	must(benchkit.BuildRepo(*src, gcShaped, 400))
-	must(addPullRefs(gcShaped, *pulls))
-	run("git", "-C", gcShaped, "config", "uploadpack.allowFilter", "true")
-	run("git", "-C", gcShaped, "gc", "--quiet", "--prune=now")
+	log.Printf("making a %s-shaped repository at scale %g with %d pull refs ...", *shape, *scale, *pulls)
+	made, err := synth.Generate(context.Background(), synth.Options{Shape: *shape, Scale: *scale, Out: gcShaped, Seed: 1, PullRefs: *pulls})
+	must(err)
+	benchkit.Run("git", "-C", gcShaped, "config", "uploadpack.allowFilter", "true")
+	benchkit.Run("git", "-C", gcShaped, "gc", "--quiet", "--prune=now")
 
 	bin := filepath.Join(out, "packwire")
-	run("go", "build", "-o", bin, "./cmd/packwire")
+	benchkit.Run("go", "build", "-o", bin, "./cmd/packwire")
 	data := filepath.Join(out, "data")
 	must(os.MkdirAll(filepath.Join(data, "repos"), 0o755))
-	run("cp", "-a", gcShaped, filepath.Join(data, "repos", "before.git"))
-	run("cp", "-a", gcShaped, filepath.Join(data, "repos", "after.git"))
-	run("cp", "-a", gcShaped, filepath.Join(data, "repos", "drift.git"))
-	maintainOut := output(bin, "maintain", "--data", data, "after", "drift")
-	log.Print(strings.TrimSpace(maintainOut))
+	for _, name := range []string{"before", "after", "drift"} {
+		benchkit.Run("cp", "-a", gcShaped, filepath.Join(data, "repos", name+".git"))
+	}
+	maintainOut := strings.TrimSpace(benchkit.Output(bin, "maintain", "--data", data, "after", "drift"))
+	log.Print(maintainOut)
 	peerRoot := filepath.Join(out, "peer")
 	must(os.MkdirAll(peerRoot, 0o755))
-	run("cp", "-a", gcShaped, filepath.Join(peerRoot, "bench.git"))
+	benchkit.Run("cp", "-a", gcShaped, filepath.Join(peerRoot, "bench.git"))
 
-	// packwire, maintenance scheduler off so that the layouts stay put.
-	port := freePort()
-	pwCPU := newCPUMeter("packwire")
-	srv := pwCPU.command(bin, "serve", "--data", data, "--git", "", "--ssh", "", "--http", "127.0.0.1:"+port, "--maintain-interval", "0", "--log-format", "json")
-	srvLog, _ := os.Create(filepath.Join(out, "packwire.log"))
-	srv.Stdout, srv.Stderr = srvLog, srvLog
-	must(srv.Start())
-
-	// nginx + fcgiwrap + git-http-backend, both in one cgroup.
-	peerPort := freePort()
-	peerCPU := newCPUMeter("nginx-fcgiwrap")
-	nginx, fcgi := startPeer(out, peerRoot, peerPort, peerCPU)
-	stopServers := func() {
-		srv.Process.Signal(syscall.SIGTERM)
-		srv.Wait()
-		nginx.Process.Signal(syscall.SIGQUIT)
-		fcgi.Process.Kill()
-		nginx.Wait()
-		fcgi.Wait()
-		pwCPU.close()
-		peerCPU.close()
-	}
-	cleanups = append(cleanups, stopServers)
-	defer stopServers()
-	waitPort(port)
-	waitPort(peerPort)
+	// packwire, maintenance scheduler off so that the layouts stay put;
+	// nginx + fcgiwrap + git-http-backend, all in one group.
+	port := benchkit.FreePort()
+	pw := benchkit.StartPackwire("packwire", bin, data, filepath.Join(out, "packwire.log"), port,
+		"--git", "", "--ssh", "", "--http", "127.0.0.1:"+port, "--maintain-interval", "0")
+	cleanups = append(cleanups, pw.Stop)
+	defer pw.Stop()
+	peer := benchkit.StartNginx("nginx-fcgiwrap", filepath.Join(out, "nginx"), peerRoot)
+	cleanups = append(cleanups, peer.Stop)
+	defer peer.Stop()
 
 	targets := []target{
-		{"nginx + git-http-backend, git gc layout", "http://127.0.0.1:" + peerPort + "/bench.git", peerCPU},
-		{"packwire, git gc layout (before)", "http://127.0.0.1:" + port + "/before.git", pwCPU},
-		{"packwire, maintained (after)", "http://127.0.0.1:" + port + "/after.git", pwCPU},
+		{"nginx + git-http-backend, git gc layout", "http://127.0.0.1:" + peer.Port + "/bench.git", peer, ""},
+		{"packwire, git gc layout (before)", "http://127.0.0.1:" + port + "/before.git", pw, "before"},
+		{"packwire, maintained (after)", "http://127.0.0.1:" + port + "/after.git", pw, "after"},
+		// The floor for any server on the maintained layout: no network,
+		// the client's own upload-pack.
+		{"no server: git clone file://, maintained", "file://" + filepath.Join(data, "repos", "after.git"), nil, ""},
 	}
 	results := map[string][]sample{}
+	load := [][3]float64{loadAverage()}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	for r := -1; r < *rounds; r++ {
 		type job struct {
@@ -165,29 +178,89 @@ func main() {
 			}
 			fmt.Fprintf(os.Stderr, "\rround %d/%d %-45s %-30s %6.2fs", r+1, *rounds, j.t.name, j.k.name, s.wall.Seconds())
 		}
+		load = append(load, loadAverage())
 	}
 	fmt.Fprintln(os.Stderr)
+	addGitCPU(bin, data, results)
 
-	fmt.Printf("Go-source-shaped repository: %d objects reachable from branches and tags, %d refs (%d refs/pull/*), gc-shaped pack %.1f MiB.\n",
-		countObjects(gcShaped, "--branches", "--tags"), refCount(gcShaped), *pulls, float64(dirSize(filepath.Join(gcShaped, "objects", "pack")))/(1<<20))
+	pack := filepath.Join(gcShaped, "objects", "pack")
+	fmt.Printf("%s-shaped synth repository at scale %g (seed 1): %d commits, %d trees, %d blobs stored; %d objects reachable from branches and tags; %d refs (%d refs/pull/*); gc-shaped pack %.1f MiB.\n",
+		*shape, *scale, made.Commits, made.Trees, made.Blobs, countObjects(gcShaped, "--branches", "--tags"), refCount(gcShaped), made.PullRefs, float64(benchkit.DirSize(pack))/(1<<20))
 	fmt.Printf("%s, %s, %d CPUs, %s, %s. %d rounds after 1 warm-up, order shuffled each round; medians.\n",
-		strings.TrimSpace(output("git", "--version")), strings.TrimSpace(firstLine(output("nginx", "-v"))), runtime.NumCPU(), runtime.Version(),
+		strings.TrimSpace(benchkit.Output("git", "--version")), strings.TrimSpace(firstLine(benchkit.Output("nginx", "-v"))), runtime.NumCPU(), runtime.Version(),
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), *rounds)
-	fmt.Printf("Server CPU: cgroup v1 cpuacct, one group per server (packwire; nginx + fcgiwrap + git-http-backend).\n")
-	fmt.Printf("Maintenance of the copy: %s\n\n", strings.TrimSpace(maintainOut))
-	fmt.Println("| clone | server | wall | server CPU | wall vs nginx | CPU vs nginx |")
-	fmt.Println("|---|---|---:|---:|---:|---:|")
+	fmt.Printf("Load average (1 min) during the rounds: %s.\n", loadRange(load))
+	fmt.Printf("Server CPU: %s (packwire; nginx + fcgiwrap + git-http-backend). git CPU: the governor's record of each request of the clone.\n", pw.Group.Source())
+	fmt.Printf("Maintenance of the copy: %s\n\n", maintainOut)
+	fmt.Println("| clone | server | wall | client CPU | server CPU | of which git | wall vs nginx (95% CI) | CPU vs nginx (95% CI) |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, k := range kinds {
-		peer := results[targets[0].name+"|"+k.name]
-		pw, pc := median(peer, wallOf), median(peer, cpuOf)
+		base := results[targets[0].name+"|"+k.name]
 		for _, t := range targets {
 			s := results[t.name+"|"+k.name]
-			w, c := median(s, wallOf), median(s, cpuOf)
-			fmt.Printf("| %s | %s | %.2f s | %.3f s | %.2fx | %.3fx |\n", k.name, t.name, w.Seconds(), c.Seconds(), w.Seconds()/pw.Seconds(), c.Seconds()/pc.Seconds())
+			server, git := "-", "-"
+			if t.server != nil {
+				server = fmt.Sprintf("%.3f s", median(s, cpuOf).Seconds())
+			}
+			if t.repo != "" {
+				git = fmt.Sprintf("%.3f s", median(s, gitCPUOf).Seconds())
+			}
+			wallRatio, cpuRatio := "1", "1"
+			if t != targets[0] {
+				wallRatio, cpuRatio = paired(base, s, wallOf), "-"
+				if t.server != nil {
+					cpuRatio = paired(base, s, cpuOf)
+				}
+			}
+			fmt.Printf("| %s | %s | %.2f s | %.2f s | %s | %s | %s | %s |\n", k.name, t.name, median(s, wallOf).Seconds(), median(s, clientOf).Seconds(),
+				server, git, wallRatio, cpuRatio)
 		}
 	}
+	if *perfClones > 0 {
+		profile(out, targets[2], *perfClones)
+	}
 	if *sweep {
-		driftSweep(out, bin, data, port, pwCPU, *rounds)
+		driftSweep(out, bin, data, targets[2], *rounds)
+	}
+}
+
+// paired is the median of per-round ratios s/base with its 95% CI.
+func paired(base, s []sample, f func(sample) time.Duration) string {
+	res := compare.Analyze(durations(base, f), durations(s, f))
+	if res.Pairs == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3fx (%.3f-%.3f)", res.MedianRatio, res.CILow, res.CIHigh)
+}
+
+// addGitCPU gives each packwire clone the git CPU (user + system) of the
+// governor records of its repository that started while it ran.
+func addGitCPU(bin, data string, results map[string][]sample) {
+	time.Sleep(time.Second) // the governor writes its records in batches every 500 ms
+	var recs []governor.Record
+	sc := bufio.NewScanner(strings.NewReader(benchkit.Output(bin, "governor", "--last", "100000", "--json", "--data", data)))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var r governor.Record
+		if json.Unmarshal(sc.Bytes(), &r) == nil {
+			recs = append(recs, r)
+		}
+	}
+	if len(recs) == 0 {
+		fatalf("no governor records in %s", data)
+	}
+	for _, samples := range results {
+		for i := range samples {
+			s := &samples[i]
+			if s.repo == "" {
+				continue
+			}
+			for _, r := range recs {
+				if strings.TrimSuffix(r.Repo, ".git") == s.repo && !r.Start.Before(s.start) && r.Start.Before(s.end) {
+					s.gitCPU += r.CPU()
+				}
+			}
+		}
 	}
 }
 
@@ -195,12 +268,12 @@ func main() {
 // first new history (pushed as packs, folded geometrically, the preferred
 // pack not rebuilt), then history removed from branches after a rebuild
 // (objects of the preferred pack no clone wants any more).
-func driftSweep(out, bin, data, port string, cpu *cpuMeter, rounds int) {
+func driftSweep(out, bin, data string, after target, rounds int) {
 	dir := filepath.Join(data, "repos", "drift.git")
-	t := target{"drift", "http://127.0.0.1:" + port + "/drift.git", cpu}
+	t := target{"drift", strings.Replace(after.url, "/after.git", "/drift.git", 1), after.server, "drift"}
 	var base time.Duration
 	measure := func(label string) {
-		drift := driftOf(output(bin, "repo", "show", "drift", "--data", data))
+		drift := driftOf(benchkit.Output(bin, "repo", "show", "drift", "--data", data))
 		clone(out, t, kinds[0]) // warm-up
 		var s []sample
 		for i := 0; i < rounds; i++ {
@@ -222,15 +295,15 @@ func driftSweep(out, bin, data, port string, cpu *cpuMeter, rounds int) {
 			must(appendCommits(dir, added, step-added))
 			added = step
 			// --drift 1: fold only, the way the scheduler does below the threshold.
-			output(bin, "maintain", "--data", data, "--drift", "1", "drift")
+			benchkit.Output(bin, "maintain", "--data", data, "--drift", "1", "drift")
 		}
 		measure(fmt.Sprintf("+%d commits, folded", step))
 	}
-	rebuild := strings.TrimSpace(output(bin, "maintain", "--data", data, "--full", "drift"))
+	rebuild := strings.TrimSpace(benchkit.Output(bin, "maintain", "--data", data, "--full", "drift"))
 	measure(fmt.Sprintf("+%d commits, full rebuild", added))
-	tip := strings.TrimSpace(output("git", "-C", dir, "rev-parse", "main"))
+	tip := strings.TrimSpace(benchkit.Output("git", "-C", dir, "rev-parse", "main"))
 	for _, back := range []int{300, 600, 1200} {
-		run("git", "-C", dir, "update-ref", "refs/heads/main", fmt.Sprintf("%s~%d", tip, back))
+		benchkit.Run("git", "-C", dir, "update-ref", "refs/heads/main", fmt.Sprintf("%s~%d", tip, back))
 		measure(fmt.Sprintf("main rewound by %d commits", back))
 	}
 	fmt.Printf("\nThe full rebuild at +%d commits: %s\n", added, rebuild)
@@ -248,7 +321,10 @@ func driftOf(show string) string {
 func clone(out string, t target, k kind) sample {
 	dst := filepath.Join(out, "clone")
 	os.RemoveAll(dst)
-	cpu0 := t.server.read()
+	var cpu0 time.Duration
+	if t.server != nil {
+		cpu0 = t.server.Group.Read()
+	}
 	start := time.Now()
 	args := append([]string{"clone", "-q", "--no-local"}, k.args...)
 	cmd := exec.Command("git", append(args, t.url, dst)...)
@@ -256,60 +332,20 @@ func clone(out string, t target, k kind) sample {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		fatalf("%s %s: %v\n%s", t.name, k.name, err, b)
 	}
-	wall := time.Since(start)
-	time.Sleep(150 * time.Millisecond) // let the server reap its git
-	return sample{wall, t.server.read() - cpu0}
-}
-
-// addPullRefs makes n side commits on refs/pull/N/head, each off a commit
-// of main and editing one file the way a pull request does (lines inserted
-// into the current version): objects outside branches and tags that are
-// close relatives of objects inside, so git gc's one pack deltifies across
-// the two sets, as it does in real repositories.
-func addPullRefs(bare string, n int) error {
-	commits := strings.Fields(output("git", "-C", bare, "rev-list", "main"))
-	files := strings.Fields(output("git", "-C", bare, "ls-tree", "-r", "--name-only", "main"))
-	rng := rand.New(rand.NewPCG(5, 6))
-	picked := make([]string, n)
-	var req bytes.Buffer
-	for i := range picked {
-		picked[i] = files[rng.IntN(len(files))]
-		fmt.Fprintf(&req, "main:%s\n", picked[i])
+	end := time.Now()
+	s := sample{wall: end.Sub(start), client: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), start: start, end: end, repo: t.repo}
+	if t.server != nil {
+		time.Sleep(150 * time.Millisecond) // let the server reap its git
+		s.cpu = t.server.Group.Read() - cpu0
 	}
-	cat := exec.Command("git", "-C", bare, "cat-file", "--batch")
-	cat.Stdin = &req
-	raw, err := cat.Output()
-	if err != nil {
-		return err
-	}
-	var in bytes.Buffer
-	for i := 1; i <= n; i++ {
-		// "<oid> blob <size>\n<content>\n"
-		nl := bytes.IndexByte(raw, '\n')
-		size, _ := strconv.Atoi(string(bytes.Fields(raw[:nl])[2]))
-		content := raw[nl+1 : nl+1+size]
-		raw = raw[nl+1+size+1:]
-		at := len(content) / 3
-		if k := bytes.IndexByte(content[at:], '\n'); k >= 0 {
-			at += k + 1
-		}
-		body := append(append(append([]byte{}, content[:at]...), strings.Repeat(fmt.Sprintf("// proposed change %d\n", i), 1+i%7)...), content[at:]...)
-		fmt.Fprintf(&in, "commit refs/pull/%d/head\ncommitter Dev <dev@example.com> %d +0000\ndata 12\npull request\nfrom %s\n",
-			i, 1700000000+i, commits[rng.IntN(len(commits))])
-		fmt.Fprintf(&in, "M 100644 inline %s\ndata %d\n%s\n", picked[i-1], len(body), body)
-	}
-	cmd := exec.Command("git", "fast-import", "--quiet")
-	cmd.Dir = bare
-	cmd.Stdin = &in
-	cmd.Stderr = os.Stderr
-	return cmd.Run()
+	return s
 }
 
 // appendCommits adds n commits on main, each editing three files, as one
 // pack (what a push with receive.unpackLimit=1 leaves).
 func appendCommits(bare string, from, n int) error {
-	head := strings.TrimSpace(output("git", "-C", bare, "rev-parse", "main"))
-	files := strings.Fields(output("git", "-C", bare, "ls-tree", "-r", "--name-only", "main"))
+	head := strings.TrimSpace(benchkit.Output("git", "-C", bare, "rev-parse", "main"))
+	files := strings.Fields(benchkit.Output("git", "-C", bare, "ls-tree", "-r", "--name-only", "main"))
 	rng := rand.New(rand.NewPCG(uint64(from), 9))
 	var in bytes.Buffer
 	for c := 0; c < n; c++ {
@@ -329,150 +365,48 @@ func appendCommits(bare string, from, n int) error {
 	return cmd.Run()
 }
 
-func startPeer(out, root, port string, m *cpuMeter) (*exec.Cmd, *exec.Cmd) {
-	dir := filepath.Join(out, "nginx")
-	must(os.MkdirAll(filepath.Join(dir, "tmp"), 0o755))
-	sock := filepath.Join(dir, "fcgiwrap.sock")
-	backend := strings.TrimSpace(output("git", "--exec-path")) + "/git-http-backend"
-	// The worker runs as root like fcgiwrap, so it may use fcgiwrap's socket.
-	conf := fmt.Sprintf(`user root;
-worker_processes 1;
-daemon off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/tmp/body;
-  fastcgi_temp_path %[1]s/tmp/fastcgi;
-  proxy_temp_path %[1]s/tmp/proxy;
-  uwsgi_temp_path %[1]s/tmp/uwsgi;
-  scgi_temp_path %[1]s/tmp/scgi;
-  server {
-    listen 127.0.0.1:%[2]s;
-    location / {
-      client_max_body_size 0;
-      fastcgi_buffering off;
-      fastcgi_pass unix:%[3]s;
-      fastcgi_param SCRIPT_FILENAME %[4]s;
-      fastcgi_param GIT_PROJECT_ROOT %[5]s;
-      fastcgi_param GIT_HTTP_EXPORT_ALL "";
-      fastcgi_param GIT_PROTOCOL $http_git_protocol;
-      fastcgi_param PATH_INFO $uri;
-      fastcgi_param QUERY_STRING $query_string;
-      fastcgi_param REQUEST_METHOD $request_method;
-      fastcgi_param CONTENT_TYPE $content_type;
-      fastcgi_param CONTENT_LENGTH $content_length;
-      fastcgi_param HTTP_CONTENT_ENCODING $http_content_encoding;
-      fastcgi_param REMOTE_ADDR $remote_addr;
-      fastcgi_param SERVER_PROTOCOL $server_protocol;
-      fastcgi_param HOME %[1]s;
-    }
-  }
-}
-`, dir, port, sock, backend, root)
-	must(os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
-	fcgi := m.command("fcgiwrap", "-s", "unix:"+sock, "-c", "4")
-	fcgi.Stderr = os.Stderr
-	must(fcgi.Start())
-	for i := 0; i < 50; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	nginx := m.command("nginx", "-e", filepath.Join(dir, "error.log"), "-c", filepath.Join(dir, "nginx.conf"), "-p", dir)
-	nginx.Stderr = os.Stderr
-	must(nginx.Start())
-	return nginx, fcgi
-}
+func wallOf(s sample) time.Duration   { return s.wall }
+func clientOf(s sample) time.Duration { return s.client }
+func cpuOf(s sample) time.Duration    { return s.cpu }
+func gitCPUOf(s sample) time.Duration { return s.gitCPU }
 
-func ensureTools() {
-	var missing []string
-	for _, t := range []string{"nginx", "fcgiwrap"} {
-		if _, err := exec.LookPath(t); err != nil {
-			missing = append(missing, t)
-		}
-	}
-	if len(missing) > 0 {
-		log.Printf("installing %s with apt-get ...", strings.Join(missing, " "))
-		run("apt-get", "update", "-qq")
-		cmd := exec.Command("apt-get", append([]string{"install", "-y", "-qq"}, missing...)...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			log.Fatalf("apt-get install %s: %v\n%s", strings.Join(missing, " "), err, b)
-		}
-	}
-	if _, err := os.Stat("/sys/fs/cgroup/cpuacct"); err != nil {
-		log.Fatal("no cgroup v1 cpuacct hierarchy at /sys/fs/cgroup/cpuacct")
-	}
-}
-
-func wallOf(s sample) time.Duration { return s.wall }
-func cpuOf(s sample) time.Duration  { return s.cpu }
-
-// median of one measure of the samples.
-func median(s []sample, f func(sample) time.Duration) time.Duration {
+func durations(s []sample, f func(sample) time.Duration) []time.Duration {
 	v := make([]time.Duration, len(s))
 	for i, x := range s {
 		v[i] = f(x)
 	}
-	return benchkit.Median(v)
+	return v
 }
 
-// cpuMeter reads the CPU of every process in a cgroup v1 cpuacct group.
-type cpuMeter struct{ cgroup string }
-
-func newCPUMeter(name string) *cpuMeter {
-	dir := fmt.Sprintf("/sys/fs/cgroup/cpuacct/packwire-bench-maintain-%d/%s", os.Getpid(), name)
-	must(os.MkdirAll(dir, 0o755))
-	return &cpuMeter{cgroup: dir}
+// median of one measure of the samples.
+func median(s []sample, f func(sample) time.Duration) time.Duration {
+	return benchkit.Median(durations(s, f))
 }
 
-// command starts a program inside the group from its first instruction, so
-// that the children it forks at once (fcgiwrap's, nginx's worker) are in.
-func (m *cpuMeter) command(name string, args ...string) *exec.Cmd {
-	return exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, m.cgroup, name}, args...)...)
-}
-
-func (m *cpuMeter) read() time.Duration {
-	b, err := os.ReadFile(m.cgroup + "/cpuacct.usage")
-	must(err)
-	ns, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return time.Duration(ns)
-}
-
-func (m *cpuMeter) close() {
-	for i := 0; i < 50; i++ {
-		procs, _ := os.ReadFile(m.cgroup + "/cgroup.procs")
-		for _, p := range strings.Fields(string(procs)) {
-			if pid, err := strconv.Atoi(p); err == nil {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
+// loadAverage is /proc/loadavg's 1, 5 and 15 minute figures.
+func loadAverage() [3]float64 {
+	var l [3]float64
+	b, _ := os.ReadFile("/proc/loadavg")
+	for i, f := range strings.Fields(string(b)) {
+		if i < 3 {
+			l[i], _ = strconv.ParseFloat(f, 64)
 		}
-		if os.Remove(m.cgroup) == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	os.Remove(filepath.Dir(m.cgroup))
+	return l
+}
+
+func loadRange(l [][3]float64) string {
+	lo, hi := l[0][0], l[0][0]
+	for _, x := range l {
+		lo, hi = min(lo, x[0]), max(hi, x[0])
+	}
+	return fmt.Sprintf("%.1f-%.1f", lo, hi)
 }
 
 func must(err error) {
 	if err != nil {
 		fatalf("%v", err)
 	}
-}
-
-func run(name string, args ...string) {
-	if b, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
-	}
-}
-
-func output(name string, args ...string) string {
-	b, _ := exec.Command(name, args...).CombinedOutput()
-	return string(b)
 }
 
 func firstLine(s string) string {
@@ -483,39 +417,10 @@ func firstLine(s string) string {
 }
 
 func countObjects(bare string, revs ...string) int {
-	n, _ := strconv.Atoi(strings.TrimSpace(output("git", append([]string{"-C", bare, "rev-list", "--objects", "--count"}, revs...)...)))
+	n, _ := strconv.Atoi(strings.TrimSpace(benchkit.Output("git", append([]string{"-C", bare, "rev-list", "--objects", "--count"}, revs...)...)))
 	return n
 }
 
 func refCount(bare string) int {
-	return len(strings.Split(strings.TrimSpace(output("git", "-C", bare, "for-each-ref", "--format=x")), "\n"))
-}
-
-func dirSize(dir string) int64 {
-	var n int64
-	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() {
-			n += fi.Size()
-		}
-		return nil
-	})
-	return n
-}
-
-func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-func waitPort(p string) {
-	for i := 0; i < 100; i++ {
-		if c, err := net.Dial("tcp", "127.0.0.1:"+p); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	fatalf("nothing listening on %s", p)
+	return len(strings.Split(strings.TrimSpace(benchkit.Output("git", "-C", bare, "for-each-ref", "--format=x")), "\n"))
 }

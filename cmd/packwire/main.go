@@ -53,7 +53,9 @@ commands:
                              (protocol v0/v2, SSH with/without ControlMaster)
   compare -- CMD_A -- CMD_B  paired, order-shuffled timing of two commands: median ratio, 95% CI, verdict
   advise URL...              measure a repository's transports and clone options; recommendations with evidence
-  synth --shape S --out DIR  make a repository shaped like the clone study's jquery, swift or linux (--scale F)
+  bench --url URL | --demo   replay the clone/fetch study (T1-T10) against a server: tables + report.html
+  synth --shape S --out DIR  make a repository shaped like the clone study's jquery, swift or linux (--scale F,
+                             --pull-refs N: unfetched refs/pull/*/head as hosted repositories have)
   sizer REPO [--json]        repository measures as git-sizer reports them, with a level of concern
   version                    print the version
 
@@ -109,6 +111,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdAccess(ctx, args[1:], stdout, stderr)
 	case "maintain":
 		err = cmdMaintain(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = cmdBench(ctx, args[1:], stdout, stderr)
 	case "netem":
 		err = cmdNetem(ctx, args[1:], stdout, stderr)
 	case "rtt":

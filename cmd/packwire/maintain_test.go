@@ -6,11 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"packwire/internal/gittest"
+	"packwire/internal/procgroup"
 )
 
 // TestImportMaintainShow: an imported repository is in the serving layout at
@@ -86,12 +86,11 @@ func TestMaintainKilledAtRandomPoints(t *testing.T) {
 	killed := 0
 	for i := 0; i < 5; i++ {
 		m := exec.Command(binary, "maintain", "--full", "app", "--data", data)
-		m.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := m.Start(); err != nil {
+		if err := procgroup.Start(m); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Duration(10+rng.IntN(200)) * time.Millisecond)
-		syscall.Kill(-m.Process.Pid, syscall.SIGKILL)
+		procgroup.Kill(m)
 		if err := m.Wait(); err != nil {
 			killed++
 		}

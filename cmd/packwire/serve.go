@@ -60,6 +60,9 @@ then exits 0.`, stderr)
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
+	if err := server.CheckPlatform(); err != nil {
+		return err // before anything is created on disk
+	}
 	if *ciphers != "" {
 		cfg.SSHCiphers = strings.Split(*ciphers, ",")
 	}

@@ -39,7 +39,17 @@ func TestSynthCommand(t *testing.T) {
 	if got, code := packwire(t, "synth", "--shape", "hg", "--out", t.TempDir()); code != 1 || !strings.Contains(got, `unknown shape "hg"`) {
 		t.Fatalf("unknown shape: %d %s", code, got)
 	}
-	if got, code := packwire(t, "synth", "--help"); code != 0 || !strings.Contains(got, "-seed") || !strings.Contains(got, "-scale") {
+	pulls := filepath.Join(t.TempDir(), "pulls.git")
+	if got, code := packwire(t, "synth", "--shape", "jquery", "--scale", "0.02", "--pull-refs", "5", "--out", pulls, "--quiet"); code != 0 || !strings.Contains(got, "6 tags, 5 pull refs") {
+		t.Fatalf("synth --pull-refs 5: %d %s", code, got)
+	}
+	if refs := env.Git(pulls, "for-each-ref", "--format=%(refname)", "refs/pull/"); strings.Count(refs, "\n") != 5 {
+		t.Fatalf("synth --pull-refs 5 made:\n%s", refs)
+	}
+	if got, code := packwire(t, "synth", "--shape", "jquery", "--pull-refs", "-2", "--out", t.TempDir()); code != 1 || !strings.Contains(got, "out of range") {
+		t.Fatalf("negative --pull-refs: %d %s", code, got)
+	}
+	if got, code := packwire(t, "synth", "--help"); code != 0 || !strings.Contains(got, "-seed") || !strings.Contains(got, "-scale") || !strings.Contains(got, "-pull-refs") {
 		t.Fatalf("synth --help: %d %s", code, got)
 	}
 }

@@ -219,7 +219,12 @@ func axes(c *canvas, o Options, top float64, minY, maxY float64, legendRows int)
 // xTicks labels the horizontal axis, as clock times when isTime.
 func xTicks(c *canvas, f frame, isTime bool) {
 	ticks := niceTicks(f.minX, f.maxX, 6)
-	span := f.maxX - f.minX
+	// The label's precision follows the tick step, so that no two ticks
+	// read the same (20 s steps over five minutes need seconds).
+	step := 1.0
+	if len(ticks) > 1 {
+		step = ticks[1] - ticks[0]
+	}
 	for _, t := range ticks {
 		if t < f.minX-1e-9 || t > f.maxX+1e-9 {
 			continue
@@ -230,9 +235,9 @@ func xTicks(c *canvas, f frame, isTime bool) {
 		if isTime {
 			tm := time.Unix(int64(t), 0).UTC()
 			switch {
-			case span > 2*86400:
+			case step >= 86400:
 				label = tm.Format("01-02")
-			case span > 120:
+			case step >= 60 && math.Mod(step, 60) == 0:
 				label = tm.Format("15:04")
 			default:
 				label = tm.Format("15:04:05")

@@ -126,3 +126,21 @@ func TestNiceTicksAndQuantile(t *testing.T) {
 		t.Fatalf("median of 1..4 = %v", q)
 	}
 }
+
+// Time labels never repeat: their precision follows the tick step.
+func TestTimeTicksDistinct(t *testing.T) {
+	for _, span := range []float64{30, 200, 300, 900, 5000, 3 * 86400} {
+		start := 1700000000.0
+		svg := draw(t, func(w io.Writer) error {
+			return Scatter(w, Options{}, true, []Series{{Name: "a", Points: []Point{{start, 1}, {start + span, 2}}}})
+		})
+		seen := map[string]bool{}
+		for _, part := range strings.Split(svg, `text-anchor="middle" fill="#222" >`)[1:] {
+			label := part[:strings.Index(part, "<")]
+			if seen[label] {
+				t.Fatalf("span %v s: tick label %q repeats\n%s", span, label, svg)
+			}
+			seen[label] = true
+		}
+	}
+}

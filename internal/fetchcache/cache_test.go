@@ -264,6 +264,14 @@ func TestBounds(t *testing.T) {
 // caller runs git without the cache.
 func TestStandsAside(t *testing.T) {
 	c := newCache(t, 1<<20)
+	c.MinFreeBytes = 1 // the real file system has a byte free
+	r, w, err := c.Join("k")
+	if err != nil || w == nil {
+		free, ferr := freeBytes(c.Dir)
+		t.Fatalf("with a byte free asked: %v (free %d, %v)", err, free, ferr)
+	}
+	w.Finish(errors.New("only looking"))
+	r.Close()
 	c.MinFreeBytes = 1 << 62
 	if _, _, err := c.Join("k"); !errors.Is(err, ErrStandAside) {
 		t.Fatalf("disk full: %v", err)

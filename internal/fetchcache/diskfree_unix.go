@@ -1,10 +1,10 @@
-//go:build linux || darwin
+//go:build unix
 
 package fetchcache
 
 import "syscall"
 
-// freeBytes is the disk space available to unprivileged users under dir.
+// freeBytes is the space on dir's file system that packwire may still use.
 func freeBytes(dir string) (int64, error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {

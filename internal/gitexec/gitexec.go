@@ -15,10 +15,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"packwire/internal/procgroup"
 )
 
 // Service is a git server program.
@@ -66,7 +65,8 @@ var ServedConfig = []string{
 }
 
 // PipeSize is the capacity asked for the pipe carrying git's output; the
-// kernel caps it at /proc/sys/fs/pipe-max-size (1 MiB by default).
+// kernel caps it at /proc/sys/fs/pipe-max-size (1 MiB by default). Linux
+// only: elsewhere a pipe keeps the OS's own size.
 var PipeSize = 1 << 20
 
 // ErrIdle is returned when neither side sent anything for IdleTimeout.
@@ -117,7 +117,7 @@ type Result struct {
 	BytesOut int64 // git -> client
 	UserCPU  time.Duration
 	SysCPU   time.Duration
-	MaxRSS   int64 // bytes, largest process in the tree
+	MaxRSS   int64 // bytes, largest process in the tree; 0: unknown (Windows)
 	Wall     time.Duration
 	Stderr   string // the last few KiB git wrote to stderr
 }
@@ -168,9 +168,6 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	cmd := exec.Command(gitPath, r.Args(spec)...)
 	cmd.Dir = spec.RepoPath
 	cmd.Env = childEnv(spec)
-	// Own process group: a kill reaches pack-objects and hooks too. Pdeathsig:
-	// if packwire dies, its git children die with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	tail := &tailBuffer{max: 4096}
 	if stderr != nil {
 		cmd.Stderr = io.MultiWriter(tail, &bestEffortWriter{w: stderr})
@@ -194,11 +191,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 		// A larger pipe lets git write ahead instead of waking the relay every
 		// 64 KiB (the default): on two cores that ping-pong was measurable.
 		if PipeSize > 0 {
-			unix.FcntlInt(outW.Fd(), unix.F_SETPIPE_SZ, PipeSize)
+			growPipe(outW, PipeSize)
 		}
 		cmd.Stdout = outW
 	}
-	if err := cmd.Start(); err != nil {
+	// Own process group: a kill reaches pack-objects and hooks too (and on
+	// Linux, if packwire dies, its git children die with it).
+	if err := procgroup.Start(cmd); err != nil {
 		if outR != nil {
 			outR.Close()
 			outW.Close()
@@ -224,7 +223,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 			return
 		}
 		killErr = why
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		procgroup.Kill(cmd)
 		if d, ok := stdout.(WriteDeadliner); ok {
 			d.SetWriteDeadline(time.Now())
 		}
@@ -325,11 +324,8 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	}
 	if st := cmd.ProcessState; st != nil {
 		res.ExitCode = st.ExitCode()
-		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-			res.UserCPU = time.Duration(ru.Utime.Nano())
-			res.SysCPU = time.Duration(ru.Stime.Nano())
-			res.MaxRSS = ru.Maxrss * 1024
-		}
+		u := procgroup.UsageOf(st)
+		res.UserCPU, res.SysCPU, res.MaxRSS = u.UserCPU, u.SysCPU, u.MaxRSS
 	}
 	if why != nil {
 		return res, why

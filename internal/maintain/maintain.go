@@ -32,10 +32,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"packwire/internal/governor"
+	"packwire/internal/procgroup"
 	"packwire/internal/repo"
 )
 
@@ -144,26 +144,25 @@ func (s *session) git(ctx context.Context, stdin io.Reader, args ...string) (str
 	var out, errb strings.Builder
 	cmd.Stdout = &out
 	cmd.Stderr = &errb
-	// Own process group, killed as a whole on cancellation; dies with packwire.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Own process group, killed as a whole on cancellation (on Linux it also
+	// dies with packwire).
+	if err := procgroup.Start(cmd); err != nil {
 		return "", err
 	}
 	done := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			procgroup.Kill(cmd)
 		case <-done:
 		}
 	}()
 	err := cmd.Wait()
 	close(done)
 	if st := cmd.ProcessState; st != nil {
-		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-			s.userCPU += time.Duration(ru.Utime.Nano())
-			s.sysCPU += time.Duration(ru.Stime.Nano())
-		}
+		u := procgroup.UsageOf(st)
+		s.userCPU += u.UserCPU
+		s.sysCPU += u.SysCPU
 	}
 	if ctx.Err() != nil {
 		return out.String(), ctx.Err()
@@ -478,14 +477,11 @@ func lock(dir string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := tryLock(f); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, ErrBusy
-		}
 		return nil, err
 	}
-	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+	return func() { unlock(f); f.Close() }, nil
 }
 
 // full builds the serving layout from scratch. Crash-safe at every step:

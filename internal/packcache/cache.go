@@ -21,10 +21,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"packwire/internal/gitexec"
+	"packwire/internal/procgroup"
 )
 
 // Outcome says how a request's pack was produced; the governor records it.
@@ -192,11 +192,8 @@ func (c *Cache) enoughDisk() bool {
 	if c.MinFreeBytes <= 0 {
 		return true
 	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(c.Dir, &st); err != nil {
-		return false
-	}
-	return int64(st.Bavail)*int64(st.Bsize) >= c.MinFreeBytes
+	free, err := freeBytes(c.Dir)
+	return err == nil && free >= c.MinFreeBytes
 }
 
 // generate runs pack-objects into f, detached from every request: no
@@ -210,12 +207,16 @@ func (c *Cache) generate(key string, g *generation, f *os.File, req Request, std
 	cmd.Dir = req.RepoPath
 	cmd.Env = append(gitexec.Environ(), "GIT_CONFIG_PARAMETERS="+req.Config, "GIT_PROTOCOL="+req.Protocol)
 	cmd.Stdin = strings.NewReader(string(stdin))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout = &notifyingWriter{f: f, g: g}
 	var stderr tail
 	cmd.Stderr = &stderr
 	// No fsync: the cache is wiped at every start, so durability buys nothing.
-	err := cmd.Run()
+	// Its own process group: a Ctrl-C at packwire's terminal does not reach
+	// it, and on Linux it dies with packwire.
+	err := procgroup.Start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
 	"packwire/internal/pktline"
+	"packwire/internal/procgroup"
 	"packwire/internal/repostate"
 )
 
@@ -340,8 +340,7 @@ func (s *testServer) startClone(t *testing.T, url string, args ...string) (*exec
 	cmd.Env = append(append([]string{}, s.env.Vars...), v2...)
 	// Its own process group: killing the clone must take its HTTP helper
 	// (git-remote-http, which holds the connection) along.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := procgroup.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	return cmd, dir
@@ -349,7 +348,7 @@ func (s *testServer) startClone(t *testing.T, url string, args ...string) (*exec
 
 // hangUp kills a clone started by startClone, helper included.
 func hangUp(cmd *exec.Cmd) {
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	procgroup.Kill(cmd)
 	cmd.Wait()
 }
 
@@ -495,7 +494,7 @@ func TestFetchCacheLeaderFails(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("upload-pack processes: %v", pids)
 	}
-	syscall.Kill(-pids[0], syscall.SIGKILL) // its process group: pack-objects too
+	killGroup(pids[0]) // pack-objects too
 	if err := leader.Wait(); err == nil {
 		t.Fatal("the leader's clone succeeded without its git")
 	}

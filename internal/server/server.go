@@ -148,8 +148,12 @@ type Server struct {
 	stopMaintain context.CancelFunc // ends the maintenance scheduler
 }
 
-// New opens the data directory (creating it) and builds the pipeline.
+// New opens the data directory (creating it) and builds the pipeline. It
+// refuses where CheckPlatform does (Windows).
 func New(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if err := CheckPlatform(); err != nil {
+		return nil, err
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}

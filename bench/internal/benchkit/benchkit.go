@@ -91,6 +91,10 @@ func (g *Group) Source() string {
 	return "/proc/PID/stat utime+stime+cutime+cstime (children only once reaped)"
 }
 
+// CPUDir is the group's cgroup v1 cpuacct directory, "" when there is none
+// (for tools that read it themselves: packwire bench --server-cgroup).
+func (g *Group) CPUDir() string { return g.cpu }
+
 // HasMemory reports whether memory figures come from a memory group.
 func (g *Group) HasMemory() bool { return g != nil && g.mem != "" }
 

@@ -105,9 +105,11 @@ type generator struct {
 	started                     time.Time
 	nextReport                  int
 	meanWeight                  float64
+	mainWhen                    int64 // commit time of main's tip
+	pulls                       pullRequests
 }
 
-func newGenerator(sh *shape, t targets, seed int64, w *bufio.Writer, progress io.Writer) *generator {
+func newGenerator(sh *shape, t targets, seed int64, pullRefs int, w *bufio.Writer, progress io.Writer) *generator {
 	var nameSeed uint64
 	for _, c := range sh.name {
 		nameSeed = nameSeed*131 + uint64(c)
@@ -118,6 +120,7 @@ func newGenerator(sh *shape, t targets, seed int64, w *bufio.Writer, progress io
 		cat:       newCatalog(sh, t.files),
 		seenTrees: objectSet{}, seenBlobs: objectSet{},
 		started: time.Now(),
+		pulls:   newPullRequests(pullRefs, seed, nameSeed),
 	}
 	g.tagEvery = float64(t.commits) / float64(t.mainTags+1)
 	g.nextTagAt = g.tagEvery
@@ -182,12 +185,14 @@ func (g *generator) run(ctx context.Context) error {
 			g.forkRelease()
 		}
 		g.step()
+		g.openDue()
 		g.report(false)
 		if len(g.pending) >= chunkBlobs || g.pendingBytes >= chunkBytes {
 			g.flushChunk()
 		}
 	}
 	g.finishTopics()
+	g.openDue()
 	g.flushChunk()
 	fmt.Fprintf(g.out, "done\n")
 	g.report(true)
@@ -569,6 +574,9 @@ func (g *generator) beginCommit(b *branch, parents []int, subject, body string) 
 			g.msg = append(g.msg, committer.ident...)
 			g.msg = append(g.msg, '\n')
 		}
+	}
+	if b == g.main {
+		g.mainWhen = when
 	}
 	fmt.Fprintf(&g.w, "commit %s\nmark :%d\nauthor %s %d %s\ncommitter %s %d %s\ndata %d\n%s",
 		b.ref, g.marks, p.ident, when, p.tz, committer.ident, when, committer.tz, len(g.msg), g.msg)

@@ -37,17 +37,25 @@ import (
 
 // Options says what to generate. Seed 0 is a seed like any other.
 type Options struct {
-	Shape    string  // one of Shapes()
-	Scale    float64 // 1 = the study's counts
-	Out      string  // the bare repository to create; must not exist or be empty
-	Seed     int64
+	Shape string  // one of Shapes()
+	Scale float64 // 1 = the study's counts
+	Out   string  // the bare repository to create; must not exist or be empty
+	Seed  int64
+	// PullRefs adds refs/pull/1/head .. refs/pull/N/head, as hosted
+	// repositories carry them: side commits off commits spread over main's
+	// history, each editing a few lines of one file, reachable from no
+	// branch or tag (clones never fetch them). They change nothing else:
+	// branches, tags and their objects are those made without them.
+	PullRefs int
 	Progress io.Writer // progress lines while generating, if not nil
 }
 
 // Result describes the repository made, as counted in it afterwards.
+// The object counts are of every object stored, pull requests' included.
 type Result struct {
 	Commits, Trees, Blobs int
 	Branches, Tags        int
+	PullRefs              int    // refs under refs/pull/
 	Head                  string // object id of main
 	Bytes                 int64  // size of the repository on disk
 	Elapsed               time.Duration
@@ -68,6 +76,8 @@ func Generate(ctx context.Context, o Options) (Result, error) {
 type stats struct {
 	commits, trees, blobs int
 	mainTree              string
+	// pull requests' objects, not in the counts above
+	pullCommits, pullTrees, pullBlobs int
 }
 
 func generate(ctx context.Context, o Options) (Result, stats, error) {
@@ -82,6 +92,9 @@ func generate(ctx context.Context, o Options) (Result, stats, error) {
 	t, err := targetsFor(sh, o.Scale)
 	if err != nil {
 		return Result{}, stats{}, err
+	}
+	if o.PullRefs < 0 || o.PullRefs > MaxPullRefs {
+		return Result{}, stats{}, fmt.Errorf("pull refs %d is out of range: it must be 0 to %d", o.PullRefs, MaxPullRefs)
 	}
 	if o.Out == "" {
 		return Result{}, stats{}, errors.New("no output directory given")
@@ -148,7 +161,7 @@ func build(ctx context.Context, o Options, sh *shape, t targets) (Result, stats,
 	if err := cmd.Start(); err != nil {
 		return Result{}, stats{}, fmt.Errorf("git fast-import: %w", err)
 	}
-	g := newGenerator(sh, t, o.Seed, bufio.NewWriterSize(stdin, 1<<20), o.Progress)
+	g := newGenerator(sh, t, o.Seed, o.PullRefs, bufio.NewWriterSize(stdin, 1<<20), o.Progress)
 	genErr := g.run(ctx)
 	stdin.Close()
 	waitErr := cmd.Wait()
@@ -160,7 +173,8 @@ func build(ctx context.Context, o Options, sh *shape, t targets) (Result, stats,
 	case genErr != nil:
 		return Result{}, stats{}, fmt.Errorf("writing to git fast-import: %w", genErr)
 	}
-	st := stats{commits: g.commits, trees: g.trees, blobs: g.blobs, mainTree: fmt.Sprintf("%x", g.main.root.oid)}
+	st := stats{commits: g.commits, trees: g.trees, blobs: g.blobs, mainTree: fmt.Sprintf("%x", g.main.root.oid),
+		pullCommits: g.pulls.commits, pullTrees: g.pulls.trees, pullBlobs: g.pulls.blobs}
 
 	if _, err := runGit(ctx, env, "symbolic-ref", "HEAD", "refs/heads/main"); err != nil {
 		return Result{}, st, err
@@ -193,6 +207,8 @@ func build(ctx context.Context, o Options, sh *shape, t targets) (Result, stats,
 			res.Branches++
 		case strings.HasPrefix(ref, "refs/tags/"):
 			res.Tags++
+		case strings.HasPrefix(ref, "refs/pull/"):
+			res.PullRefs++
 		}
 	}
 	head, err := runGit(ctx, env, "rev-parse", "refs/heads/main")

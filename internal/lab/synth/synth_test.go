@@ -232,6 +232,8 @@ func TestBadOptions(t *testing.T) {
 		{Options{Shape: "jquery", Scale: 100, Out: t.TempDir()}, "out of range"},
 		{Options{Shape: "jquery", Scale: 0.001, Out: t.TempDir()}, "too small"},
 		{Options{Shape: "jquery", Scale: 0.01}, "no output directory"},
+		{Options{Shape: "jquery", Scale: 0.02, PullRefs: -1, Out: t.TempDir()}, "pull refs -1 is out of range"},
+		{Options{Shape: "jquery", Scale: 0.02, PullRefs: MaxPullRefs + 1, Out: t.TempDir()}, "out of range"},
 		{Options{Shape: "jquery", Scale: 0.01, Out: full}, "not empty"},
 	} {
 		_, err := Generate(context.Background(), tc.o)

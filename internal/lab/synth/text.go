@@ -274,13 +274,7 @@ func newText(lang *language, size int, rng *rand.Rand, nextLine func() uint32) *
 // refactorings do.
 func (t *fileText) edit(rng *rand.Rand, nextLine func() uint32) *fileText {
 	lines := slices.Clone(t.lines)
-	fresh := func(n int) []uint32 {
-		s := make([]uint32, n)
-		for i := range s {
-			s[i] = nextLine()
-		}
-		return s
-	}
+	fresh := func(n int) []uint32 { return freshLines(n, nextLine) }
 	hunks := 1 + min(5, geometric(rng, 1))
 	if rng.Float64() < 0.02 && len(lines) > 10 {
 		// A rewrite of a fifth to two fifths of the file.
@@ -310,4 +304,13 @@ func (t *fileText) edit(rng *rand.Rand, nextLine func() uint32) *fileText {
 		}
 	}
 	return &fileText{lang: t.lang, vocab: t.vocab, lines: lines, target: t.target}
+}
+
+// freshLines returns n new line seeds.
+func freshLines(n int, nextLine func() uint32) []uint32 {
+	s := make([]uint32, n)
+	for i := range s {
+		s[i] = nextLine()
+	}
+	return s
 }

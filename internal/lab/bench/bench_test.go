@@ -1,0 +1,251 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"packwire/internal/gittest"
+	"packwire/internal/governor"
+	"packwire/internal/lab/bench"
+	"packwire/internal/lab/labserver"
+	"packwire/internal/lab/report"
+	"packwire/internal/server"
+)
+
+// startLocal serves a small synthetic history (30 commits, 40 files in
+// nested directories, tags, a branch) from an in-process packwire.
+func startLocal(t *testing.T) *labserver.Server {
+	t.Helper()
+	env := gittest.New(t)
+	ls, err := labserver.Start(context.Background(), labserver.Options{
+		DataDir:      filepath.Join(t.TempDir(), "data"),
+		Repo:         "lab/test",
+		RecordsFlush: 20 * time.Millisecond,
+		Build: func(ctx context.Context, path string) error {
+			env.Build(path, gittest.Shape{Commits: 30, Files: 40, BlobBytes: 3000, Tags: 2, Branches: 1, Seed: 3})
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ls.Close() })
+	return ls
+}
+
+// governorWindow reads the server's records directly (not through the lab
+// API) for a phase's window.
+func governorWindow(t *testing.T, ls *labserver.Server, from, to time.Time) (uploadPack, receivePack []governor.Record) {
+	t.Helper()
+	recs, _, err := ls.Server.Governor.After(context.Background(), 0, from, 100_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Start.After(to) {
+			continue
+		}
+		switch r.Service {
+		case "git-upload-pack":
+			uploadPack = append(uploadPack, r)
+		case "git-receive-pack":
+			receivePack = append(receivePack, r)
+		}
+	}
+	return uploadPack, receivePack
+}
+
+func cpuMS(recs []governor.Record) float64 {
+	var total float64
+	for _, r := range recs {
+		total += float64(r.CPU()) / float64(time.Millisecond)
+	}
+	return total
+}
+
+// TestStudyMatrix runs all ten scenarios against packwire with one user and
+// the pusher, and checks each scenario's mechanics from both ends: the
+// client's repository (shallow, filtered) and the server's records.
+func TestStudyMatrix(t *testing.T) {
+	ls := startLocal(t)
+	res, err := bench.Run(context.Background(), bench.Config{
+		URL:            ls.URL,
+		PushURL:        ls.PushURL,
+		Users:          1,
+		Duration:       time.Second,
+		PusherInterval: 200 * time.Millisecond,
+		Governor:       ls.Governor,
+		GovernorSettle: 300 * time.Millisecond,
+		WorkDir:        t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Meta.Branch != "main" || res.Meta.Interrupted {
+		t.Fatalf("meta: branch %q interrupted %v", res.Meta.Branch, res.Meta.Interrupted)
+	}
+	if strings.Contains(res.Meta.PushURL, "pwt_") {
+		t.Fatalf("the push URL's token leaked into the result: %s", res.Meta.PushURL)
+	}
+	if len(res.Phases) != 10 {
+		t.Fatalf("%d phases, want 10", len(res.Phases))
+	}
+	byScenario := map[string][]bench.Sample{}
+	for _, s := range res.Samples {
+		byScenario[s.Scenario] = append(byScenario[s.Scenario], s)
+	}
+	for _, ph := range res.Phases {
+		t.Run(ph.Scenario, func(t *testing.T) {
+			if ph.Ops == 0 || ph.Errors != 0 || ph.Note != "" {
+				t.Fatalf("%d ops, %d errors, note %q; samples %+v", ph.Ops, ph.Errors, ph.Note, byScenario[ph.Scenario])
+			}
+			if ph.Check == nil || !ph.Check.OK || ph.Check.Error != "" {
+				t.Fatalf("shape check: %+v", ph.Check)
+			}
+			// Server CPU is the governor's upload-pack records in the window.
+			up, rp := governorWindow(t, ls, ph.Start, ph.End)
+			if ph.ServerCPUMS == nil || ph.ServerCPUPerOpMS == nil {
+				t.Fatalf("server CPU not measured: %s", ph.ServerNote)
+			}
+			// The API carries milliseconds with three decimals: equal to the microsecond per record.
+			if want := cpuMS(up); *ph.ServerCPUMS <= 0 || math.Abs(*ph.ServerCPUMS-want) > 0.0005*float64(len(up))+1e-9 || ph.ServerRecords != len(up) {
+				t.Fatalf("server CPU %.3f ms from %d records, the governor has %.3f ms in %d upload-pack records", *ph.ServerCPUMS, ph.ServerRecords, want, len(up))
+			}
+			if math.Abs(*ph.ServerCPUPerOpMS-*ph.ServerCPUMS/float64(ph.Ops)) > 1e-9 {
+				t.Fatalf("per op %.3f != %.3f / %d", *ph.ServerCPUPerOpMS, *ph.ServerCPUMS, ph.Ops)
+			}
+			// With one user every record belongs to one operation.
+			var attributed float64
+			for _, s := range byScenario[ph.Scenario] {
+				if s.ServerCPUMS == nil {
+					t.Fatalf("sample %d has no server CPU", s.Seq)
+				}
+				attributed += *s.ServerCPUMS
+			}
+			if ph.ServerUnassigned != 0 || math.Abs(attributed-*ph.ServerCPUMS) > 1e-6 {
+				t.Fatalf("per-operation CPU adds up to %.3f of %.3f ms (%d records unattributed)", attributed, *ph.ServerCPUMS, ph.ServerUnassigned)
+			}
+			kinds := map[string]int{}
+			for _, r := range up {
+				kinds[r.Kind]++
+			}
+			switch ph.Scenario {
+			case "T1":
+				if kinds["full-clone"] != ph.Ops {
+					t.Fatalf("kinds %v for %d full clones", kinds, ph.Ops)
+				}
+			case "T2":
+				if !ph.Check.Shallow || kinds["shallow-clone"] != ph.Ops {
+					t.Fatalf("T2: client shallow %v, server kinds %v", ph.Check.Shallow, kinds)
+				}
+			case "T3", "T4":
+				filter := map[string]string{"T3": "tree:0", "T4": "blob:none"}[ph.Scenario]
+				if ph.Check.Filter != filter || !ph.Check.Promisor || ph.Check.MissingObjects == 0 {
+					t.Fatalf("%s: client check %+v", ph.Scenario, ph.Check)
+				}
+				filtered := 0
+				for _, r := range up {
+					if r.Kind == "partial-clone" && r.Filter == filter {
+						filtered++
+					}
+				}
+				if filtered < ph.Ops {
+					t.Fatalf("%s: %d partial-clone records with filter %s for %d clones (kinds %v)", ph.Scenario, filtered, filter, ph.Ops, kinds)
+				}
+			default: // fetches: the pusher's commits arrive
+				if ph.Pushes == 0 || ph.PushFailures != 0 {
+					t.Fatalf("%d pushes, %d failed", ph.Pushes, ph.PushFailures)
+				}
+				if len(rp) == 0 {
+					t.Fatalf("no receive-pack records in the window: where did the pushes go?")
+				}
+				samples := byScenario[ph.Scenario]
+				advanced := 0
+				for i := 1; i < len(samples); i++ {
+					if samples[i].Tip != samples[i-1].Tip && samples[i].Bytes > 0 {
+						advanced++
+					}
+				}
+				if advanced == 0 {
+					t.Fatalf("no fetch brought new commits: %+v", samples)
+				}
+				if ph.Scenario == "T9" || ph.Scenario == "T10" {
+					lazy := 0
+					for _, s := range samples {
+						if s.ResetBytes != nil && *s.ResetBytes > 0 {
+							lazy++
+						}
+					}
+					if lazy == 0 {
+						t.Fatalf("%s: no reset fetched missing objects", ph.Scenario)
+					}
+				}
+			}
+		})
+	}
+	if !res.Pusher.Verified || len(res.Pusher.Lost) != 0 || res.Pusher.Failures != 0 || res.Pusher.Pushes == 0 {
+		t.Fatalf("pusher: %+v", res.Pusher)
+	}
+	if tip := strings.TrimSpace(gittest.New(t).Git(ls.RepoPath, "rev-parse", "refs/heads/main")); tip != res.Pusher.Tip {
+		t.Fatalf("server's main is %s, the pusher verified against %s", tip, res.Pusher.Tip)
+	}
+}
+
+// TestBusyServerErrorsCounted: a server that refuses most concurrent
+// clones (one pack job, no waiting) yields errors that are counted with
+// git's message and kept out of the timings, not hidden.
+func TestBusyServerErrorsCounted(t *testing.T) {
+	env := gittest.New(t)
+	ls, err := labserver.Start(context.Background(), labserver.Options{
+		DataDir: filepath.Join(t.TempDir(), "data"), Repo: "lab/busy", RecordsFlush: 20 * time.Millisecond,
+		Build: func(ctx context.Context, path string) error {
+			env.Build(path, gittest.Shape{Commits: 5, Files: 30, BlobBytes: 1 << 16, Incompress: true, Seed: 9})
+			return nil
+		},
+		Mutate: func(c *server.Config) {
+			c.MaxPackJobs, c.MaxPackJobsPerRepo, c.MaxQueue, c.MaxQueueWait = 1, 1, 1, time.Millisecond
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close()
+	res, err := bench.Run(context.Background(), bench.Config{
+		URL: ls.URL, Scenarios: []bench.Scenario{bench.Scenarios[0]}, Users: 4, Iterations: 4,
+		Governor: ls.Governor, GovernorSettle: 300 * time.Millisecond, WorkDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := res.Phases[0]
+	t.Logf("%d ok, %d errors; e.g. %q", ph.Ops, ph.Errors, firstError(res))
+	if ph.Errors == 0 || ph.Ops+ph.Errors != 16 {
+		t.Fatalf("%d ok, %d errors of 16 clones against a one-slot server", ph.Ops, ph.Errors)
+	}
+	for _, s := range res.Samples {
+		if s.Result == bench.ResultError && !strings.Contains(s.Error, "503") && !strings.Contains(s.Error, "busy") {
+			t.Fatalf("error without git's message: %q", s.Error)
+		}
+	}
+	var text strings.Builder
+	if err := report.WriteText(&text, res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), fmt.Sprintf("%d (%d errors)", ph.Ops, ph.Errors)) || !strings.Contains(text.String(), "x error: git clone:") {
+		t.Fatalf("errors not in the tables:\n%s", text.String())
+	}
+}
+
+func firstError(res *bench.Result) string {
+	for _, s := range res.Samples {
+		if s.Error != "" {
+			return s.Error
+		}
+	}
+	return ""
+}
