@@ -209,6 +209,9 @@ func TestBusyServerErrorsCounted(t *testing.T) {
 		},
 		Mutate: func(c *server.Config) {
 			c.MaxPackJobs, c.MaxPackJobsPerRepo, c.MaxQueue, c.MaxQueueWait = 1, 1, 1, time.Millisecond
+			// Identical clones would share one git through the fetch cache
+			// and never queue: this test needs each clone to want a slot.
+			c.FetchCache = false
 		},
 	})
 	if err != nil {
