@@ -14,6 +14,7 @@ import (
 
 	"packwire/internal/datadir"
 	"packwire/internal/governor"
+	"packwire/internal/units"
 )
 
 func cmdGovernor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -160,15 +161,7 @@ func ms(d time.Duration) string {
 }
 
 func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
+	return units.Bytes(n)
 }
 
 func firstLine(s string) string {

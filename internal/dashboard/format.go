@@ -3,19 +3,13 @@ package dashboard
 import (
 	"fmt"
 	"time"
+
+	"packwire/internal/units"
 )
 
 // bytesText is a byte count in binary units, as the CLI prints them.
 func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
+	return units.Bytes(n)
 }
 
 // durationText rounds to what a reader can take in: 3 significant figures.

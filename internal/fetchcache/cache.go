@@ -26,6 +26,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"packwire/internal/diskspace"
 )
 
 // Outcome strings the governor records for requests the cache served.
@@ -186,7 +188,7 @@ func (c *Cache) enoughDisk() bool {
 	if c.MinFreeBytes <= 0 {
 		return true
 	}
-	free, err := freeBytes(c.Dir)
+	free, err := diskspace.Free(c.Dir)
 	if err != nil {
 		return false
 	}

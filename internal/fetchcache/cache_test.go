@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"packwire/internal/diskspace"
 )
 
 func newCache(t *testing.T, maxBytes int64) *Cache {
@@ -267,7 +269,7 @@ func TestStandsAside(t *testing.T) {
 	c.MinFreeBytes = 1 // the real file system has a byte free
 	r, w, err := c.Join("k")
 	if err != nil || w == nil {
-		free, ferr := freeBytes(c.Dir)
+		free, ferr := diskspace.Free(c.Dir)
 		t.Fatalf("with a byte free asked: %v (free %d, %v)", err, free, ferr)
 	}
 	w.Finish(errors.New("only looking"))

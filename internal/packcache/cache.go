@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"packwire/internal/diskspace"
 	"packwire/internal/gitexec"
 	"packwire/internal/procgroup"
 )
@@ -192,7 +193,7 @@ func (c *Cache) enoughDisk() bool {
 	if c.MinFreeBytes <= 0 {
 		return true
 	}
-	free, err := freeBytes(c.Dir)
+	free, err := diskspace.Free(c.Dir)
 	return err == nil && free >= c.MinFreeBytes
 }
 

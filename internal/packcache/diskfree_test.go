@@ -1,6 +1,10 @@
 package packcache
 
-import "testing"
+import (
+	"testing"
+
+	"packwire/internal/diskspace"
+)
 
 // The free-space check reads the real file system: some space is free, and
 // not 4 EiB of it.
@@ -8,7 +12,7 @@ func TestEnoughDisk(t *testing.T) {
 	c := newCache(t)
 	c.MinFreeBytes = 1
 	if !c.enoughDisk() {
-		free, err := freeBytes(c.Dir)
+		free, err := diskspace.Free(c.Dir)
 		t.Fatalf("enoughDisk for 1 byte = false (free %d, %v)", free, err)
 	}
 	c.MinFreeBytes = 1 << 62

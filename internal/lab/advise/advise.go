@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"packwire/internal/lab/rtt"
+	"packwire/internal/units"
 )
 
 // Use is what the clone is for.
@@ -308,13 +309,5 @@ func ms(d time.Duration) string {
 }
 
 func bytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
+	return units.Bytes(n)
 }

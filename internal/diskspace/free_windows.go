@@ -1,9 +1,9 @@
-package fetchcache
+package diskspace
 
 import "golang.org/x/sys/windows"
 
-// freeBytes is the space on dir's volume that packwire may still use.
-func freeBytes(dir string) (int64, error) {
+// Free is the space on dir's volume that packwire may still use.
+func Free(dir string) (int64, error) {
 	p, err := windows.UTF16PtrFromString(dir)
 	if err != nil {
 		return 0, err
