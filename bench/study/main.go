@@ -23,7 +23,7 @@ import (
 )
 
 func main() {
-	outDir := flag.String("out", "bench/out/study", "work directory; reports go to OUT/reports/{packwire,nginx}")
+	outDir := flag.String("out", "bench/out/study", "work directory; reports go to OUT/reports/{packwire,packwire-nocache,nginx}")
 	shape := flag.String("shape", "jquery", "synth shape")
 	scale := flag.Float64("scale", 1, "synth scale")
 	users := flag.String("users", "2", "simulated users (packwire bench --users)")
@@ -51,14 +51,21 @@ func main() {
 	for _, kv := range [][2]string{{"http.receivepack", "true"}, {"uploadpack.allowFilter", "true"}, {"uploadpack.allowAnySHA1InWant", "true"}} {
 		benchkit.Run("git", "-C", filepath.Join(repos, "jq.git"), "config", kv[0], kv[1])
 	}
-	benchkit.Run(bin, "user", "add", "lab", "--data", data)
-	benchkit.Run(bin, "grant", "lab", "admin", "**", "--data", data)
-	tok := strings.Fields(benchkit.Output(bin, "token", "create", "lab", "--data", data))
-	token := tok[len(tok)-1]
+	token := adminToken(bin, data)
 
 	port := benchkit.FreePort()
 	pw := benchkit.StartPackwire("study-packwire", bin, data, filepath.Join(out, "packwire.log"), port,
 		"--maintain-interval", "0", "--git=", "--ssh=", "--http", "127.0.0.1:"+port)
+	// The same packwire without the fetch cache: what generating every
+	// clone costs (the default replays identical clones of an unchanged repo).
+	nocacheData := filepath.Join(out, "data-nocache")
+	os.MkdirAll(nocacheData, 0o755)
+	os.Symlink(repos, filepath.Join(nocacheData, "repos"))
+	nocacheToken := adminToken(bin, nocacheData)
+	nocachePort := benchkit.FreePort()
+	pwNoCache := benchkit.StartPackwire("study-packwire-nocache", bin, nocacheData, filepath.Join(out, "packwire-nocache.log"), nocachePort,
+		"--maintain-interval", "0", "--git=", "--ssh=", "--http", "127.0.0.1:"+nocachePort, "--fetch-cache=false")
+	defer pwNoCache.Stop()
 	ngx := benchkit.StartNginx("study-nginx", filepath.Join(out, "nginx"), repos)
 	defer pw.Stop()
 	defer ngx.Stop()
@@ -75,6 +82,15 @@ func main() {
 	// The pusher pushes with the token in both runs (nginx ignores it: its
 	// REMOTE_USER is fixed), so both servers see the same traffic.
 	run("packwire", "--url", "http://lab:"+token+"@127.0.0.1:"+port+"/jq.git", "--server-cgroup", pw.Group.CPUDir())
+	run("packwire-nocache", "--url", "http://lab:"+nocacheToken+"@127.0.0.1:"+nocachePort+"/jq.git", "--server-cgroup", pwNoCache.Group.CPUDir())
 	run("nginx", "--url", "http://lab:"+token+"@127.0.0.1:"+ngx.Port+"/jq.git", "--server-cgroup", ngx.Group.CPUDir())
 	log.Printf("reports: %s", filepath.Join(out, "reports"))
+}
+
+// adminToken makes user "lab" an admin of data's server and returns a token.
+func adminToken(bin, data string) string {
+	benchkit.Run(bin, "user", "add", "lab", "--data", data)
+	benchkit.Run(bin, "grant", "lab", "admin", "**", "--data", data)
+	tok := strings.Fields(benchkit.Output(bin, "token", "create", "lab", "--data", data))
+	return tok[len(tok)-1]
 }
