@@ -81,26 +81,50 @@ func cpus(v []sample) []time.Duration {
 	return out
 }
 
-// pairTargets are packwire's and the peer's targets for each transport.
-func (s *setup) pairTargets(url func(tr transport, packwire bool) string) ([]target, []transport) {
+// pairTargets are packwire's and the peer's targets for the benchmark
+// repository on each transport.
+func (s *setup) pairTargets() ([]target, []transport) {
 	var targets []target
 	trs := s.transports()
 	for _, tr := range trs {
 		targets = append(targets,
-			target{name: "packwire " + tr.name, url: url(tr, true), env: tr.env, server: tr.pwServer},
-			target{name: tr.peerName, url: url(tr, false), env: tr.env, server: tr.peerSrv})
+			target{name: "packwire " + tr.name, url: tr.packwire(s.repo), env: tr.env, server: tr.pwServer},
+			target{name: tr.peerName, url: tr.peer(s.repo), env: tr.env, server: tr.peerSrv})
 	}
 	return targets, trs
 }
 
+// cloneEach makes one clone per target under OUT/sub and returns their
+// directories by target name.
+func (s *setup) cloneEach(targets []target, sub string) map[string]string {
+	dirs := map[string]string{}
+	for i, t := range targets {
+		dir := filepath.Join(s.out, sub, strconv.Itoa(i))
+		s.mustGit(t.env, s.out, "clone", "-q", "--no-checkout", t.url, dir)
+		dirs[t.name] = dir
+	}
+	return dirs
+}
+
+// fetchTable writes a fetch workload's wall and server CPU per transport,
+// packwire against its peer, and returns the CPU comparison by transport.
+func fetchTable(r *report, trs []transport, got map[string][]sample) map[string]compare.Result {
+	r.table("| transport | packwire wall | peer | peer wall | wall ratio (95% CI) | server CPU packwire | server CPU peer | CPU ratio (95% CI) |",
+		"|---|---:|---|---:|---:|---:|---:|---:|")
+	cpuBy := map[string]compare.Result{}
+	for _, tr := range trs {
+		pw, peer := got["packwire "+tr.name], got[tr.peerName]
+		wall := compare.Analyze(walls(peer), walls(pw))
+		cpu := compare.Analyze(cpus(peer), cpus(pw))
+		r.row(tr.name, ms(wall.BMedian), tr.peerName, ms(wall.AMedian), ratioCI(wall), ms(cpu.BMedian), ms(cpu.AMedian), ratioCI(cpu))
+		cpuBy[tr.name] = cpu
+	}
+	return cpuBy
+}
+
 func (s *setup) cloneWorkload(r *report) {
 	log.Print("full clone per transport ...")
-	targets, trs := s.pairTargets(func(tr transport, pw bool) string {
-		if pw {
-			return tr.packwire(s.repo)
-		}
-		return tr.peer(s.repo)
-	})
+	targets, trs := s.pairTargets()
 	targets = append(targets, target{name: "file://", url: "file://" + filepath.Join(s.repos, s.repo+".git")})
 	dst := filepath.Join(s.out, "clone")
 	got := s.rounds(targets, func(t target, _ int) sample {
@@ -135,18 +159,8 @@ func (s *setup) cloneWorkload(r *report) {
 func (s *setup) noopWorkload(r *report) {
 	log.Print("no-op fetch per transport ...")
 	const batch = 10
-	targets, trs := s.pairTargets(func(tr transport, pw bool) string {
-		if pw {
-			return tr.packwire(s.repo)
-		}
-		return tr.peer(s.repo)
-	})
-	dirs := map[string]string{}
-	for i, t := range targets {
-		dir := filepath.Join(s.out, "noop", strconv.Itoa(i))
-		s.mustGit(t.env, s.out, "clone", "-q", "--no-checkout", t.url, dir)
-		dirs[t.name] = dir
-	}
+	targets, trs := s.pairTargets()
+	dirs := s.cloneEach(targets, "noop")
 	got := s.rounds(targets, func(t target, _ int) sample {
 		smp := measure(t.server, func() time.Duration {
 			var total time.Duration
@@ -159,35 +173,16 @@ func (s *setup) noopWorkload(r *report) {
 	})
 	os.RemoveAll(filepath.Join(s.out, "noop"))
 	r.section("No-op fetch", fmt.Sprintf("`git fetch` into an up-to-date clone; each sample is the mean of a batch of %d fetches, %d rounds, shuffled.", batch, s.nRounds))
-	r.table("| transport | packwire wall | peer | peer wall | wall ratio (95% CI) | server CPU packwire | server CPU peer | CPU ratio (95% CI) |",
-		"|---|---:|---|---:|---:|---:|---:|---:|")
-	for _, tr := range trs {
-		pw, peer := got["packwire "+tr.name], got[tr.peerName]
-		wall := compare.Analyze(walls(peer), walls(pw))
-		cpu := compare.Analyze(cpus(peer), cpus(pw))
-		r.row(tr.name, ms(wall.BMedian), tr.peerName, ms(wall.AMedian), ratioCI(wall), ms(cpu.BMedian), ms(cpu.AMedian), ratioCI(cpu))
-		if tr.name == "HTTP" {
-			r.target("no-op fetch server CPU over HTTP <= 0.5x git-http-backend", cpu.MedianRatio, 0.5, cpu)
-		}
-	}
+	cpu := fetchTable(r, trs, got)["HTTP"]
+	r.target("no-op fetch server CPU over HTTP <= 0.5x git-http-backend", cpu.MedianRatio, 0.5, cpu)
 }
 
 // incrementalWorkload pushes a small commit straight into the bare
 // repository, then every target fetches it into its own clone.
 func (s *setup) incrementalWorkload(r *report) {
 	log.Print("incremental fetch after a small push ...")
-	targets, trs := s.pairTargets(func(tr transport, pw bool) string {
-		if pw {
-			return tr.packwire(s.repo)
-		}
-		return tr.peer(s.repo)
-	})
-	dirs := map[string]string{}
-	for i, t := range targets {
-		dir := filepath.Join(s.out, "incr", strconv.Itoa(i))
-		s.mustGit(t.env, s.out, "clone", "-q", "--no-checkout", t.url, dir)
-		dirs[t.name] = dir
-	}
+	targets, trs := s.pairTargets()
+	dirs := s.cloneEach(targets, "incr")
 	work := filepath.Join(s.out, "incr", "work")
 	bare := filepath.Join(s.repos, s.repo+".git")
 	s.mustGit(nil, s.out, "clone", "-q", bare, work)
@@ -204,14 +199,7 @@ func (s *setup) incrementalWorkload(r *report) {
 	})
 	os.RemoveAll(filepath.Join(s.out, "incr"))
 	r.section("Incremental fetch", fmt.Sprintf("Before each round one commit changing three files is pushed into the bare repository; then each target fetches it into its own clone. %d rounds, shuffled.", s.nRounds))
-	r.table("| transport | packwire wall | peer | peer wall | wall ratio (95% CI) | server CPU packwire | server CPU peer | CPU ratio (95% CI) |",
-		"|---|---:|---|---:|---:|---:|---:|---:|")
-	for _, tr := range trs {
-		pw, peer := got["packwire "+tr.name], got[tr.peerName]
-		wall := compare.Analyze(walls(peer), walls(pw))
-		cpu := compare.Analyze(cpus(peer), cpus(pw))
-		r.row(tr.name, ms(wall.BMedian), tr.peerName, ms(wall.AMedian), ratioCI(wall), ms(cpu.BMedian), ms(cpu.AMedian), ratioCI(cpu))
-	}
+	fetchTable(r, trs, got)
 }
 
 // smallCommit changes three files of a work tree and commits.
