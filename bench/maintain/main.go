@@ -93,7 +93,7 @@ func main() {
 	outDir := flag.String("out", "/tmp/bench-maintain", "work directory")
 	shape := flag.String("shape", "jquery", "synth shape of the repository: "+strings.Join(synth.Shapes(), ", "))
 	scale := flag.Float64("scale", 1, "synth scale of the repository")
-	pulls := flag.Int("pulls", 3000, "refs/pull/K/head refs on side commits (synth --pull-refs)")
+	pulls := flag.Int("pulls", 5200, "refs/pull/K/head refs, pull requests on side branches (synth --pull-refs); the issue measured jquery with about 5,200")
 	sweep := flag.Bool("sweep", true, "also measure clone CPU against drift")
 	perfClones := flag.Int("perf", 0, "profile packwire and its git children with perf over this many full clones of the maintained copy (0: off)")
 	flag.Parse()
@@ -137,11 +137,13 @@ func main() {
 	must(os.MkdirAll(peerRoot, 0o755))
 	benchkit.Run("cp", "-a", gcShaped, filepath.Join(peerRoot, "bench.git"))
 
-	// packwire, maintenance scheduler off so that the layouts stay put;
-	// nginx + fcgiwrap + git-http-backend, all in one group.
+	// packwire, maintenance scheduler off so that the layouts stay put and
+	// fetch cache off so that every clone generates its pack (a replay
+	// would measure the cache, not the layout); nginx + fcgiwrap +
+	// git-http-backend, all in one group.
 	port := benchkit.FreePort()
 	pw := benchkit.StartPackwire("packwire", bin, data, filepath.Join(out, "packwire.log"), port,
-		"--git", "", "--ssh", "", "--http", "127.0.0.1:"+port, "--maintain-interval", "0")
+		"--git", "", "--ssh", "", "--http", "127.0.0.1:"+port, "--maintain-interval", "0", "--fetch-cache=false")
 	cleanups = append(cleanups, pw.Stop)
 	defer pw.Stop()
 	peer := benchkit.StartNginx("nginx-fcgiwrap", filepath.Join(out, "nginx"), peerRoot)

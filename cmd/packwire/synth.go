@@ -22,9 +22,13 @@ five files, merged topic branches, release branches with backports,
 annotated tags. The same shape, scale and seed give the same object ids.
 
 --pull-refs N adds what hosted repositories carry beside their history:
-refs/pull/1/head .. refs/pull/N/head, side commits off commits spread over
-main's history, each changing a few lines of one file, never merged, so
-clones do not fetch them (fetch one by name: git fetch URL refs/pull/7/head).
+refs/pull/1/head .. refs/pull/N/head, pull requests on short side branches
+off commits spread over main's history, never merged, so clones do not
+fetch them (fetch one by name: git fetch URL refs/pull/7/head). Their sizes
+follow a survey of 10,193 merged GitHub pull requests: commits median 1
+(third quartile 3, at most 20), files changed median 3 (quartiles 1 and 10,
+at most 20), a few lines per file. With jquery's 5,200 they triple the
+objects stored (jquery x1: 45,272 in a clone, 155,239 in all).
 Branches, tags and their objects stay exactly as without --pull-refs.
 
 The repository is as git fast-import writes it: one pack, versions of a
@@ -32,7 +36,7 @@ file stored as deltas, no bitmap.
 Written under DATA/repos it is served at once; "packwire maintain NAME" (or
 "packwire repo import NAME DIR" from elsewhere) gives it the serving layout:
 
-  packwire synth --shape jquery --scale 1 --pull-refs 3000 --out packwire-data/repos/jq.git
+  packwire synth --shape jquery --scale 1 --pull-refs 5200 --out packwire-data/repos/jq.git
   packwire maintain jq`
 
 func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) error {

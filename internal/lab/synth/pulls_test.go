@@ -3,6 +3,7 @@ package synth
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,8 +22,8 @@ func generatePullsT(t *testing.T, out string, seed int64, pulls int) (Result, st
 	return res, st
 }
 
-// TestPullRefs checks refs/pull/K/head: how many, what they are (one file
-// edited off a commit of main), that they leave the history untouched and
+// TestPullRefs checks refs/pull/K/head: how many, what they are (a few
+// commits editing a few files, off a commit of main), that they leave the history untouched and
 // unreachable from branches and tags, and that they are deterministic.
 func TestPullRefs(t *testing.T) {
 	env := isolate(t)
@@ -82,31 +83,44 @@ func TestPullRefs(t *testing.T) {
 		}
 	}
 
-	// The model's counts are git's: every pull adds one commit, one blob
-	// and the trees on its file's path.
+	// The model's counts are git's: every pull adds its commits, the blobs
+	// they write and the trees on their files' paths.
 	if res.Commits != st.commits+st.pullCommits || res.Trees != st.trees+st.pullTrees || res.Blobs != st.blobs+st.pullBlobs {
 		t.Fatalf("git stores %d commits, %d trees, %d blobs; the generator counted %d+%d, %d+%d, %d+%d",
 			res.Commits, res.Trees, res.Blobs, st.commits, st.pullCommits, st.trees, st.pullTrees, st.blobs, st.pullBlobs)
 	}
-	if st.pullCommits != n || st.pullBlobs != n || st.pullTrees < n || res.Commits != plain.Commits+n {
+	if st.pullCommits < n || st.pullBlobs < n || st.pullTrees < n || res.Commits != plain.Commits+st.pullCommits {
 		t.Fatalf("pull objects: %d commits, %d blobs, %d trees; %d commits with pulls, %d without", st.pullCommits, st.pullBlobs, st.pullTrees, res.Commits, plain.Commits)
 	}
 
-	// Each is one commit off main that modifies one file by a few lines,
-	// off commits spread over main's history.
+	// Each is a short chain of commits off main that modifies a few files
+	// by a few lines each, off commits spread over main's history.
 	parents := map[string]bool{}
 	var depths []int
+	chains := 0
 	for k := 1; k <= n; k++ {
 		ref := fmt.Sprintf("refs/pull/%d/head", k)
 		commit := env.RevParse(repo, ref)
 		if reachable[commit] {
 			t.Fatalf("%s is reachable from a branch or tag", ref)
 		}
-		parentList := strings.Fields(env.Git(repo, "rev-list", "--parents", "-n", "1", ref))[1:]
-		if len(parentList) != 1 {
-			t.Fatalf("%s has %d parents", ref, len(parentList))
+		// "commit parent" per line, newest first: the last parent is the base.
+		own := strings.Split(strings.TrimSpace(env.Git(repo, "rev-list", "--parents", ref, "--not", "--branches", "--tags")), "\n")
+		commits := len(own)
+		var parent string
+		for _, line := range own {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				t.Fatalf("%s: commit line %q, want one parent", ref, line)
+			}
+			parent = f[1]
 		}
-		parent := parentList[0]
+		if commits < 1 || commits > maxPullCommits {
+			t.Fatalf("%s has %d commits of its own, want 1 to %d", ref, commits, maxPullCommits)
+		}
+		if commits > 1 {
+			chains++
+		}
 		if _, err := env.Run(repo, nil, "merge-base", "--is-ancestor", parent, "main"); err != nil {
 			t.Fatalf("%s is not off a commit of main: %v", ref, err)
 		}
@@ -115,14 +129,24 @@ func TestPullRefs(t *testing.T) {
 		depths = append(depths, depth)
 		status := strings.Fields(env.Git(repo, "diff-tree", "--no-commit-id", "-r", "--name-status", parent, commit))
 		numstat := strings.Fields(env.Git(repo, "diff-tree", "--no-commit-id", "-r", "--numstat", parent, commit))
-		if len(status) != 2 || status[0] != "M" || len(numstat) != 3 {
-			t.Fatalf("%s changes %v, want one modified file", ref, status)
+		if len(status) < 2 || len(status) > 2*maxPullFiles || len(numstat) != 3*len(status)/2 {
+			t.Fatalf("%s changes %v, want 1 to %d modified files", ref, status, maxPullFiles)
 		}
-		added, _ := strconv.Atoi(numstat[0])
-		deleted, _ := strconv.Atoi(numstat[1])
-		if added < 1 || added > 11 || deleted > 3 {
-			t.Fatalf("%s: +%d -%d lines in %s, want a few lines", ref, added, deleted, numstat[2])
+		for i := 0; i < len(status); i += 2 {
+			if status[i] != "M" {
+				t.Fatalf("%s changes %v, want modified files only", ref, status)
+			}
 		}
+		for i := 0; i < len(numstat); i += 3 {
+			added, _ := strconv.Atoi(numstat[i])
+			deleted, _ := strconv.Atoi(numstat[i+1])
+			if added < 1 || added > 11*commits || deleted > 3*commits {
+				t.Fatalf("%s: +%d -%d lines in %s over %d commits, want a few lines", ref, added, deleted, numstat[i+2], commits)
+			}
+		}
+	}
+	if chains == 0 || chains == n {
+		t.Fatalf("%d of %d pull requests have more than one commit, want some but not all", chains, n)
 	}
 	if len(parents) < n/2 || !slices.IsSorted(depths) || depths[0] > depths[n-1]/4 {
 		t.Fatalf("pull requests are off %d distinct commits at depths %v: not spread over main's history", len(parents), depths)
@@ -153,4 +177,26 @@ func TestPullRefsServed(t *testing.T) {
 		t.Fatalf("fetched %s for refs/pull/7/head, want %s", got, pull7)
 	}
 	env.Fsck(clone)
+}
+
+// TestPullRequestSizes checks the draws against the survey the model
+// follows: commits median 1 and third quartile 3; files quartiles 1, 3, 10.
+func TestPullRequestSizes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n = 20000
+	commits, files := make([]int, n), make([]int, n)
+	for i := range n {
+		commits[i], files[i] = pullCommits(rng), pullFiles(rng)
+	}
+	slices.Sort(commits)
+	slices.Sort(files)
+	q := func(s []int, f float64) int { return s[int(f*float64(len(s)-1))] }
+	if q(commits, 0.5) != 1 || q(commits, 0.75) != 3 || commits[n-1] > maxPullCommits {
+		t.Errorf("commits per pull request: median %d, third quartile %d, max %d; want 1, 3, <= %d",
+			q(commits, 0.5), q(commits, 0.75), commits[n-1], maxPullCommits)
+	}
+	if q(files, 0.25) != 1 || q(files, 0.5) != 3 || q(files, 0.75) < 9 || q(files, 0.75) > 11 || files[n-1] > maxPullFiles {
+		t.Errorf("files per pull request: quartiles %d, %d, %d, max %d; want 1, 3, 10, <= %d",
+			q(files, 0.25), q(files, 0.5), q(files, 0.75), files[n-1], maxPullFiles)
+	}
 }
