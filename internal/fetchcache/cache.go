@@ -23,11 +23,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
 	"packwire/internal/diskspace"
+	"packwire/internal/filelru"
 )
 
 // Outcome strings the governor records for requests the cache served.
@@ -61,15 +61,14 @@ type Cache struct {
 
 	mu       sync.Mutex
 	inflight map[string]*generation
-	entries  map[string]*entry
-	total    int64
+	stored   filelru.Set // finished responses
 }
 
-type entry struct {
-	path     string
-	size     int64
-	created  time.Time
-	lastUsed time.Time
+// storedLocked is the finished responses, bounded by the cache's current
+// MaxBytes and MaxAge.
+func (c *Cache) storedLocked() *filelru.Set {
+	c.stored.MaxBytes, c.stored.MaxAge = c.MaxBytes, c.MaxAge
+	return &c.stored
 }
 
 // generation is one git run whose output is being written to a file.
@@ -113,8 +112,7 @@ func (c *Cache) Open() error {
 	}
 	c.mu.Lock()
 	c.inflight = map[string]*generation{}
-	c.entries = map[string]*entry{}
-	c.total = 0
+	c.stored = filelru.Set{}
 	c.mu.Unlock()
 	return nil
 }
@@ -145,15 +143,12 @@ func (c *Cache) Key(parts ...[]byte) string {
 func (c *Cache) Join(key string) (*Reader, *Writer, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.entries[key]; ok {
-		if c.MaxAge > 0 && time.Since(e.created) > c.MaxAge {
-			c.dropLocked(key)
-		} else if f, err := os.Open(e.path); err == nil {
-			e.lastUsed = time.Now()
-			return &Reader{f: f, size: e.size}, nil, nil
-		} else {
-			c.dropLocked(key) // its file is gone: forget it
+	if path, size, ok := c.storedLocked().Lookup(key); ok {
+		f, err := os.Open(path)
+		if err == nil {
+			return &Reader{f: f, size: size}, nil, nil
 		}
+		c.stored.Drop(key) // its file is gone: forget it
 	}
 	if g, ok := c.inflight[key]; ok {
 		// The file keeps its name until the run ends, which takes c.mu.
@@ -230,11 +225,7 @@ func (c *Cache) finish(g *generation, size int64, err error) {
 	final := filepath.Join(c.Dir, g.key+".response")
 	keep := err == nil && c.MaxBytes > 0 && size <= c.MaxBytes
 	if keep && os.Rename(g.path, final) == nil {
-		c.dropLocked(g.key) // never count a replaced entry twice
-		now := time.Now()
-		c.entries[g.key] = &entry{path: final, size: size, created: now, lastUsed: now}
-		c.total += size
-		c.evictLocked()
+		c.storedLocked().Add(g.key, final, size)
 	} else {
 		// Readers holding the file keep reading it; the name goes now.
 		os.Remove(g.path)
@@ -252,45 +243,11 @@ func (c *Cache) finish(g *generation, size int64, err error) {
 	g.mu.Unlock()
 }
 
-// evictLocked drops responses past MaxAge, then the least recently used
-// until the total fits MaxBytes.
-func (c *Cache) evictLocked() {
-	if c.MaxAge > 0 {
-		for k, e := range c.entries {
-			if time.Since(e.created) > c.MaxAge {
-				c.dropLocked(k)
-			}
-		}
-	}
-	if c.total <= c.MaxBytes {
-		return
-	}
-	keys := make([]string, 0, len(c.entries))
-	for k := range c.entries {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return c.entries[keys[i]].lastUsed.Before(c.entries[keys[j]].lastUsed) })
-	for _, k := range keys {
-		if c.total <= c.MaxBytes {
-			break
-		}
-		c.dropLocked(k)
-	}
-}
-
-func (c *Cache) dropLocked(key string) {
-	if e, ok := c.entries[key]; ok {
-		os.Remove(e.path)
-		c.total -= e.size
-		delete(c.entries, key)
-	}
-}
-
 // Expire drops responses past MaxAge; the server calls it now and then.
 func (c *Cache) Expire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.evictLocked()
+	c.storedLocked().Evict()
 }
 
 // Stats is what the cache holds and does now.
@@ -306,7 +263,7 @@ type Stats struct {
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stats{Entries: len(c.entries), Bytes: c.total, Runs: len(c.inflight)}
+	s := Stats{Entries: c.stored.Len(), Bytes: c.stored.Bytes(), Runs: len(c.inflight)}
 	for _, g := range c.inflight {
 		s.Readers += g.readers
 		g.mu.Lock()

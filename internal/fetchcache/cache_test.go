@@ -250,11 +250,15 @@ func TestBounds(t *testing.T) {
 		t.Fatal("eviction did not drop the least recently used")
 	}
 	c.mu.Lock()
-	c.entries["a"].created = time.Now().Add(-2 * time.Hour)
+	c.stored.Now = func() time.Time { return time.Now().Add(2 * time.Hour) } // a and c are now past MaxAge
 	c.mu.Unlock()
 	c.Expire()
-	if s := c.Stats(); s.Entries != 1 || s.Bytes != 40 {
+	if s := c.Stats(); s.Entries != 0 || s.Bytes != 0 {
 		t.Fatalf("after expiry: %+v", s)
+	}
+	store("d", 40)
+	if s := c.Stats(); s.Entries != 1 || s.Bytes != 40 || !stored("d") {
+		t.Fatalf("a response stored after expiry: %+v", s)
 	}
 	files, _ := filepath.Glob(filepath.Join(c.Dir, "*"))
 	if len(files) != 1 {

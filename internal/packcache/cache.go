@@ -18,12 +18,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"packwire/internal/diskspace"
+	"packwire/internal/filelru"
 	"packwire/internal/gitexec"
 	"packwire/internal/procgroup"
 )
@@ -54,7 +54,7 @@ type Request struct {
 type Cache struct {
 	Dir          string        // where packs are written (wiped at Open)
 	MaxBytes     int64         // total size of finished packs kept; 0: keep none
-	MaxAge       time.Duration // finished packs older than this are dropped
+	MaxAge       time.Duration // finished packs older than this are dropped (0: only by MaxBytes)
 	MinUses      int           // keep a finished pack only once its key was asked this often (>= 1)
 	MinFreeBytes int64         // below this much free disk, stand aside (direct)
 	GitVersion   string        // part of every key
@@ -66,17 +66,16 @@ type Cache struct {
 
 	mu       sync.Mutex
 	inflight map[string]*generation
-	done     map[string]*entry
+	done     filelru.Set // finished packs
 	uses     map[string]int
 	outcomes map[string]Outcome // by request id, until the pipeline takes it
-	total    int64
 }
 
-type entry struct {
-	path     string
-	size     int64
-	created  time.Time
-	lastUsed time.Time
+// doneLocked is the finished packs, bounded by the cache's current
+// MaxBytes and MaxAge.
+func (c *Cache) doneLocked() *filelru.Set {
+	c.done.MaxBytes, c.done.MaxAge = c.MaxBytes, c.MaxAge
+	return &c.done
 }
 
 // generation is one pack-objects run; readers follow its file.
@@ -106,7 +105,7 @@ func (c *Cache) Open() error {
 		return err
 	}
 	c.inflight = map[string]*generation{}
-	c.done = map[string]*entry{}
+	c.done = filelru.Set{}
 	c.uses = map[string]int{}
 	c.outcomes = map[string]Outcome{}
 	return nil
@@ -139,12 +138,9 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 	if len(c.uses) > 100_000 { // bound the occurrence counts
 		c.uses = map[string]int{key: c.uses[key]}
 	}
-	if e, ok := c.done[key]; ok && time.Since(e.created) >= c.MaxAge {
-		c.dropLocked(key) // expired: its file and size go before a new run replaces it
-	} else if ok {
-		e.lastUsed = time.Now()
+	if path, _, ok := c.doneLocked().Lookup(key); ok { // an expired one is dropped here
 		c.mu.Unlock()
-		f, err := os.Open(e.path)
+		f, err := os.Open(path)
 		if err == nil {
 			defer f.Close()
 			// 256 KiB at a time: io.Copy's 32 KiB would mean 8x the frames.
@@ -153,9 +149,7 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 			return Hit, err
 		}
 		c.mu.Lock()
-		if c.done[key] == e { // not replaced meanwhile
-			c.dropLocked(key)
-		}
+		c.done.DropIfPath(key, path) // unless replaced meanwhile
 	}
 	g, joined := c.inflight[key]
 	if !joined {
@@ -231,10 +225,7 @@ func (c *Cache) generate(key string, g *generation, f *os.File, req Request, std
 	final := strings.TrimSuffix(g.path, ".tmp") + ".pack"
 	keep := err == nil && c.uses[key] >= c.MinUses && c.MaxBytes > 0 && g.size <= c.MaxBytes
 	if keep && os.Rename(g.path, final) == nil {
-		c.dropLocked(key) // never count a replaced entry twice
-		c.done[key] = &entry{path: final, size: g.size, created: time.Now(), lastUsed: time.Now()}
-		c.total += g.size
-		c.evictLocked()
+		c.doneLocked().Add(key, final, g.size)
 	} else {
 		// Readers still holding the file keep reading it; the name goes now.
 		os.Remove(g.path)
@@ -247,50 +238,18 @@ func (c *Cache) generate(key string, g *generation, f *os.File, req Request, std
 	g.mu.Unlock()
 }
 
-// evictLocked drops expired packs, then the least recently used until the
-// total fits MaxBytes.
-func (c *Cache) evictLocked() {
-	for k, e := range c.done {
-		if time.Since(e.created) > c.MaxAge {
-			c.dropLocked(k)
-		}
-	}
-	if c.total <= c.MaxBytes {
-		return
-	}
-	keys := make([]string, 0, len(c.done))
-	for k := range c.done {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return c.done[keys[i]].lastUsed.Before(c.done[keys[j]].lastUsed) })
-	for _, k := range keys {
-		if c.total <= c.MaxBytes {
-			break
-		}
-		c.dropLocked(k)
-	}
-}
-
-func (c *Cache) dropLocked(key string) {
-	if e, ok := c.done[key]; ok {
-		os.Remove(e.path)
-		c.total -= e.size
-		delete(c.done, key)
-	}
-}
-
 // Expire drops packs past MaxAge; the server calls it now and then.
 func (c *Cache) Expire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.evictLocked()
+	c.doneLocked().Evict()
 }
 
 // Stats is the cache's current size.
 func (c *Cache) Stats() (packs int, bytes int64, inflight int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.done), c.total, len(c.inflight)
+	return c.done.Len(), c.done.Bytes(), len(c.inflight)
 }
 
 func (c *Cache) setOutcome(requestID string, o Outcome) {

@@ -59,29 +59,6 @@ func TestKeyCoversInputs(t *testing.T) {
 	}
 }
 
-func TestEvictsLeastRecentlyUsed(t *testing.T) {
-	c := newCache(t)
-	now := time.Now()
-	for i, name := range []string{"old", "mid", "new"} {
-		p := filepath.Join(c.Dir, name+".pack")
-		os.WriteFile(p, make([]byte, 40), 0o600)
-		c.done[name] = &entry{path: p, size: 40, created: now, lastUsed: now.Add(time.Duration(i) * time.Second)}
-		c.total += 40
-	}
-	c.evictLocked()
-	if _, ok := c.done["old"]; ok || c.total != 80 {
-		t.Fatalf("kept %v, total %d", c.done, c.total)
-	}
-	if _, err := os.Stat(filepath.Join(c.Dir, "old.pack")); err == nil {
-		t.Fatal("evicted file still on disk")
-	}
-	c.MaxAge = time.Nanosecond
-	c.Expire()
-	if len(c.done) != 0 || c.total != 0 {
-		t.Fatalf("expired packs kept: %v", c.done)
-	}
-}
-
 // slowPackObjects is a stand-in for git that writes 40 chunks of 64 KiB
 // with pauses, so readers overlap for certain and one can leave mid-stream.
 func slowPackObjects(t *testing.T) string {
