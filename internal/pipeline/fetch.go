@@ -151,21 +151,43 @@ func (c *Call) runUncached(ctx context.Context, spec gitexec.Spec, stdin io.Read
 // released when the request ends.
 func (c *Call) admitNow(ctx context.Context) error {
 	p := c.p
-	if p.Limiter == nil || c.release != nil {
+	c.admitMu.Lock()
+	held, ended := c.release != nil, c.ended
+	c.admitMu.Unlock()
+	switch {
+	case p.Limiter == nil || held:
 		return nil
+	case ended:
+		return &Error{Code: CodeUnavailable, Message: "request ended while queued", Err: context.Canceled}
 	}
 	release, waited, err := p.Limiter.Acquire(ctx, c.Repo.Name)
+	c.admitMu.Lock()
 	c.queueWait += waited
+	if err == nil && c.ended {
+		c.admitMu.Unlock()
+		release() // the request ended while this waited
+		return &Error{Code: CodeUnavailable, Message: "request ended while queued", Err: context.Canceled}
+	}
+	if err == nil {
+		c.release = release
+	}
+	c.admitMu.Unlock()
 	var busy *limiter.BusyError
 	switch {
 	case err == nil:
-		c.release = release
 		return nil
 	case errors.As(err, &busy):
 		return &Error{Code: CodeUnavailable, Message: busy.Error(), Err: err, RetryAfter: busy.RetryAfter}
 	default:
 		return &Error{Code: CodeUnavailable, Message: "request cancelled while queued", Err: err}
 	}
+}
+
+// waited is how long the call has queued for its limiter slot so far.
+func (c *Call) waited() time.Duration {
+	c.admitMu.Lock()
+	defer c.admitMu.Unlock()
+	return c.queueWait
 }
 
 // replayError names a replay's failure as the relay would.

@@ -109,9 +109,15 @@ type Call struct {
 	ID        uint64
 	RecordID  string // the governor record's id, known up front for the pack hook
 	started   time.Time
-	queueWait time.Duration
-	release   func() // the limiter slot, if one was taken
 	releaseWG func()
+	gated     bool // admitted at the first pack request of the session (admissionGate), not at Prepare
+
+	// The limiter slot, set by the request's goroutine or by the client
+	// stream's (the admission gate), read at the end and by Active.
+	admitMu   sync.Mutex
+	queueWait time.Duration
+	release   func()        // the limiter slot, if one was taken
+	ended     bool          // released: a late admission gives its slot back at once
 	model     *access.Model // the access model read at Prepare, for push rules
 	outcome   string        // how the fetch cache served the request, if it did
 }
@@ -140,8 +146,12 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 	var once sync.Once
 	call.releaseWG = func() {
 		once.Do(func() {
-			if call.release != nil {
-				call.release()
+			call.admitMu.Lock()
+			release := call.release
+			call.release, call.ended = nil, true
+			call.admitMu.Unlock()
+			if release != nil {
+				release()
 			}
 			p.active.Done()
 		})
@@ -161,7 +171,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 		rec.Result = governor.ResultRefused
 		rec.Error = err.Error()
 		rec.Wall = governor.Duration(time.Since(call.started))
-		rec.QueueWait = governor.Duration(call.queueWait)
+		rec.QueueWait = governor.Duration(call.waited())
 		p.finish(&rec, slog.String("cause", fmt.Sprint(errors.Unwrap(err))))
 		return nil, err
 	}
@@ -258,6 +268,12 @@ func (p *Pipeline) admit(ctx context.Context, call *Call) error {
 		// a replay takes no slot.
 		return nil
 	}
+	if req.Service == gitexec.UploadPack && !req.StatelessRPC {
+		// A git:// or SSH session: decided in Run at its first want or
+		// command=fetch, so that ls-remote never queues (admissionGate).
+		call.gated = true
+		return nil
+	}
 	return call.admitNow(ctx)
 }
 
@@ -299,6 +315,14 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			packcache.EnvRepoPath+"="+c.Repo.Path)
 	}
 	spec.Progress = &rc.progress
+	var gate *admissionGate
+	if c.gated {
+		gate = newAdmissionGate(stdin, func() error { return c.admitNow(ctx) }, stdout)
+		stdin = gate
+		if stderr != nil {
+			stderr = quietAfterRefusal{w: stderr, refused: gate.refusedC}
+		}
+	}
 	// Without a governor nothing reads the classification: skip the taps.
 	v2 := protocol.Version(req.Protocol) == 2
 	classifier := protocol.NewClassifier(req.Service, v2)
@@ -322,13 +346,18 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		res, err = p.Runner.Run(ctx, spec, stdin, stdout, stderr)
 	}
 
+	if gate != nil {
+		if refusal := gate.Refusal(); refusal != nil {
+			err = refusal
+		}
+	}
 	sum := classifier.Summary(req.AdvertiseRefs, req.StatelessRPC)
 	rec := c.record()
 	rec.Kind = string(sum.Kind)
 	rec.Wants, rec.Haves, rec.Depth, rec.Filter, rec.PushedRefs = sum.Wants, sum.Haves, sum.Depth, sum.Filter, sum.PushedRefs
 	rec.BytesIn, rec.BytesOut = res.BytesIn, res.BytesOut
 	rec.Wall = governor.Duration(time.Since(c.started))
-	rec.QueueWait = governor.Duration(c.queueWait)
+	rec.QueueWait = governor.Duration(c.waited())
 	rec.UserCPU, rec.SysCPU = governor.Duration(res.UserCPU), governor.Duration(res.SysCPU)
 	rec.MaxRSS, rec.ExitCode = res.MaxRSS, res.ExitCode
 	if p.PackCache != nil {
@@ -434,7 +463,7 @@ func (p *Pipeline) Active() []Active {
 		c := rc.call
 		a := Active{ID: c.ID, RecordID: c.RecordID, Transport: c.Request.Transport, Service: string(c.Request.Service),
 			Repo: c.Repo.Name, User: c.Request.Principal.User, Remote: c.Request.Remote, Started: c.started,
-			QueueWait: c.queueWait, BytesIn: rc.progress.BytesIn.Load(), BytesOut: rc.progress.BytesOut.Load()}
+			QueueWait: c.waited(), BytesIn: rc.progress.BytesIn.Load(), BytesOut: rc.progress.BytesOut.Load()}
 		if k := rc.kind.Load(); k != nil {
 			a.Kind = string(*k)
 		}

@@ -15,7 +15,9 @@ import (
 
 // TestLimiterOverEachTransport holds the only pack slot with a git://
 // connection that never finishes negotiating, then checks that a clone over
-// each transport waits, is refused in git's words, and is recorded.
+// each transport waits, is refused in git's words, and is recorded, while
+// ls-remote over every transport goes through: a session takes its slot at
+// its first want, not at connect.
 func TestLimiterOverEachTransport(t *testing.T) {
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, func(c *Config) {
@@ -32,8 +34,40 @@ func TestLimiterOverEachTransport(t *testing.T) {
 	defer hold.Close()
 	hold.Write(request("git-upload-pack", "/team/app", ""))
 	pr := pktline.NewReader(hold)
-	if _, _, err := pr.Read(); err != nil { // the advertisement started: the slot is taken
-		t.Fatal(err)
+	var head string
+	for { // the advertisement, to its flush: no slot yet
+		kind, line, err := pr.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind != pktline.Data {
+			break
+		}
+		if head == "" {
+			head = string(line[:40])
+		}
+	}
+	waitRunning := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for running, _ := s.Pipeline.Limiter.Stats(); running != n; running, _ = s.Pipeline.Limiter.Stats() {
+			if time.Now().After(deadline) {
+				t.Fatalf("limiter runs %d, want %d", running, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitRunning(0)
+	pktline.Write(hold, []byte("want "+head+"\n")) // the first want takes the slot; no flush: git waits
+	waitRunning(1)
+
+	// ls-remote needs no pack slot over any transport.
+	for _, url := range []string{s.gitURL("team/app"), s.httpURL("team/app"), s.sshURL("team/app")} {
+		for _, proto := range []string{"0", "2"} {
+			if out, err := s.env.Run("", sshEnv, "-c", "protocol.version="+proto, "ls-remote", url); err != nil || !strings.Contains(out, head) {
+				t.Fatalf("ls-remote v%s %s while the slot is held: %v\n%s", proto, url, err, out)
+			}
+		}
 	}
 
 	for _, c := range []struct{ transport, url, want string }{
@@ -76,10 +110,7 @@ func TestLimiterOverEachTransport(t *testing.T) {
 		t.Fatalf("HTTP refusal: %d Retry-After %q body %q", resp.status, resp.retryAfter, resp.body)
 	}
 
-	// Once the slot is free, clones go through again; ls-remote never queued.
-	if out, err := s.env.Run("", nil, "ls-remote", s.httpURL("team/app")); err != nil {
-		t.Fatalf("ls-remote over HTTP needs no pack slot: %v %s", err, out)
-	}
+	// Once the slot is free, clones go through again.
 	hold.Close()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
