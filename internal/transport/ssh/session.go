@@ -71,11 +71,17 @@ func (c *conn) serveSession(ch gossh.Channel, reqs <-chan *gossh.Request) {
 	}
 }
 
-// finish ends a session the way sshd does, so that the client always learns
-// an exit status: EOF, exit-status, close.
+// finish ends a session so that the client always learns an exit status:
+// exit-status, EOF, close. The status goes first: an OpenSSH client closes a
+// session channel as soon as it has sent and received EOF, and once its
+// close arrives x/crypto/ssh closes the channel too and drops any request
+// still to be sent. With EOF first, a fast client (an OpenSSH ControlMaster
+// on loopback) sometimes closed in between; its mux client then got no
+// status, exited 255, and git called a complete fetch "remote transport
+// reported error".
 func finish(ch gossh.Channel, status uint32) {
-	ch.CloseWrite()
 	ch.SendRequest("exit-status", false, gossh.Marshal(struct{ Status uint32 }{status}))
+	ch.CloseWrite()
 	ch.Close()
 }
 
