@@ -100,9 +100,9 @@ func (s *pktScan) feed(b []byte) bool {
 				return false
 			}
 			s.nhdr = 0
-			size, ok := hex4(s.hdr)
+			size, err := pktline.ParseLength(s.hdr[:])
 			switch {
-			case !ok || size == 3 || size > pktline.MaxLength:
+			case err != nil || size == 3 || size > pktline.MaxLength:
 				return true
 			case size < 4: // flush, delim, response-end
 				continue
@@ -124,23 +124,4 @@ func (s *pktScan) feed(b []byte) bool {
 		}
 	}
 	return false
-}
-
-func hex4(h [4]byte) (int, bool) {
-	n := 0
-	for _, c := range h {
-		var d byte
-		switch {
-		case c >= '0' && c <= '9':
-			d = c - '0'
-		case c >= 'a' && c <= 'f':
-			d = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		n = n<<4 | int(d)
-	}
-	return n, true
 }
