@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"packwire/internal/access"
+	"packwire/internal/fetchcache"
 	"packwire/internal/governor"
 	"packwire/internal/packcache"
 	"packwire/internal/pipeline"
@@ -40,13 +41,14 @@ var templateFiles embed.FS
 var staticFiles embed.FS
 
 // Handler serves the dashboard. Access and Repos are required; a nil
-// Pipeline, Governor or PackCache shows that part as unavailable.
+// Pipeline, Governor, FetchCache or PackCache shows that part as unavailable.
 type Handler struct {
-	Access    *access.Controller
-	Pipeline  *pipeline.Pipeline
-	Governor  *governor.Governor
-	PackCache *packcache.Cache
-	Repos     repo.Root
+	Access     *access.Controller
+	Pipeline   *pipeline.Pipeline
+	Governor   *governor.Governor
+	FetchCache *fetchcache.Cache
+	PackCache  *packcache.Cache
+	Repos      repo.Root
 	// LabDir holds the lab's reports, one directory per run with report.html.
 	LabDir string
 	// GitAddr and SSHAddr are the listeners clone URLs name (nil: off).

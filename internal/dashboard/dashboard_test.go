@@ -15,6 +15,7 @@ import (
 
 	"packwire/internal/access"
 	"packwire/internal/datadir"
+	"packwire/internal/fetchcache"
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
 	"packwire/internal/store"
@@ -405,4 +406,40 @@ func FuzzParsePackedRefs(f *testing.F) {
 			t.Fatalf("%d refs from %d lines", n, strings.Count(string(data), "\n")+1)
 		}
 	})
+}
+
+// TestNowCountsFetchCacheReplays: with the default configuration (fetch
+// cache on, pack cache off) the Now page shows the fetch cache and counts
+// its replays as shared.
+func TestNowCountsFetchCacheReplays(t *testing.T) {
+	f := newFixture(t)
+	fc := &fetchcache.Cache{Dir: filepath.Join(t.TempDir(), "fetch"), MaxBytes: 1 << 20, GitVersion: "git version test"}
+	if err := fc.Open(); err != nil {
+		t.Fatal(err)
+	}
+	f.h.FetchCache = fc
+	ctx := context.Background()
+	for _, outcome := range []string{fetchcache.Generated, fetchcache.Replayed, fetchcache.Replayed, fetchcache.Replayed} {
+		f.gov.Record(governor.Record{ID: governor.NewID(time.Now()), Start: time.Now(), Transport: "http", Repo: "team/secret",
+			Kind: "full-clone", Service: "git-upload-pack", PackCache: outcome, Result: "ok"})
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if recs, _ := f.gov.Last(ctx, 5); len(recs) == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("records not written")
+		}
+	}
+	v := f.h.nowData(ctx)
+	if !v.Fetch || v.Cache || v.Fields["fetch-stored"] != "0 (0 B)" || !strings.HasPrefix(v.Fields["fetch-runs"], "0, followed by 0 requests") {
+		t.Fatalf("fetch cache fields: fetch %v, pack cache %v, %q, %q", v.Fetch, v.Cache, v.Fields["fetch-stored"], v.Fields["fetch-runs"])
+	}
+	if got := v.Fields["shared"]; got != "3 of 4 packs (75%)" {
+		t.Fatalf("shared: %q, want 3 of 4 packs (75%%)", got)
+	}
+	w := f.do("GET", "/-/now", nil, basic(f.admin))
+	if body := w.Body.String(); w.Code != 200 || !strings.Contains(body, `id="fetch-stored"`) || strings.Contains(body, "fetch cache is off") {
+		t.Fatalf("Now page: %d\n%s", w.Code, body)
+	}
 }

@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"packwire/internal/fetchcache"
+	"packwire/internal/packcache"
 )
 
 // nowView is the Now page and its JSON: the same data, already formatted,
@@ -17,8 +20,9 @@ type nowView struct {
 	Active   []activeRow       `json:"active"`
 	Queues   []queueRow        `json:"queues"`
 	Outcomes []outcomeRow      `json:"outcomes"`
-	Limits   bool              `json:"limits"` // a limiter is configured
-	Cache    bool              `json:"cache"`  // the pack cache is on
+	Limits   bool              `json:"limits"`      // a limiter is configured
+	Cache    bool              `json:"cache"`       // the pack cache is on
+	Fetch    bool              `json:"fetch_cache"` // the fetch cache is on
 }
 
 type activeRow struct {
@@ -71,6 +75,12 @@ func (h *Handler) nowData(ctx context.Context) nowView {
 	}
 	v.Fields["in-flight"] = strconv.Itoa(len(v.Active))
 	v.Fields["updated"] = now.UTC().Format("15:04:05 UTC")
+	if h.FetchCache != nil {
+		st := h.FetchCache.Stats()
+		v.Fetch = true
+		v.Fields["fetch-stored"] = fmt.Sprintf("%d (%s)", st.Entries, bytesText(st.Bytes))
+		v.Fields["fetch-runs"] = fmt.Sprintf("%d, followed by %d requests (%s so far)", st.Runs, st.Readers, bytesText(st.RunBytes))
+	}
 	if h.PackCache != nil {
 		packs, size, runs := h.PackCache.Stats()
 		v.Cache = true
@@ -99,7 +109,7 @@ func (h *Handler) nowData(ctx context.Context) nowView {
 			}
 			var shared int64
 			for _, o := range v.Outcomes {
-				if o.Outcome == "joined" || o.Outcome == "hit" {
+				if sharedOutcomes[o.Outcome] {
 					shared += o.Requests
 				}
 			}
@@ -112,6 +122,14 @@ func (h *Handler) nowData(ctx context.Context) nowView {
 		}
 	}
 	return v
+}
+
+// sharedOutcomes are the governor's pack_cache outcomes of a request that
+// spent no pack generation of its own: it joined a pack cache run or hit a
+// finished pack, or the fetch cache replayed a stored response (a request
+// following a fetch cache run in progress is recorded as replayed too).
+var sharedOutcomes = map[string]bool{
+	string(packcache.Joined): true, string(packcache.Hit): true, fetchcache.Replayed: true,
 }
 
 func limitText(n int) string {

@@ -277,13 +277,14 @@ func (s *Server) Start() error {
 			labDir = filepath.Join(s.Data.Dir, "lab")
 		}
 		s.Dashboard = &dashboard.Handler{
-			Access:    s.Data.Access,
-			Pipeline:  s.Pipeline,
-			Governor:  s.Governor,
-			PackCache: s.Pipeline.PackCache,
-			Repos:     s.Data.Repos,
-			LabDir:    labDir,
-			Log:       cfg.Log,
+			Access:     s.Data.Access,
+			Pipeline:   s.Pipeline,
+			Governor:   s.Governor,
+			PackCache:  s.Pipeline.PackCache,
+			FetchCache: s.Pipeline.FetchCache,
+			Repos:      s.Data.Repos,
+			LabDir:     labDir,
+			Log:        cfg.Log,
 		}
 		if gitL != nil {
 			s.Dashboard.GitAddr = gitL.Addr()
