@@ -295,3 +295,83 @@ func TestSchedulerBudget(t *testing.T) {
 		t.Fatalf("pass over repositories in shape made %d runs", n)
 	}
 }
+
+// deltaBases reads a pack's index with git verify-pack: for each object,
+// its delta base ("" when stored whole).
+func deltaBases(t *testing.T, env *gittest.Env, packPath string) map[string]string {
+	t.Helper()
+	out := env.Git("", "verify-pack", "-v", strings.TrimSuffix(packPath, ".pack")+".idx")
+	bases := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 5 && len(f[0]) == 40:
+			bases[f[0]] = ""
+		case len(f) == 7 && len(f[0]) == 40:
+			bases[f[0]] = f[6]
+		}
+	}
+	return bases
+}
+
+// TestCheckoutStoredWhole: the preferred pack stores the objects of HEAD's
+// tree whole (or as deltas against each other), even where git alone would
+// make the newest version of a file a delta against an older, larger one,
+// so a shallow clone or a partial clone's checkout gets them as a copy.
+func TestCheckoutStoredWhole(t *testing.T) {
+	env := gittest.New(t)
+	work := filepath.Join(t.TempDir(), "w")
+	env.Git("", "init", "-q", "-b", "main", work)
+	var lines []string
+	for i := range 400 {
+		lines = append(lines, fmt.Sprintf("line %d of a file that will shrink, with some words to compress", i))
+	}
+	write := func(n int, extra string) {
+		body := strings.Join(lines[:n], "\n") + "\n" + extra
+		os.WriteFile(filepath.Join(work, "shrinks.txt"), []byte(body), 0o644)
+		os.WriteFile(filepath.Join(work, "other.txt"), []byte(fmt.Sprintf("other %d\n", n)), 0o644)
+		env.Git(work, "add", "-A")
+		env.Git(work, "commit", "-q", "-m", fmt.Sprintf("%d lines", n))
+	}
+	write(400, "")
+	write(380, "changed\n")
+	write(300, "changed again\n") // the tip is the smallest version
+	bare := filepath.Join(t.TempDir(), "app.git")
+	env.Git("", "clone", "-q", "--bare", work, bare)
+	tip := strings.TrimSpace(env.Git(bare, "rev-parse", "HEAD:shrinks.txt"))
+	inTip := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(env.Git(bare, "ls-tree", "-r", "-t", "HEAD")), "\n") {
+		inTip[strings.Fields(line)[2]] = true
+	}
+
+	// Without the island git makes the tip a delta against an older version.
+	plain := filepath.Join(t.TempDir(), "plain")
+	cmd := exec.Command("git", "pack-objects", "--revs", "--delta-base-offset", "-q", plain)
+	cmd.Dir, cmd.Env, cmd.Stdin = bare, append(env.Vars, "GIT_DIR="+bare), strings.NewReader("main\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base := deltaBases(t, env, plain+"-"+strings.TrimSpace(string(out))+".pack")[tip]; base == "" || inTip[base] {
+		t.Fatalf("the test's history does not make git store the tip as a delta of an older version (base %q)", base)
+	}
+
+	r := repo.Repo{Name: "app", Path: bare}
+	if _, err := quietMaintainer().Maintain(context.Background(), r, true); err != nil {
+		t.Fatal(err)
+	}
+	l := assertShape(t, env, r)
+	bases := deltaBases(t, env, filepath.Join(bare, "objects", "pack", l.PreferredPack().Name))
+	for oid := range inTip {
+		if base, ok := bases[oid]; !ok || base != "" && !inTip[base] {
+			t.Errorf("object %s of HEAD's tree: in the preferred pack %v, delta base %q outside the tree", oid, ok, base)
+		}
+	}
+	if bases[tip] != "" {
+		t.Errorf("the tip's version is still a delta (against %s)", bases[tip])
+	}
+	if refs := env.Git(bare, "for-each-ref", "refs/packwire/"); refs != "" {
+		t.Fatalf("maintenance left its island ref: %s", refs)
+	}
+	env.Fsck(bare)
+}

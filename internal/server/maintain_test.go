@@ -225,3 +225,30 @@ func TestNoAutoGCInRequestPath(t *testing.T) {
 		t.Fatalf("control: git gc --auto did not consolidate (%d packs), so the test proves nothing", got)
 	}
 }
+
+// TestPackwireRefsHidden: refs/packwire/ (maintenance's delta island ref,
+// which a crash could leave behind) is never listed to clients nor pushable.
+func TestPackwireRefsHidden(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.MaintainInterval = 0 })
+	bare := s.seed(t, "team/app")
+	env := s.env
+	env.Git(bare, "update-ref", "refs/packwire/tip-tree", env.RevParse(bare, "HEAD^{tree}"))
+	for _, url := range []string{s.gitURL("team/app"), s.httpURL("team/app")} {
+		for _, proto := range []string{"0", "2"} {
+			out := env.Git("", "-c", "protocol.version="+proto, "ls-remote", url)
+			if strings.Contains(out, "refs/packwire") || !strings.Contains(out, "refs/heads/main") {
+				t.Fatalf("ls-remote v%s %s:\n%s", proto, url, out)
+			}
+		}
+	}
+	w := filepath.Join(t.TempDir(), "w")
+	env.Git("", "clone", "-q", s.pushURL("team/app"), w)
+	out, err := env.Run(w, nil, "push", "origin", "HEAD:refs/packwire/mine")
+	if err == nil || !strings.Contains(out, "hidden ref") {
+		t.Fatalf("push to refs/packwire/mine: %v\n%s", err, out)
+	}
+	if refs := env.Git(bare, "for-each-ref", "refs/packwire/mine"); refs != "" {
+		t.Fatalf("the push landed: %s", refs)
+	}
+	env.Fsck(bare)
+}
