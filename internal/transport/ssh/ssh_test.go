@@ -706,6 +706,43 @@ func TestShellAndSessionRequestsRefused(t *testing.T) {
 	}
 }
 
+// TestExitStatusBeforeEOF: the exit status reaches the client before EOF.
+// An OpenSSH client closes a session channel once EOF went both ways; with
+// the status after EOF its close could come first, x/crypto/ssh then drops
+// the status, and a ControlMaster's mux client exits 255 on a complete
+// fetch. x/crypto/ssh's client handles a channel's packets in order, so a
+// status sent first is queued before Read returns EOF.
+func TestExitStatusBeforeEOF(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.repo("team/app", gittest.Shape{Commits: 1})
+	client := h.dial(h.signer(h.aliceKey))
+	for i := range 10 {
+		ch, reqs, err := client.OpenChannel("session", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec := gossh.Marshal(struct{ Command string }{"git-upload-pack '/team/app.git'"})
+		if ok, err := ch.SendRequest("exec", true, exec); !ok || err != nil {
+			t.Fatalf("exec: %v %v", ok, err)
+		}
+		pktline.WriteFlush(ch) // ls-remote: the advertisement, then nothing wanted
+		if _, err := io.ReadAll(ch); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case req := <-reqs:
+			var st struct{ Status uint32 }
+			if req.Type != "exit-status" || gossh.Unmarshal(req.Payload, &st) != nil || st.Status != 0 {
+				t.Fatalf("session %d: first request after the data %q %v, want exit-status 0", i, req.Type, req.Payload)
+			}
+		default:
+			t.Fatalf("session %d: EOF came before the exit status", i)
+		}
+		ch.Close()
+	}
+}
+
 func TestForwardingRefused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
