@@ -21,9 +21,9 @@ clones fastest, doing only the work each one needs:
 
   - a preferred pack holding exactly the closure of what a default clone
     fetches (branches, tags, HEAD), kept with a .keep, in which the objects
-    of HEAD's tree are stored whole, never as deltas against older versions
-    (a delta island), so that a shallow clone or a partial clone's checkout
-    gets them as a copy;
+    of HEAD's tree are stored whole or as deltas against each other, never
+    against older versions (a delta island), so that a shallow clone or a
+    partial clone's checkout gets them as a copy;
   - every other object (refs/pull/*, refs/keep-around/*, other refs) in other
     packs; unreachable objects in a cruft pack for --cruft-expiration;
   - a multi-pack-index with a bitmap that prefers that pack, reverse indexes,
