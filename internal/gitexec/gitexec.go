@@ -52,8 +52,8 @@ var ServedConfig = []string{
 	"safe.directory=*",                     // repos are resolved and confined by packwire
 	"core.logAllRefUpdates=false",          // bare: no reflogs in the request path
 	"uploadarchive.allowUnreachable=false", // archive only what refs reach
-	// packwire's own refs (maintenance's delta island) are neither listed
-	// to clients nor pushable.
+	// refs/packwire/ is reserved for packwire: neither listed to clients
+	// nor pushable.
 	"transfer.hideRefs=refs/packwire/",
 	// Maintenance (internal/maintain) owns the object layout: never run
 	// git's automatic gc in the request path, and keep every push as a

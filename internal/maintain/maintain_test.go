@@ -371,7 +371,10 @@ func TestCheckoutStoredWhole(t *testing.T) {
 		t.Errorf("the tip's version is still a delta (against %s)", bases[tip])
 	}
 	if refs := env.Git(bare, "for-each-ref", "refs/packwire/"); refs != "" {
-		t.Fatalf("maintenance left its island ref: %s", refs)
+		t.Fatalf("maintenance changed the served repository's refs: %s", refs)
+	}
+	if _, err := os.Stat(filepath.Join(bare, islandDir)); err == nil {
+		t.Fatal("maintenance left its island repository")
 	}
 	env.Fsck(bare)
 }

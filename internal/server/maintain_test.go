@@ -226,8 +226,8 @@ func TestNoAutoGCInRequestPath(t *testing.T) {
 	}
 }
 
-// TestPackwireRefsHidden: refs/packwire/ (maintenance's delta island ref,
-// which a crash could leave behind) is never listed to clients nor pushable.
+// TestPackwireRefsHidden: refs/packwire/, reserved for packwire, is never
+// listed to clients nor pushable.
 func TestPackwireRefsHidden(t *testing.T) {
 	s := startServer(t, func(c *Config) { c.MaintainInterval = 0 })
 	bare := s.seed(t, "team/app")
