@@ -325,7 +325,7 @@ func TestParseRate(t *testing.T) {
 			t.Errorf("ParseRate(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "10", "mbit", "-1mbit", "10mbps", "1e3kbit", "4bit", "NaNmbit", "0x10mbit", "1..2mbit"} {
+	for _, in := range []string{"", "10", "mbit", "-1mbit", "10mbps", "1e3kbit", "4bit", "NaNmbit", "0x10mbit", "1..2mbit", "1100000000010001000Bit", "1200gb/s"} {
 		if got, err := ParseRate(in); err == nil {
 			t.Errorf("ParseRate(%q) = %d, want an error", in, got)
 		}

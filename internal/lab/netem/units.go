@@ -20,6 +20,11 @@ var rateUnits = []struct {
 	{"bit", 1.0 / 8}, {"b/s", 1},
 }
 
+// MaxRate is the largest rate ParseRate takes, 1 TiB/s: far above any link
+// the lab shapes, and small enough that a rate survives the float64 of
+// FormatRate and ParseRate to the byte (float64 counts exactly to 2^53).
+const MaxRate = 1 << 40
+
 // ParseRate reads a bandwidth: a number and a unit, bits per second as tc
 // writes them (500kbit, 10mbit, 1gbit) or bytes per second (512KiB/s,
 // 1.5MB/s). "0" means unlimited. The result is in bytes per second.
@@ -41,8 +46,8 @@ func ParseRate(s string) (int64, error) {
 		if b < 1 {
 			return 0, fmt.Errorf("invalid rate %q: less than one byte per second", s)
 		}
-		if b > math.MaxInt64/2 {
-			return 0, fmt.Errorf("invalid rate %q: too large", s)
+		if b > MaxRate {
+			return 0, fmt.Errorf("invalid rate %q: more than 1TiB/s", s)
 		}
 		return int64(b), nil
 	}
