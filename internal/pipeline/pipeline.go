@@ -315,23 +315,31 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			packcache.EnvRepoPath+"="+c.Repo.Path)
 	}
 	spec.Progress = &rc.progress
-	var gate *admissionGate
-	if c.gated {
-		gate = newAdmissionGate(stdin, func() error { return c.admitNow(ctx) }, stdout)
-		stdin = gate
-		if stderr != nil {
-			stderr = quietAfterRefusal{w: stderr, refused: gate.refusedC}
-		}
-	}
-	// Without a governor nothing reads the classification: skip the taps.
+	// Without a governor nothing reads the classification: skip the taps,
+	// unless the admission gate needs the classifier.
 	v2 := protocol.Version(req.Protocol) == 2
 	classifier := protocol.NewClassifier(req.Service, v2)
+	var watch io.Writer // feeds the classifier what the client sends
 	if p.Governor != nil {
-		stdin = io.TeeReader(stdin, &settleWatch{classifier: classifier, call: rc, stateless: req.StatelessRPC})
+		watch = &settleWatch{classifier: classifier, call: rc, stateless: req.StatelessRPC}
 		if v2 && req.StatelessRPC && req.Service == gitexec.UploadPack {
 			// Only a stateless v2 fetch needs git's answer to tell its kind.
 			spec.OutputTap = classifier.Response()
 		}
+	}
+	var gate *admissionGate
+	switch {
+	case c.gated:
+		if watch == nil {
+			watch = classifier
+		}
+		gate = newAdmissionGate(stdin, watch, classifier, func() error { return c.admitNow(ctx) }, stdout)
+		stdin = gate
+		if stderr != nil {
+			stderr = quietAfterRefusal{w: stderr, refused: gate.refusedC}
+		}
+	case watch != nil:
+		stdin = io.TeeReader(stdin, watch)
 	}
 	var res gitexec.Result
 	var err error

@@ -7,6 +7,7 @@ package protocol
 
 import (
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -199,6 +200,14 @@ func (c *Classifier) line(l string) {
 	case "done":
 		c.s.Done = true
 	}
+}
+
+// PackRequested reports whether the client has asked for a pack so far: a
+// want line, or a v2 command=fetch. A stream that is not pkt-lines counts
+// as asking (git will refuse it; whoever admits work treats it as work).
+// Call it from the goroutine that writes to the classifier.
+func (c *Classifier) PackRequested() bool {
+	return c.stopped || c.s.Wants > 0 || slices.Contains(c.s.Commands, "fetch")
 }
 
 // Summary returns what was learnt and the kind it adds up to. advertise is

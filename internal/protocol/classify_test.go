@@ -169,6 +169,9 @@ func FuzzClassifier(f *testing.F) {
 		if sa.Kind != sb.Kind || sa.Wants != sb.Wants || sa.Haves != sb.Haves || sa.Filter != sb.Filter {
 			t.Fatalf("%+v != %+v", sa, sb)
 		}
+		if a.PackRequested() != b.PackRequested() {
+			t.Fatalf("pack requested %v whole, %v split at %d", a.PackRequested(), b.PackRequested(), k)
+		}
 	})
 }
 
@@ -196,5 +199,53 @@ func TestSettled(t *testing.T) {
 		if kind, ok := NewClassifier(service, false).Settled(false); !ok || kind != want {
 			t.Errorf("%s: %s %v", service, kind, ok)
 		}
+	}
+}
+
+// feedSplit feeds stream to a fresh upload-pack classifier in pieces of n
+// bytes and returns the offset after which it reported a pack request
+// (-1: never).
+func feedSplit(stream []byte, v2 bool, n int) int {
+	c := NewClassifier(gitexec.UploadPack, v2)
+	for i := 0; i < len(stream); i += n {
+		end := min(i+n, len(stream))
+		c.Write(stream[i:end])
+		if c.PackRequested() {
+			return end
+		}
+	}
+	return -1
+}
+
+// TestPackRequested: what the admission of git:// and SSH sessions waits
+// for, whatever the pieces the stream arrives in.
+func TestPackRequested(t *testing.T) {
+	lsRefs := pkts("command=ls-refs", "agent=git/2.39.5", "0001", "peel", "symrefs", "ref-prefix refs/heads/", "0000")
+	fetch := pkts("command=fetch", "agent=git/2.39.5", "0001", "thin-pack", "want "+oid, "done", "0000")
+	v0 := pkts("want "+oid+" multi_ack_detailed side-band-64k", "0000")
+	both := append(append([]byte{}, lsRefs...), fetch...)
+	for _, c := range []struct {
+		name string
+		v2   bool
+		in   []byte
+		want bool
+	}{
+		{"v2 ls-refs", true, lsRefs, false},
+		{"v2 ls-refs then fetch", true, both, true},
+		{"v0 wants", false, v0, true},
+		{"v0 flush only (ls-remote)", false, []byte("0000"), false},
+		{"a short line", false, pkts("done"), false},
+		{"not pkt-lines", false, []byte("GET / HTTP/1.1\r\n"), true},
+		{"length 3", false, []byte("0003"), true},
+	} {
+		for _, n := range []int{1, 2, 3, 5, 7, 64, 1 << 16} {
+			if got := feedSplit(c.in, c.v2, n) >= 0; got != c.want {
+				t.Errorf("%s in pieces of %d: pack request %v, want %v", c.name, n, got, c.want)
+			}
+		}
+	}
+	// It reports the fetch no later than its command line, before any want.
+	if at, end := feedSplit(both, true, 1), len(lsRefs)+len(pkts("command=fetch")); at <= len(lsRefs) || at > end {
+		t.Errorf("command=fetch reported at byte %d, want within its line (%d-%d]", at, len(lsRefs), end)
 	}
 }
