@@ -60,7 +60,7 @@ func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, stdin io.Reader,
 	if err != nil {
 		return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
 	}
-	out := &progressWriter{w: stdout, progress: spec.Progress}
+	out := newProgressWriter(stdout, spec.Progress)
 	if spec.Progress != nil {
 		spec.Progress.BytesIn.Add(int64(len(body)))
 	}
@@ -234,51 +234,33 @@ func readBody(ctx context.Context, stdin io.Reader, stdout io.Writer, max int64,
 }
 
 // progressWriter counts what reaches the client for views of running
-// requests, and passes on what the cache's replay can use.
+// requests.
 type progressWriter struct {
 	w        io.Writer
 	progress *gitexec.Progress
 }
 
+// newProgressWriter wraps w; when w can send files itself (the HTTP
+// transport, with sendfile), the wrapper passes that on, otherwise the
+// replay copies through Write.
+func newProgressWriter(w io.Writer, progress *gitexec.Progress) io.Writer {
+	p := &progressWriter{w: w, progress: progress}
+	if files, ok := w.(fileSender); ok {
+		return &progressFileWriter{progressWriter: p, files: files}
+	}
+	return p
+}
+
 func (p *progressWriter) Write(b []byte) (int, error) {
 	n, err := p.w.Write(b)
+	p.count(int64(n))
+	return n, err
+}
+
+func (p *progressWriter) count(n int64) {
 	if p.progress != nil {
-		p.progress.BytesOut.Add(int64(n))
+		p.progress.BytesOut.Add(n)
 	}
-	return n, err
-}
-
-// ServeFile hands the whole file to the transport when it can send it
-// itself, else copies it.
-func (p *progressWriter) ServeFile(f *os.File, size int64) (int64, error) {
-	var n int64
-	var err error
-	if fs, ok := p.w.(fetchcache.FileServer); ok {
-		n, err = fs.ServeFile(f, size)
-		if p.progress != nil {
-			p.progress.BytesOut.Add(n)
-		}
-	} else {
-		buf := make([]byte, 256<<10)
-		n, err = io.CopyBuffer(struct{ io.Writer }{p}, io.LimitReader(f, size), buf)
-	}
-	if err == nil && n < size {
-		err = io.ErrUnexpectedEOF
-	}
-	return n, err
-}
-
-// StreamFile hands the next n bytes of f to the transport when it can send
-// them itself, else copies them.
-func (p *progressWriter) StreamFile(f *os.File, n int64) (int64, error) {
-	if fs, ok := p.w.(fetchcache.FileStreamer); ok {
-		sent, err := fs.StreamFile(f, n)
-		if p.progress != nil {
-			p.progress.BytesOut.Add(sent)
-		}
-		return sent, err
-	}
-	return io.CopyBuffer(struct{ io.Writer }{p}, io.LimitReader(f, n), make([]byte, 256<<10))
 }
 
 func (p *progressWriter) SetWriteDeadline(t time.Time) error {
@@ -286,4 +268,31 @@ func (p *progressWriter) SetWriteDeadline(t time.Time) error {
 		return d.SetWriteDeadline(t)
 	}
 	return nil
+}
+
+type fileSender interface {
+	fetchcache.FileServer
+	fetchcache.FileStreamer
+}
+
+// progressFileWriter is a progressWriter over a transport that sends
+// files itself.
+type progressFileWriter struct {
+	*progressWriter
+	files fileSender
+}
+
+func (p *progressFileWriter) ServeFile(f *os.File, size int64) (int64, error) {
+	n, err := p.files.ServeFile(f, size)
+	p.count(n)
+	if err == nil && n < size {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (p *progressFileWriter) StreamFile(f *os.File, n int64) (int64, error) {
+	sent, err := p.files.StreamFile(f, n)
+	p.count(sent)
+	return sent, err
 }
