@@ -438,6 +438,13 @@ func TestNowCountsFetchCacheReplays(t *testing.T) {
 	if got := v.Fields["shared"]; got != "3 of 4 packs (75%)" {
 		t.Fatalf("shared: %q, want 3 of 4 packs (75%%)", got)
 	}
+	// The hour's totals count every record, the fixture's (no cache) too.
+	if got := v.Fields["hour-requests"]; got != "5" {
+		t.Fatalf("hour-requests: %q, want 5", got)
+	}
+	if got, want := v.Fields["hour-cpu"], durationText(1234*time.Millisecond); got != want {
+		t.Fatalf("hour-cpu: %q, want %q", got, want)
+	}
 	w := f.do("GET", "/-/now", nil, basic(f.admin))
 	if body := w.Body.String(); w.Code != 200 || !strings.Contains(body, `id="fetch-stored"`) || strings.Contains(body, "fetch cache is off") {
 		t.Fatalf("Now page: %d\n%s", w.Code, body)

@@ -88,30 +88,30 @@ func (h *Handler) nowData(ctx context.Context) nowView {
 		v.Fields["cache-runs"] = strconv.Itoa(runs)
 	}
 	if h.Governor != nil {
-		if b, err := h.Governor.Breakdown(ctx, "", now.Add(-time.Hour), now, 1); err == nil && len(b.Groups) > 0 {
-			t := b.Groups[0]
-			v.Fields["hour-requests"] = strconv.FormatInt(t.Requests, 10)
-			v.Fields["hour-cpu"] = durationText(t.CPU)
-			v.Fields["hour-errors"] = strconv.FormatInt(t.Errors, 10)
-			v.Fields["hour-bytes"] = bytesText(t.BytesOut)
-		}
+		// One query: every record is in exactly one pack_cache group (""
+		// when no cache took part), so the groups add up to the hour's totals.
 		if b, err := h.Governor.Breakdown(ctx, "pack_cache", now.Add(-time.Hour), now, 0); err == nil {
-			var packs int64
+			var requests, errs, bytesOut, packs, shared int64
+			var cpu time.Duration
 			for _, g := range b.Groups {
-				if g.Key != "" {
-					packs += g.Requests
+				requests, errs, bytesOut, cpu = requests+g.Requests, errs+g.Errors, bytesOut+g.BytesOut, cpu+g.CPU
+				if g.Key == "" {
+					continue
 				}
+				packs += g.Requests
+				if sharedOutcomes[g.Key] {
+					shared += g.Requests
+				}
+				v.Outcomes = append(v.Outcomes, outcomeRow{Outcome: g.Key, Requests: g.Requests})
 			}
-			for _, g := range b.Groups {
-				if g.Key != "" {
-					v.Outcomes = append(v.Outcomes, outcomeRow{Outcome: g.Key, Requests: g.Requests, Share: percentText(g.Requests, packs)})
-				}
+			for i := range v.Outcomes {
+				v.Outcomes[i].Share = percentText(v.Outcomes[i].Requests, packs)
 			}
-			var shared int64
-			for _, o := range v.Outcomes {
-				if sharedOutcomes[o.Outcome] {
-					shared += o.Requests
-				}
+			if requests > 0 {
+				v.Fields["hour-requests"] = strconv.FormatInt(requests, 10)
+				v.Fields["hour-cpu"] = durationText(cpu)
+				v.Fields["hour-errors"] = strconv.FormatInt(errs, 10)
+				v.Fields["hour-bytes"] = bytesText(bytesOut)
 			}
 			v.Fields["shared"] = fmt.Sprintf("%d of %d packs (%s)", shared, packs, percentText(shared, packs))
 		}

@@ -67,6 +67,10 @@ func (h *Handler) repos(w http.ResponseWriter, r *http.Request, who string) {
 			mix[g.Key] = append(mix[g.Key], g)
 		}
 	}
+	var maintained map[string]governor.MaintenanceRun
+	if h.Governor != nil {
+		maintained, _ = h.Governor.LatestMaintenance(ctx) // none shown if it fails
+	}
 	urls := h.cloneURLs(r)
 	for _, rp := range list {
 		row := repoRow{Name: rp.Name, LastPush: pushes[rp.Name], Mix: mix[rp.Name]}
@@ -88,10 +92,8 @@ func (h *Handler) repos(w http.ResponseWriter, r *http.Request, who string) {
 		if row.Refs, err = countRefs(rp.Path); err != nil {
 			row.RefsErr = err.Error()
 		}
-		if h.Governor != nil {
-			if runs, err := h.Governor.LastMaintenance(ctx, rp.Name, 1); err == nil && len(runs) > 0 {
-				row.Maintained = &runs[0]
-			}
+		if run, ok := maintained[rp.Name]; ok {
+			row.Maintained = &run
 		}
 		for _, u := range urls {
 			row.URLs = append(row.URLs, cloneURL{Transport: u.Transport, URL: u.URL + rp.Name + u.Suffix})

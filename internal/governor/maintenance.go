@@ -57,8 +57,33 @@ func (g *Governor) RecordMaintenance(ctx context.Context, r MaintenanceRun) erro
 // LastMaintenance returns the newest maintenance runs of repo (all repos if
 // repo is empty), newest first.
 func (g *Governor) LastMaintenance(ctx context.Context, repo string, n int) ([]MaintenanceRun, error) {
-	rows, err := g.db.DB.QueryContext(ctx, `SELECT repo, start_ns, wall_ns, cpu_user_ns, cpu_sys_ns, kind, reason, packs_before,
-		bytes_before, packs_after, bytes_after, result, error FROM maintenance_runs WHERE ? = '' OR repo = ? ORDER BY seq DESC LIMIT ?`, repo, repo, n)
+	// Two statements, not "? = '' OR repo = ?": the OR keeps SQLite from
+	// using the repo index, and the table is never trimmed.
+	if repo == "" {
+		return g.queryMaintenance(ctx, maintenanceColumns+` ORDER BY seq DESC LIMIT ?`, n)
+	}
+	return g.queryMaintenance(ctx, maintenanceColumns+` WHERE repo = ? ORDER BY seq DESC LIMIT ?`, repo, n)
+}
+
+// LatestMaintenance returns the newest run of every repository that had
+// one, by repository name, in one query (the Repos page).
+func (g *Governor) LatestMaintenance(ctx context.Context) (map[string]MaintenanceRun, error) {
+	runs, err := g.queryMaintenance(ctx, maintenanceColumns+` WHERE seq IN (SELECT max(seq) FROM maintenance_runs GROUP BY repo)`)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]MaintenanceRun, len(runs))
+	for _, r := range runs {
+		out[r.Repo] = r
+	}
+	return out, nil
+}
+
+const maintenanceColumns = `SELECT repo, start_ns, wall_ns, cpu_user_ns, cpu_sys_ns, kind, reason, packs_before,
+		bytes_before, packs_after, bytes_after, result, error FROM maintenance_runs`
+
+func (g *Governor) queryMaintenance(ctx context.Context, query string, args ...any) ([]MaintenanceRun, error) {
+	rows, err := g.db.DB.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
