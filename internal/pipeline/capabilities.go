@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"packwire/internal/gitexec"
 	"packwire/internal/protocol"
@@ -17,15 +18,15 @@ import (
 // but that advertisement, which depends only on git's version and
 // configuration, yet cost a git process per request: half the server CPU
 // of a no-op fetch. The cache serves it without spawning git until the
-// repository's config file changes. An advertisement with a session id
-// (transfer.advertiseSID) is per process and never cached.
+// repository's or a global config file changes. An advertisement with a
+// session id (transfer.advertiseSID) is per process and never cached.
 type capabilitiesCache struct {
 	mu      sync.Mutex
 	entries map[string]capabilitiesEntry // by repository path
 }
 
 type capabilitiesEntry struct {
-	stamp string // the repository config file's size and mtime when read
+	stamp string // repostate.Config's digest when read
 	body  []byte
 }
 
@@ -60,8 +61,9 @@ func (c *capabilitiesCache) put(repoPath, stamp string, body []byte) {
 // or runs git and keeps its answer for the next request.
 func (c *Call) runCapabilities(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
 	p := c.p
-	stamp := repostate.ConfigStamp(c.Repo.Path)
-	if body, ok := p.capabilities.get(c.Repo.Path, stamp); ok {
+	st := repostate.Config(c.Repo.Path, time.Now())
+	stamp := st.Digest
+	if body, ok := p.capabilities.get(c.Repo.Path, stamp); ok && !st.Racy {
 		n, err := stdout.Write(body)
 		if spec.Progress != nil {
 			spec.Progress.BytesOut.Add(int64(n))
@@ -73,7 +75,7 @@ func (c *Call) runCapabilities(ctx context.Context, spec gitexec.Spec, stdin io.
 	}
 	capture := &capturingWriter{w: stdout}
 	res, err := p.Runner.Run(ctx, spec, stdin, capture, stderr)
-	if err == nil && res.ExitCode == 0 && !capture.overflow && bytes.HasSuffix(capture.buf.Bytes(), []byte("0000")) &&
+	if err == nil && res.ExitCode == 0 && !st.Racy && !capture.overflow && bytes.HasSuffix(capture.buf.Bytes(), []byte("0000")) &&
 		!bytes.Contains(capture.buf.Bytes(), []byte("session-id=")) {
 		p.capabilities.put(c.Repo.Path, stamp, bytes.Clone(capture.buf.Bytes()))
 	}

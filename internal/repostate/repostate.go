@@ -18,14 +18,14 @@ import (
 	"time"
 )
 
-// ConfigStamp identifies the version of a repository's config file (size
-// and modification time).
-func ConfigStamp(repoPath string) string {
-	fi, err := os.Stat(filepath.Join(repoPath, "config"))
-	if err != nil {
-		return "none"
-	}
-	return fmt.Sprintf("%d/%d", fi.Size(), fi.ModTime().UnixNano())
+// Config stamps what a capability advertisement depends on: the
+// repository's config and the global config files git reads for every
+// repository. A change less than RacyWindow before now makes it Racy.
+func Config(repoPath string, now time.Time) Stamp {
+	d := digest{h: sha256.New()}
+	d.stat("config", filepath.Join(repoPath, "config"))
+	d.globals()
+	return d.stamp(now)
 }
 
 // RacyWindow is how recent a change may be before a stamp stops trusting
@@ -41,8 +41,6 @@ type Stamp struct {
 	// Racy is set when something changed within RacyWindow of the stamp:
 	// a cache must not key anything on it.
 	Racy bool
-	// Newest is the most recent modification or change time seen.
-	Newest time.Time
 }
 
 // Refs stamps everything a fetch's answer depends on besides the request.
@@ -71,9 +69,7 @@ func Refs(repoPath string, now time.Time) (Stamp, error) {
 	for _, name := range []string{"HEAD", "packed-refs", "config", "shallow", filepath.Join("objects", "info", "alternates"), filepath.Join("objects", "pack")} {
 		d.stat(name, filepath.Join(repoPath, name))
 	}
-	for _, path := range GlobalConfigFiles() {
-		d.stat("global:"+path, path)
-	}
+	d.globals()
 	refs := filepath.Join(repoPath, "refs")
 	err = filepath.WalkDir(refs, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
@@ -89,10 +85,7 @@ func Refs(repoPath string, now time.Time) (Stamp, error) {
 	if err != nil {
 		return Stamp{}, fmt.Errorf("repository state: %w", err)
 	}
-	s := Stamp{Digest: hex.EncodeToString(d.h.Sum(nil)), Newest: d.newest}
-	// A time in the future (another clock, a skewed file server) is racy too.
-	s.Racy = !d.newest.Before(now.Add(-RacyWindow))
-	return s, nil
+	return d.stamp(now), nil
 }
 
 // GlobalConfigFiles are the configuration files outside the repository
@@ -133,6 +126,17 @@ func (d *digest) field(name string, value []byte) {
 	d.h.Write(value)
 }
 
+func (d *digest) globals() {
+	for _, path := range GlobalConfigFiles() {
+		d.stat("global:"+path, path)
+	}
+}
+
+func (d *digest) stamp(now time.Time) Stamp {
+	// A time in the future (another clock, a skewed file server) is racy too.
+	return Stamp{Digest: hex.EncodeToString(d.h.Sum(nil)), Racy: !d.newest.Before(now.Add(-RacyWindow))}
+}
+
 // stat adds what lstat says of path (or that it is missing) under name.
 func (d *digest) stat(name, path string) {
 	fi, err := os.Lstat(path)
@@ -140,7 +144,8 @@ func (d *digest) stat(name, path string) {
 		d.field(name, []byte("missing"))
 		return
 	}
-	for _, t := range []time.Time{fi.ModTime(), changeTime(fi)} {
+	mtime, ctime := fi.ModTime(), changeTime(fi)
+	for _, t := range []time.Time{mtime, ctime} {
 		if t.After(d.newest) {
 			d.newest = t
 		}
@@ -148,8 +153,8 @@ func (d *digest) stat(name, path string) {
 	var b [33]byte
 	binary.BigEndian.PutUint64(b[0:], inode(fi))
 	binary.BigEndian.PutUint64(b[8:], uint64(fi.Size()))
-	binary.BigEndian.PutUint64(b[16:], uint64(fi.ModTime().UnixNano()))
-	binary.BigEndian.PutUint64(b[24:], uint64(changeTime(fi).UnixNano()))
+	binary.BigEndian.PutUint64(b[16:], uint64(mtime.UnixNano()))
+	binary.BigEndian.PutUint64(b[24:], uint64(ctime.UnixNano()))
 	b[32] = byte(fi.Mode().Type() >> 24)
 	d.field(name, b[:])
 }

@@ -24,7 +24,7 @@ func settled(t *testing.T, repo string) Stamp {
 	time.Sleep(RacyWindow + 10*time.Millisecond)
 	s := stamp(t, repo)
 	if s.Racy {
-		t.Fatalf("still racy after the window: newest %v", s.Newest)
+		t.Fatal("still racy after the window")
 	}
 	return s
 }
@@ -86,13 +86,33 @@ func TestRefsStampSeesEveryChange(t *testing.T) {
 
 func TestConfigStamp(t *testing.T) {
 	dir := t.TempDir()
-	if ConfigStamp(dir) != "none" {
-		t.Fatal("no config file")
+	global := filepath.Join(t.TempDir(), "gitconfig")
+	t.Setenv("GIT_CONFIG_GLOBAL", global)
+	config := func() Stamp {
+		t.Helper()
+		time.Sleep(RacyWindow + 10*time.Millisecond)
+		s := Config(dir, time.Now())
+		if s.Racy {
+			t.Fatal("still racy after the window")
+		}
+		return s
 	}
+	none := config()
 	os.WriteFile(filepath.Join(dir, "config"), []byte("[core]\n"), 0o644)
-	a := ConfigStamp(dir)
+	if Config(dir, time.Now()).Racy != true {
+		t.Fatal("a config written just now is not racy")
+	}
+	a := config()
+	if a == none {
+		t.Fatal("a new config has the stamp of none")
+	}
 	os.WriteFile(filepath.Join(dir, "config"), []byte("[core]\n\tbare = true\n"), 0o644)
-	if ConfigStamp(dir) == a {
+	b := config()
+	if b == a {
 		t.Fatal("a changed config has the same stamp")
+	}
+	os.WriteFile(global, []byte("[uploadpack]\n\tallowFilter = true\n"), 0o644)
+	if config() == b {
+		t.Fatal("a changed global config has the same stamp")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"packwire/internal/access"
@@ -311,7 +312,7 @@ const serveFileChunk = 4 << 20
 // space; plain HTTP only, TLS copies); otherwise it streams as Write does.
 func (s *streamWriter) ServeFile(f *os.File, size int64) (int64, error) {
 	if s.started {
-		return io.CopyBuffer(struct{ io.Writer }{s}, io.LimitReader(f, size), make([]byte, 256<<10))
+		return s.copyFile(f, size)
 	}
 	s.w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	s.start()
@@ -333,10 +334,21 @@ func (s *streamWriter) StreamFile(f *os.File, n int64) (int64, error) {
 		s.start()
 	}
 	if !s.closeDelimited {
-		return io.CopyBuffer(struct{ io.Writer }{s}, io.LimitReader(f, n), make([]byte, 256<<10))
+		return s.copyFile(f, n)
 	}
 	return s.sendFile(f, n)
 }
+
+// copyFile writes n bytes of f as Write does (HTTP/2, TLS, a response
+// already started), through a pooled buffer: StreamFile runs once per
+// wake-up of a followed run, every few milliseconds.
+func (s *streamWriter) copyFile(f *os.File, n int64) (int64, error) {
+	bufp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bufp)
+	return io.CopyBuffer(struct{ io.Writer }{s}, io.LimitReader(f, n), *bufp)
+}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // sendFile copies n bytes of f through net/http's ReadFrom (sendfile on a
 // plain TCP connection), a chunk at a time under the idle write deadline.
