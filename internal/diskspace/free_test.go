@@ -1,6 +1,9 @@
 package diskspace
 
-import "testing"
+import (
+	"path/filepath"
+	"testing"
+)
 
 // Free reads the real file system: some space is free, and not 4 EiB of it
 // (-1 means this platform cannot tell).
@@ -11,5 +14,24 @@ func TestFree(t *testing.T) {
 	}
 	if free != -1 && (free <= 0 || free >= 1<<62) {
 		t.Fatalf("free = %d", free)
+	}
+}
+
+// Enough reads the real file system: some space is free, and not 4 EiB of
+// it; no bound is always enough.
+func TestEnough(t *testing.T) {
+	dir := t.TempDir()
+	if !Enough(dir, 1) {
+		free, err := Free(dir)
+		t.Fatalf("Enough for 1 byte = false (free %d, %v)", free, err)
+	}
+	if Enough(dir, 1<<62) {
+		t.Fatal("Enough for 4 EiB = true")
+	}
+	if !Enough(filepath.Join(dir, "missing"), 0) {
+		t.Fatal("no bound is not enough")
+	}
+	if Enough(filepath.Join(dir, "missing"), 1) {
+		t.Fatal("a directory whose free space cannot be read has enough")
 	}
 }

@@ -158,7 +158,7 @@ func (c *Cache) Join(key string) (*Reader, *Writer, error) {
 			return &Reader{f: f, g: g, c: c}, nil, nil
 		}
 	}
-	if !c.enoughDisk() {
+	if !diskspace.Enough(c.Dir, c.MinFreeBytes) {
 		c.Log.Warn("fetch cache: disk nearly full, running git without it", "dir", c.Dir, "min_free_bytes", c.MinFreeBytes)
 		return nil, nil, ErrStandAside
 	}
@@ -177,17 +177,6 @@ func (c *Cache) Join(key string) (*Reader, *Writer, error) {
 	g.cond = sync.NewCond(&g.mu)
 	c.inflight[key] = g
 	return &Reader{f: f, g: g, c: c, leads: true}, &Writer{f: w, g: g, c: c}, nil
-}
-
-func (c *Cache) enoughDisk() bool {
-	if c.MinFreeBytes <= 0 {
-		return true
-	}
-	free, err := diskspace.Free(c.Dir)
-	if err != nil {
-		return false
-	}
-	return free < 0 || free >= c.MinFreeBytes // < 0: this system cannot tell
 }
 
 // leave is a reader of g going away. When the last one leaves a run that

@@ -153,7 +153,7 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 	}
 	g, joined := c.inflight[key]
 	if !joined {
-		if !c.enoughDisk() {
+		if !diskspace.Enough(c.Dir, c.MinFreeBytes) {
 			c.mu.Unlock()
 			c.Log.Warn("pack cache: disk nearly full, running pack-objects directly", "dir", c.Dir, "min_free_bytes", c.MinFreeBytes)
 			return c.standAside(req)
@@ -181,14 +181,6 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 func (c *Cache) standAside(req Request) (Outcome, error) {
 	c.setOutcome(req.RequestID, Direct)
 	return Direct, ErrStandAside
-}
-
-func (c *Cache) enoughDisk() bool {
-	if c.MinFreeBytes <= 0 {
-		return true
-	}
-	free, err := diskspace.Free(c.Dir)
-	return err == nil && free >= c.MinFreeBytes
 }
 
 // generate runs pack-objects into f, detached from every request: no

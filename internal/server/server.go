@@ -135,7 +135,7 @@ type Server struct {
 	GitAddr, HTTPAddr, SSHAddr, MetricsAddr net.Addr
 
 	metrics   *nethttp.Server
-	stopCache chan struct{} // ends the fetch cache's expiry loop
+	stopCache chan struct{} // ends the caches' expiry loop
 	hooks     net.Listener
 	hooksDone chan struct{}
 	daemon    *daemon.Server
@@ -196,15 +196,25 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance})
 	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })
 	gov.RegisterGauge("packwire_pack_jobs_queued", "Requests waiting for a pack generation slot.", func() float64 { _, q := s.Pipeline.Limiter.Stats(); return float64(q) })
-	if cfg.PackCache {
-		if err = s.openPackCache(); err != nil {
-			return nil, err
+	if cfg.PackCache || cfg.FetchCache {
+		// Part of every cache key: a new git may answer differently.
+		var version []byte
+		if version, err = exec.Command("git", "version").Output(); err != nil {
+			return nil, fmt.Errorf("caches: git version: %w", err)
 		}
-	}
-	if cfg.FetchCache {
-		if err = s.openFetchCache(); err != nil {
-			return nil, err
+		gitVersion := strings.TrimSpace(string(version))
+		if cfg.PackCache {
+			if err = s.openPackCache(gitVersion); err != nil {
+				return nil, err
+			}
 		}
+		if cfg.FetchCache {
+			if err = s.openFetchCache(gitVersion); err != nil {
+				return nil, err
+			}
+		}
+		s.stopCache = make(chan struct{})
+		go s.expireCaches(s.stopCache)
 	}
 	if cfg.SSHAddr != "" {
 		if s.HostKey, err = data.HostKey(); err != nil {
@@ -357,15 +367,11 @@ func (s *Server) serve(what string, serve func() error, closed error) {
 
 // openPackCache prepares the shared pack generation: the cache directory,
 // the unix socket its hook talks to, and the hook command for upload-pack.
-func (s *Server) openPackCache() error {
+func (s *Server) openPackCache(gitVersion string) error {
 	cfg := s.Config
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("pack cache: cannot find this binary for the hook: %w", err)
-	}
-	version, err := exec.Command("git", "version").Output()
-	if err != nil {
-		return fmt.Errorf("pack cache: git version: %w", err)
 	}
 	cache := &packcache.Cache{
 		Dir:          filepath.Join(s.Data.Dir, "cache", "packs"),
@@ -373,7 +379,7 @@ func (s *Server) openPackCache() error {
 		MaxAge:       cfg.PackCacheMaxAge,
 		MinUses:      cfg.PackCacheMinUses,
 		MinFreeBytes: cfg.PackCacheMinFreeBytes,
-		GitVersion:   strings.TrimSpace(string(version)),
+		GitVersion:   gitVersion,
 		Log:          cfg.Log,
 	}
 	if err := cache.Open(); err != nil {
@@ -396,16 +402,6 @@ func (s *Server) openPackCache() error {
 		defer close(s.hooksDone)
 		cache.ServeHooks(l)
 	}()
-	go func() {
-		for {
-			select {
-			case <-s.hooksDone:
-				return
-			case <-time.After(time.Minute):
-				cache.Expire()
-			}
-		}
-	}()
 	s.Governor.RegisterGauge("packwire_pack_cache_bytes", "Finished packs kept for reuse, in bytes.", func() float64 { _, b, _ := cache.Stats(); return float64(b) })
 	s.Governor.RegisterGauge("packwire_pack_cache_runs", "Shared pack-objects runs in progress.", func() float64 { _, _, n := cache.Stats(); return float64(n) })
 	s.Pipeline.PackCache = cache
@@ -415,43 +411,44 @@ func (s *Server) openPackCache() error {
 }
 
 // openFetchCache prepares the store of whole fetch responses under
-// DATA/cache/fetch and its expiry loop.
-func (s *Server) openFetchCache() error {
+// DATA/cache/fetch.
+func (s *Server) openFetchCache(gitVersion string) error {
 	cfg := s.Config
-	version, err := exec.Command("git", "version").Output()
-	if err != nil {
-		return fmt.Errorf("fetch cache: git version: %w", err)
-	}
 	cache := &fetchcache.Cache{
 		Dir:          filepath.Join(s.Data.Dir, "cache", "fetch"),
 		MaxBytes:     cfg.FetchCacheMaxBytes,
 		MaxAge:       cfg.FetchCacheMaxAge,
 		MinFreeBytes: cfg.FetchCacheMinFreeBytes,
-		GitVersion:   strings.TrimSpace(string(version)),
+		GitVersion:   gitVersion,
 		Log:          cfg.Log,
 	}
 	if err := cache.Open(); err != nil {
 		return err
 	}
-	stop := make(chan struct{})
-	s.stopCache = stop
-	go func() {
-		t := time.NewTicker(time.Minute)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				cache.Expire()
-			}
-		}
-	}()
 	s.Governor.RegisterGauge("packwire_fetch_cache_bytes", "Whole fetch responses kept for replay, in bytes.", func() float64 { return float64(cache.Stats().Bytes) })
 	s.Governor.RegisterGauge("packwire_fetch_cache_entries", "Whole fetch responses kept for replay.", func() float64 { return float64(cache.Stats().Entries) })
 	s.Governor.RegisterGauge("packwire_fetch_cache_runs", "git runs whose output is being shared with identical fetches.", func() float64 { return float64(cache.Stats().Runs) })
 	s.Pipeline.FetchCache = cache
 	return nil
+}
+
+// expireCaches drops entries past their age once a minute until stop.
+func (s *Server) expireCaches(stop <-chan struct{}) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if c := s.Pipeline.PackCache; c != nil {
+				c.Expire()
+			}
+			if c := s.Pipeline.FetchCache; c != nil {
+				c.Expire()
+			}
+		}
+	}
 }
 
 // adminOnly authorizes the lab's API: an HTTP token of a server admin (a
