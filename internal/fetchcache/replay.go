@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"packwire/internal/gitexec"
 )
 
 // FileServer is implemented by response writers that can send a whole
@@ -27,21 +29,12 @@ type FileStreamer interface {
 	StreamFile(f *os.File, n int64) (int64, error)
 }
 
-// WriteDeadliner is implemented by client streams whose blocked writes can
-// be cut short (the HTTP transport's writer).
-type WriteDeadliner interface {
-	SetWriteDeadline(time.Time) error
-}
-
 // HoldBack is how much of a run's output a follower waits for before it
 // sends anything (unless the run ends first). Before the pack flows, git
 // sends only section headers and progress; a run that fails then (while
 // counting or compressing: killed, out of memory) leaves followers that
 // have sent nothing, free to run git themselves instead of failing too.
 const HoldBack = 64 << 10
-
-// ErrClientGone wraps a failed write to the client.
-var ErrClientGone = errors.New("client hung up")
 
 // Reader replays one response: a stored one, or a run in progress that it
 // follows as the file grows. Close it when done.
@@ -64,13 +57,14 @@ type Reader struct {
 func (r *Reader) Following() bool { return r.g != nil }
 
 // Replay writes the response to out until its end and returns how many
-// bytes it wrote. A failed write returns an error wrapping ErrClientGone;
+// bytes it wrote. A failed write returns an error wrapping
+// gitexec.ErrClientGone, as the relay's does;
 // a run that failed returns one wrapping ErrGenerationFailed (with
 // written 0 the caller may still run git itself). Cancelling ctx stops
 // only this reader. idle > 0 bounds how long one write may block, when out
-// is a WriteDeadliner.
+// is a gitexec.WriteDeadliner.
 func (r *Reader) Replay(ctx context.Context, out io.Writer, idle time.Duration) (written int64, err error) {
-	deadliner, _ := out.(WriteDeadliner)
+	deadliner, _ := out.(gitexec.WriteDeadliner)
 	if deadliner != nil {
 		// A kill (shutdown) unblocks a write stuck on a client that stopped reading.
 		stop := context.AfterFunc(ctx, func() { deadliner.SetWriteDeadline(time.Now()) })
@@ -112,7 +106,7 @@ func (r *Reader) Replay(ctx context.Context, out io.Writer, idle time.Duration) 
 
 // copy sends [off, end) of the file to out: whole with ServeFile when that
 // is the entire response and nothing went out yet, else in chunks.
-func (r *Reader) copy(ctx context.Context, out io.Writer, off, end int64, d WriteDeadliner, idle time.Duration) (int64, error) {
+func (r *Reader) copy(ctx context.Context, out io.Writer, off, end int64, d gitexec.WriteDeadliner, idle time.Duration) (int64, error) {
 	if off == 0 && end > 0 && r.complete(end) {
 		if fs, ok := out.(FileServer); ok {
 			n, err := fs.ServeFile(r.f, end)
@@ -173,7 +167,7 @@ func wrapGone(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return errors.Join(ErrClientGone, err)
+	return errors.Join(gitexec.ErrClientGone, err)
 }
 
 // Close releases the reader; the last reader of an unfinished run stops it.

@@ -76,7 +76,7 @@ func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, stdin io.Reader,
 			return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
 		}
 		c.outcome = fetchcache.Replayed
-		return gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}, replayError(err)
+		return gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}, err
 	}
 	return c.lead(ctx, spec, body, reader, writer, out)
 }
@@ -131,7 +131,7 @@ func (c *Call) lead(ctx context.Context, spec gitexec.Spec, body []byte, reader 
 	res.BytesIn, res.BytesOut = int64(len(body)), written
 	switch {
 	case replayErr != nil && !errors.Is(replayErr, fetchcache.ErrGenerationFailed):
-		return res, replayError(replayErr) // this client left (or was cut off)
+		return res, replayErr // this client left (or was cut off)
 	case run.err != nil && ctx.Err() != nil:
 		return res, ctx.Err()
 	default:
@@ -188,17 +188,6 @@ func (c *Call) waited() time.Duration {
 	c.admitMu.Lock()
 	defer c.admitMu.Unlock()
 	return c.queueWait
-}
-
-// replayError names a replay's failure as the relay would.
-func replayError(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, fetchcache.ErrClientGone):
-		return fmt.Errorf("%w: %v", gitexec.ErrClientGone, err)
-	}
-	return err
 }
 
 // ReadDeadliner is implemented by transports whose request body reads can
@@ -264,7 +253,7 @@ func (p *progressWriter) count(n int64) {
 }
 
 func (p *progressWriter) SetWriteDeadline(t time.Time) error {
-	if d, ok := p.w.(fetchcache.WriteDeadliner); ok {
+	if d, ok := p.w.(gitexec.WriteDeadliner); ok {
 		return d.SetWriteDeadline(t)
 	}
 	return nil
