@@ -207,20 +207,15 @@ func (ru *rollups) write(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
-// backfillRollups sums the records written before the rollups existed (or
-// all records, for RebuildRollups), in one transaction, reading the records
-// once. It is a no-op when nothing is pending.
+// backfillRollups sums the records written before the rollups existed, in
+// one transaction, reading the records once. It is a no-op when nothing is
+// pending.
 func (g *Governor) backfillRollups(ctx context.Context) error {
-	conn, err := g.db.DB.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 	var pending int
-	if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM rollup_pending").Scan(&pending); err != nil || pending == 0 {
+	if err := g.db.DB.QueryRowContext(ctx, "SELECT count(*) FROM rollup_pending").Scan(&pending); err != nil || pending == 0 {
 		return err
 	}
-	tx, err := conn.BeginTx(ctx, nil)
+	tx, err := g.db.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -234,25 +229,6 @@ func (g *Governor) backfillRollups(ctx context.Context) error {
 		return fmt.Errorf("summing request records for the dashboard: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, "DELETE FROM rollup_pending"); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// RebuildRollups recomputes the rollup tables from the records (tests and
-// repair; the writer keeps them current).
-func (g *Governor) RebuildRollups(ctx context.Context) error {
-	tx, err := g.db.DB.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	for _, table := range []string{"request_rollup", "request_wall_bins", "repo_last_push", "rollup_pending"} {
-		if _, err := tx.ExecContext(ctx, "DELETE FROM "+table); err != nil {
-			return err
-		}
-	}
-	if err := sumRecordsInto(ctx, tx, time.Now()); err != nil {
 		return err
 	}
 	return tx.Commit()
