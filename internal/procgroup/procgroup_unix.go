@@ -1,4 +1,4 @@
-//go:build unix && !linux
+//go:build unix
 
 package procgroup
 
@@ -14,10 +14,11 @@ import (
 const KillsWholeTree = true
 
 // Start starts cmd in its own process group, so that Kill reaches what it
-// spawns. There is no Pdeathsig here: children of a crashed packwire run on
-// until git notices its closed pipes.
+// spawns; on Linux also with Pdeathsig, so that a crashed packwire takes it
+// along (elsewhere children of a crashed packwire run on until git notices
+// its closed pipes).
 func Start(cmd *exec.Cmd) error {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = sysProcAttr()
 	return cmd.Start()
 }
 
@@ -39,8 +40,8 @@ func UsageOf(st *os.ProcessState) Usage {
 	}
 }
 
-// maxRSSBytes converts ru_maxrss, which macOS counts in bytes and the BSDs
-// in KiB.
+// maxRSSBytes converts ru_maxrss, which macOS counts in bytes and Linux and
+// the BSDs in KiB.
 func maxRSSBytes(v int64) int64 {
 	if runtime.GOOS == "darwin" || runtime.GOOS == "ios" {
 		return v
