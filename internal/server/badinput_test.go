@@ -221,15 +221,21 @@ func TestHTTPBadInput(t *testing.T) {
 	}
 }
 
-// gitChildren lists processes of this test binary's git children (the
-// server's upload-pack/receive-pack and what they started).
-func gitChildren(t *testing.T, match string) []string {
-	t.Helper()
+// childProc is a child process of this test binary.
+type childProc struct {
+	pid     int
+	cmdline string // arguments joined by spaces
+}
+
+// children lists this test binary's child processes (the server's
+// upload-pack/receive-pack) whose command line contains match.
+func children(match string) []childProc {
 	entries, _ := os.ReadDir("/proc")
 	self := strconv.Itoa(os.Getpid())
-	var found []string
+	var found []childProc
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -243,10 +249,20 @@ func gitChildren(t *testing.T, match string) []string {
 		}
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		if strings.Contains(string(cmdline), match) {
-			found = append(found, strings.ReplaceAll(string(cmdline), "\x00", " "))
+			found = append(found, childProc{pid, strings.ReplaceAll(string(cmdline), "\x00", " ")})
 		}
 	}
 	return found
+}
+
+// gitChildren lists the command lines of children(match).
+func gitChildren(t *testing.T, match string) []string {
+	t.Helper()
+	var lines []string
+	for _, c := range children(match) {
+		lines = append(lines, c.cmdline)
+	}
+	return lines
 }
 
 func waitNoChildren(t *testing.T, match string, within time.Duration) {

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -440,29 +439,12 @@ func TestFetchCacheClientsLeave(t *testing.T) {
 	}
 }
 
-// childPIDs lists this test binary's child processes whose command line
-// contains match.
+// childPIDs lists the pids of children(match).
 func childPIDs(t *testing.T, match string) []int {
 	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	self := strconv.Itoa(os.Getpid())
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) < 2 || fields[1] != self {
-			continue
-		}
-		if cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline"); strings.Contains(string(cmdline), match) {
-			pids = append(pids, pid)
-		}
+	for _, c := range children(match) {
+		pids = append(pids, c.pid)
 	}
 	return pids
 }
@@ -494,7 +476,11 @@ func TestFetchCacheLeaderFails(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("upload-pack processes: %v", pids)
 	}
-	killGroup(pids[0]) // pack-objects too
+	p, err := os.FindProcess(pids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	procgroup.Kill(&exec.Cmd{Process: p}) // its process group: pack-objects too
 	if err := leader.Wait(); err == nil {
 		t.Fatal("the leader's clone succeeded without its git")
 	}

@@ -13,28 +13,13 @@ import (
 	"testing"
 
 	"packwire/internal/gittest"
-	"packwire/internal/governor"
 )
 
-// outcomes collects the pack_cache outcome of each full-clone record after seq.
+// cloneOutcomes waits for n full-clone records after seq and counts them
+// by "pack_cache/result".
 func (s *testServer) cloneOutcomes(t *testing.T, seq int64, n int) map[string]int {
 	t.Helper()
-	recs := s.recordsAfter(t, seq, func(r []governor.Record) bool {
-		count := 0
-		for _, x := range r {
-			if x.Kind == "full-clone" {
-				count++
-			}
-		}
-		return count >= n
-	})
-	out := map[string]int{}
-	for _, r := range recs {
-		if r.Kind == "full-clone" {
-			out[r.PackCache+"/"+r.Result]++
-		}
-	}
-	return out
+	return outcomeCounts(s.fetchRecords(t, seq, "full-clone", n))
 }
 
 func packNames(t *testing.T, clone string) string {
