@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +16,7 @@ import (
 	"packwire/internal/packcache"
 	"packwire/internal/pipeline"
 	"packwire/internal/server"
-	"packwire/internal/store"
+	"packwire/internal/servertest"
 )
 
 // TestMain lets this test binary serve as upload-pack's pack-objects hook,
@@ -43,47 +41,20 @@ type e2eServer struct {
 
 func startE2E(t *testing.T) *e2eServer {
 	t.Helper()
-	env := gittest.New(t)
-	cfg := server.Defaults
-	cfg.DataDir = filepath.Join(t.TempDir(), "data")
-	cfg.GitAddr, cfg.HTTPAddr, cfg.SSHAddr = "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.RecordsFlush = 20 * time.Millisecond
-	cfg.PackCache = true
-	cfg.PackCacheMinFreeBytes = 0
-	cfg.MaintainInterval = 0
-	cfg.LabDir = filepath.Join(t.TempDir(), "lab")
-	ctx := context.Background()
-	srv, err := server.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+	labDir := filepath.Join(t.TempDir(), "lab")
+	ts := servertest.Start(t, func(cfg *server.Config) {
+		cfg.SSHAddr = "" // the Repos page then offers two clone URLs per repository
+		cfg.RecordsFlush = 20 * time.Millisecond
+		cfg.PackCache = true
+		cfg.PackCacheMinFreeBytes = 0
+		cfg.LabDir = labDir
 	})
-	s := &e2eServer{Server: srv, env: env, base: "http://" + srv.HTTPAddr.String(), git: "git://" + srv.GitAddr.String(), labDir: cfg.LabDir}
-	for _, u := range []struct{ name, role string }{{"root", "admin"}, {"alice", "write"}} {
-		if _, err := srv.Data.Store.AddUser(ctx, u.name); err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Data.Store.SetGrant(ctx, store.Grant{User: u.name, RepoPattern: "**", Role: u.role}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if s.admin, err = srv.Data.Access.CreateToken(ctx, "root", 0); err != nil {
-		t.Fatal(err)
-	}
-	if s.writer, err = srv.Data.Access.CreateToken(ctx, "alice", 0); err != nil {
-		t.Fatal(err)
-	}
+	srv := ts.Server
+	s := &e2eServer{Server: srv, env: ts.Env, base: "http://" + srv.HTTPAddr.String(), git: "git://" + srv.GitAddr.String(), labDir: labDir,
+		admin: ts.Token(t, "root", "admin"), writer: ts.Token(t, "alice", "write")}
 	// A lab run as packwire bench leaves it: a self-contained report with
 	// inline CSS and SVG, and its samples.
-	run := filepath.Join(cfg.LabDir, "2026-11-21-clone-matrix")
+	run := filepath.Join(labDir, "2026-11-21-clone-matrix")
 	os.MkdirAll(run, 0o755)
 	s.reportBody = "Full clone: 2.1 s median over 5 runs"
 	os.WriteFile(filepath.Join(run, dashboard.ReportFile), []byte(`<!doctype html><html><head><meta charset="utf-8"><title>clone matrix</title>

@@ -15,13 +15,15 @@ import (
 
 	"packwire/internal/gittest"
 	"packwire/internal/server"
+	"packwire/internal/store"
 )
 
 // Server is a running packwire with a git client environment.
 type Server struct {
 	*server.Server
 	Env *gittest.Env
-	// SSHKey is a client key (unregistered, so anonymous) for SSH URLs.
+	// SSHKey is a client key (unregistered, so anonymous) for SSH URLs; ""
+	// when SSH is off.
 	SSHKey string
 }
 
@@ -51,7 +53,29 @@ func Start(t testing.TB, mutate func(*server.Config)) *Server {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	return &Server{Server: srv, Env: env, SSHKey: env.NewSSHKey("id_servertest")}
+	s := &Server{Server: srv, Env: env}
+	if cfg.SSHAddr != "" {
+		s.SSHKey = env.NewSSHKey("id_servertest")
+	}
+	return s
+}
+
+// Token creates user with role on every repository and returns an HTTP
+// token of theirs.
+func (s *Server) Token(t testing.TB, user, role string) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.Data.Store.AddUser(ctx, user); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Data.Store.SetGrant(ctx, store.Grant{User: user, RepoPattern: "**", Role: role}); err != nil {
+		t.Fatal(err)
+	}
+	token, err := s.Data.Access.CreateToken(ctx, user, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
 }
 
 // Repo creates repository name with a synthetic history of the shape.
