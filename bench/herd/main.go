@@ -623,32 +623,16 @@ func parseRecords(b []byte) []record {
 	return recs
 }
 
+// startPackwire starts packwire serving repos over HTTP in its own group,
+// with its own data directory.
 func startPackwire(bin, name, short, repos string, cacheFlags ...string) *server {
 	data := filepath.Join(out, "data-"+short)
-	must(os.MkdirAll(data, 0o755))
-	must(os.Symlink(repos, filepath.Join(data, "repos")))
+	benchkit.ShareRepos(data, repos)
 	port := benchkit.FreePort()
-	g := benchkit.NewGroup(short)
-	args := append([]string{"serve", "--data", data, "--maintain-interval", "0", "--git=", "--ssh=", "--http", "127.0.0.1:" + port,
-		"--max-pack-jobs", "64", "--max-pack-jobs-per-repo", "64", "--log-format", "json"}, cacheFlags...)
-	cmd := g.Command(bin, args...)
-	logf, _ := os.Create(filepath.Join(out, "packwire-"+short+".log"))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	must(cmd.Start())
-	s := &server{name: name, short: short, url: "http://127.0.0.1:" + port + "/bench.git", group: g, data: data}
-	s.stop = func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-		}
-		g.Close()
-		logf.Close()
-	}
-	benchkit.WaitPort(port)
-	return s
+	args := append([]string{"--maintain-interval", "0", "--git=", "--ssh=", "--http", "127.0.0.1:" + port,
+		"--max-pack-jobs", "64", "--max-pack-jobs-per-repo", "64"}, cacheFlags...)
+	p := benchkit.StartPackwire(short, bin, data, filepath.Join(out, "packwire-"+short+".log"), port, args...)
+	return &server{name: name, short: short, url: "http://127.0.0.1:" + port + "/bench.git", group: p.Group, data: data, stop: p.Stop}
 }
 
 // startNginx starts the peer, nginx + fcgiwrap + git-http-backend, in its own group.

@@ -297,8 +297,7 @@ func (s *setup) herdWorkload(r *report) {
 	log.Printf("herds of %d clones over HTTP ...", size)
 	sharePort := benchkit.FreePort()
 	shareData := filepath.Join(s.out, "data-sharing")
-	os.MkdirAll(shareData, 0o755)
-	os.Symlink(s.repos, filepath.Join(shareData, "repos"))
+	benchkit.ShareRepos(shareData, s.repos)
 	unshared := benchkit.StartPackwire("packwire-unshared", s.bin, shareData, filepath.Join(s.out, "packwire-unshared.log"), sharePort,
 		"--maintain-interval", "0", "--git=", "--ssh=", "--http", "127.0.0.1:"+sharePort, "--fetch-cache=false")
 	defer unshared.Stop()

@@ -59,8 +59,7 @@ func main() {
 	// The same packwire without the fetch cache: what generating every
 	// clone costs (the default replays identical clones of an unchanged repo).
 	nocacheData := filepath.Join(out, "data-nocache")
-	os.MkdirAll(nocacheData, 0o755)
-	os.Symlink(repos, filepath.Join(nocacheData, "repos"))
+	benchkit.ShareRepos(nocacheData, repos)
 	nocacheToken := adminToken(bin, nocacheData)
 	nocachePort := benchkit.FreePort()
 	pwNoCache := benchkit.StartPackwire("study-packwire-nocache", bin, nocacheData, filepath.Join(out, "packwire-nocache.log"), nocachePort,

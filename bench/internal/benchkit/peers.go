@@ -108,6 +108,17 @@ func stopper(g *Group, sig syscall.Signal, logf *os.File, cmds ...*exec.Cmd) fun
 	}
 }
 
+// ShareRepos makes data a packwire data directory whose repos is a symlink
+// to repos: a second packwire server over the same repositories.
+func ShareRepos(data, repos string) {
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.Symlink(repos, filepath.Join(data, "repos")); err != nil {
+		log.Fatal(err)
+	}
+}
+
 // StartPackwire runs `bin serve --data data ARGS...` in its own group;
 // port is the port the caller gave it (for WaitPort), "" to not wait.
 func StartPackwire(name, bin, data, logPath, port string, args ...string) *Server {
