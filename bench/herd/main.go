@@ -25,14 +25,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"packwire/bench/internal/benchkit"
@@ -77,6 +75,7 @@ func main() {
 	pairs := flag.Int("pairs", 10, "paired single clones of a fresh commit, fetch cache on against off (the cost of storing a response)")
 	flag.Parse()
 	log.SetFlags(0)
+	benchkit.StopOnSignal()
 	var sizes []int
 	for _, f := range strings.Split(*sizesFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -127,21 +126,11 @@ func main() {
 	benchkit.Run("go", "build", "-o", bin, "./cmd/packwire")
 
 	var servers []*server
-	cleanup := func() {
+	defer func() {
 		for _, s := range servers {
 			s.stop()
 		}
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-sig
-		log.Print("interrupted: stopping servers")
-		cleanup()
-		os.Exit(1)
 	}()
-	defer cleanup()
-	atExit = cleanup
 	servers = append(servers, startPackwire(bin, "packwire (fetch cache)", "a", repos, "--fetch-cache=true", "--pack-cache=false"))
 	servers = append(servers, startPackwire(bin, "packwire (pack cache hook)", "b", repos, "--fetch-cache=false", "--pack-cache=true"))
 	servers = append(servers, startPackwire(bin, "packwire (no sharing)", "c", repos, "--fetch-cache=false", "--pack-cache=false"))
@@ -150,7 +139,7 @@ func main() {
 	// Warm-up: one clone per server (page cache, first-start costs).
 	for _, s := range servers {
 		if r := runHerd(s, 1); r.errs > 0 {
-			fatalf("warm-up clone from %s failed: %s", s.name, r.errMsg)
+			benchkit.Fatalf("warm-up clone from %s failed: %s", s.name, r.errMsg)
 		}
 		if s.data != "" {
 			packCacheCounts(bin, s.data, 1) // marks the warm-up's records as seen
@@ -198,7 +187,7 @@ func main() {
 			s := hitServers[j]
 			res := runHerd(s, 1)
 			if res.errs > 0 {
-				fatalf("repeated clone from %s failed: %s", s.name, res.errMsg)
+				benchkit.Fatalf("repeated clone from %s failed: %s", s.name, res.errMsg)
 			}
 			hitCPU[s] = append(hitCPU[s], res.cpu)
 			hitRSS[s] = append(hitRSS[s], time.Duration(res.rssPeak))
@@ -231,7 +220,7 @@ func main() {
 		for _, s := range order {
 			res := runHerd(s, 1)
 			if res.errs > 0 {
-				fatalf("paired clone from %s failed: %s", s.name, res.errMsg)
+				benchkit.Fatalf("paired clone from %s failed: %s", s.name, res.errMsg)
 			}
 			got[s] = res.cpu
 		}
@@ -401,20 +390,9 @@ func cacheString(m map[string]int, packwire bool) string {
 	return strings.Join(parts, ", ")
 }
 
-// atExit stops the servers and removes their cgroups on a fatal error.
-var atExit func()
-
-func fatalf(format string, args ...any) {
-	log.Printf(format, args...)
-	if atExit != nil {
-		atExit()
-	}
-	os.Exit(1)
-}
-
 func must(err error) {
 	if err != nil {
-		fatalf("%v", err)
+		benchkit.Fatalf("%v", err)
 	}
 }
 
@@ -424,7 +402,7 @@ func git(dir string, args ...string) {
 	cmd.Dir = dir
 	cmd.Env = clientEnv
 	if b, err := cmd.CombinedOutput(); err != nil {
-		fatalf("git %s: %v\n%s", strings.Join(args, " "), err, b)
+		benchkit.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, b)
 	}
 }
 

@@ -210,7 +210,7 @@ func (s *setup) smallCommit(work, msg string) {
 		f := filepath.Join(work, files[rng.IntN(len(files))])
 		fh, err := os.OpenFile(f, os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
-			log.Fatal(err)
+			benchkit.Fatalf("%v", err)
 		}
 		fmt.Fprintf(fh, "\n// %s %d\n", msg, rng.Int64())
 		fh.Close()
@@ -235,7 +235,7 @@ func (s *setup) mirrorWorkload(r *report) {
 	cmd := exec.Command("git", "-C", src, "update-ref", "--stdin")
 	cmd.Stdin = strings.NewReader(in.String())
 	if b, err := cmd.CombinedOutput(); err != nil {
-		log.Fatalf("update-ref: %v\n%s", err, b)
+		benchkit.Fatalf("update-ref: %v\n%s", err, b)
 	}
 	total := len(strings.Split(strings.TrimSpace(benchkit.Output("git", "-C", src, "for-each-ref", "--format=%(refname)")), "\n"))
 	var targets []target
@@ -270,7 +270,7 @@ func (s *setup) mirrorWorkload(r *report) {
 		// Every ref arrived and the repository is sound.
 		dst := filepath.Join(s.repos, name+".git")
 		if got := len(strings.Split(strings.TrimSpace(benchkit.Output("git", "-C", dst, "for-each-ref", "--format=%(refname)")), "\n")); got != total {
-			log.Fatalf("%s: %d refs after the mirror push, want %d", t.name, got, total)
+			benchkit.Fatalf("%s: %d refs after the mirror push, want %d", t.name, got, total)
 		}
 		benchkit.Run("git", "-C", dst, "fsck", "--connectivity-only", "--no-progress")
 		os.RemoveAll(dst)
