@@ -228,7 +228,6 @@ func main() {
 		if counts["generated"] != 1 {
 			log.Printf("pair %d: the fetch cache did not run git for a fresh commit: %v", i, counts)
 		}
-		packCacheCounts(bin, off.data, 1)
 		teeOn, teeOff = append(teeOn, got[on]), append(teeOff, got[off])
 		teeRatios = append(teeRatios, got[on].Seconds()/got[off].Seconds())
 		log.Printf("pair %d/%d  cache on %.3fs  off %.3fs", i+1, *pairs, got[on].Seconds(), got[off].Seconds())
