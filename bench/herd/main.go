@@ -17,7 +17,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -521,11 +520,9 @@ func packCacheRecords(bin, data string, n int) (map[string]int, time.Duration) {
 	for try := 0; try < 40; try++ {
 		counts = map[string]int{}
 		gitCPU = 0
-		cmd := exec.Command(bin, "governor", "--data", data, "--last", strconv.Itoa(8*n+16), "--json")
-		b, err := cmd.Output()
+		recs, err := benchkit.GovernorRecords(bin, data, 8*n+16)
 		if err == nil {
-			recs := parseRecords(b)
-			// newest last or first: take records since the last one we saw
+			// newest last: take records since the last one we saw
 			seen := 0
 			for i := len(recs) - 1; i >= 0 && seen < n; i-- {
 				r := recs[i]
@@ -540,7 +537,7 @@ func packCacheRecords(bin, data string, n int) (map[string]int, time.Duration) {
 					pc = "off"
 				}
 				counts[pc]++
-				gitCPU += time.Duration((r.UserMS + r.SysMS) * float64(time.Millisecond))
+				gitCPU += r.CPU()
 				seen++
 			}
 			if seen == n {
@@ -559,46 +556,6 @@ func packCacheRecords(bin, data string, n int) (map[string]int, time.Duration) {
 }
 
 var lastSeen = map[string]map[string]bool{}
-
-type record struct {
-	ID        string    `json:"id"`
-	Start     time.Time `json:"start"`
-	Service   string    `json:"service"`
-	Kind      string    `json:"kind"`
-	PackCache string    `json:"pack_cache"`
-	UserMS    float64   `json:"cpu_user_ms"`
-	SysMS     float64   `json:"cpu_sys_ms"`
-}
-
-// parseRecords reads a JSON array, an object with "records", or JSON lines,
-// and returns the records oldest first.
-func parseRecords(b []byte) []record {
-	var recs []record
-	if err := json.Unmarshal(b, &recs); err != nil {
-		var wrapped struct {
-			Records []record `json:"records"`
-		}
-		if json.Unmarshal(b, &wrapped) == nil && wrapped.Records != nil {
-			recs = wrapped.Records
-		} else {
-			recs = nil
-			dec := json.NewDecoder(bytes.NewReader(b))
-			for {
-				var r record
-				if err := dec.Decode(&r); err != nil {
-					break
-				}
-				recs = append(recs, r)
-			}
-		}
-	}
-	if len(recs) > 1 && recs[0].Start.After(recs[len(recs)-1].Start) {
-		for i, j := 0, len(recs)-1; i < j; i, j = i+1, j-1 {
-			recs[i], recs[j] = recs[j], recs[i]
-		}
-	}
-	return recs
-}
 
 // startPackwire starts packwire serving repos over HTTP in its own group,
 // with its own data directory.

@@ -25,10 +25,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -42,7 +40,6 @@ import (
 	"time"
 
 	"packwire/bench/internal/benchkit"
-	"packwire/internal/governor"
 	"packwire/internal/lab/compare"
 	"packwire/internal/lab/synth"
 )
@@ -228,14 +225,9 @@ func paired(base, s []sample, f func(sample) time.Duration) string {
 // governor records of its repository that started while it ran.
 func addGitCPU(bin, data string, results map[string][]sample) {
 	time.Sleep(time.Second) // the governor writes its records in batches every 500 ms
-	var recs []governor.Record
-	sc := bufio.NewScanner(strings.NewReader(benchkit.Output(bin, "governor", "--last", "100000", "--json", "--data", data)))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var r governor.Record
-		if json.Unmarshal(sc.Bytes(), &r) == nil {
-			recs = append(recs, r)
-		}
+	recs, err := benchkit.GovernorRecords(bin, data, 100000)
+	if err != nil {
+		benchkit.Fatalf("%v", err)
 	}
 	if len(recs) == 0 {
 		benchkit.Fatalf("no governor records in %s", data)
