@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"packwire/bench/internal/benchkit"
+	"packwire/internal/repostate"
 )
 
 type server struct {
@@ -413,10 +414,10 @@ func newCommit(msg string) {
 	git(work, "add", "HERD")
 	git(work, "-c", "user.name=Bench", "-c", "user.email=bench@example.com", "commit", "-q", "-m", msg)
 	git(work, "push", "-q", "origin", "HEAD:main")
-	// The fetch cache trusts no refs changed in the last 50 ms (a change
-	// in the same clock tick could go unseen); a real herd comes seconds
-	// after the push that triggered it.
-	time.Sleep(100 * time.Millisecond)
+	// The fetch cache trusts no refs changed within repostate.RacyWindow
+	// (a change in the same clock tick could go unseen); a real herd comes
+	// seconds after the push that triggered it.
+	time.Sleep(2 * repostate.RacyWindow)
 }
 
 // quantile of sorted values, linear between neighbours.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"packwire/bench/internal/benchkit"
 	"packwire/internal/lab/compare"
+	"packwire/internal/repostate"
 )
 
 // sample is one measured operation: client wall and the server's CPU
@@ -313,9 +313,10 @@ func (s *setup) herdWorkload(r *report) {
 	got := s.rounds(targets, func(t target, round int) sample {
 		s.smallCommit(work, "herd")
 		s.mustGit(nil, work, "push", "-q", "origin", "HEAD")
-		// The fetch cache does not trust refs changed in the last 50 ms
-		// (racy timestamps); a real herd comes seconds after its push.
-		time.Sleep(200 * time.Millisecond)
+		// The fetch cache does not trust refs changed within
+		// repostate.RacyWindow (racy timestamps); a real herd comes
+		// seconds after its push.
+		time.Sleep(2 * repostate.RacyWindow)
 		return measure(t.server, func() time.Duration {
 			var wg sync.WaitGroup
 			start := time.Now()
@@ -466,6 +467,5 @@ func (s *setup) load(clients int, d time.Duration, url, pushURL string, env []st
 		benchkit.Run("git", "-C", bare, "update-ref", "-d", "refs/heads/load")
 	}
 	os.RemoveAll(filepath.Join(s.out, "load"))
-	sort.Slice(res.walls, func(i, j int) bool { return res.walls[i] < res.walls[j] })
 	return res
 }

@@ -19,7 +19,6 @@ import (
 // functions register it until it is stopped, so that Fatalf and
 // StopOnSignal stop it.
 type Server struct {
-	Name  string
 	Port  string
 	Group *Group
 	stop  func()
@@ -193,7 +192,7 @@ func StartPackwire(name, bin, data, logPath, port string, args ...string) *Serve
 		g.Close()
 		Fatalf("%v", err)
 	}
-	s := register(&Server{Name: name, Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, logf, cmd)})
+	s := register(&Server{Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, logf, cmd)})
 	if port != "" {
 		WaitPort(port)
 	}
@@ -213,7 +212,7 @@ func StartGitDaemon(name, base string, env []string) *Server {
 		g.Close()
 		Fatalf("%v", err)
 	}
-	s := register(&Server{Name: name, Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, nil, cmd)})
+	s := register(&Server{Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, nil, cmd)})
 	WaitPort(port)
 	return s
 }
@@ -289,7 +288,7 @@ func StartNginx(name, dir, repos string) *Server {
 		stop()
 		Fatalf("%v", err)
 	}
-	s := register(&Server{Name: name, Port: port, Group: g, stop: func() {
+	s := register(&Server{Port: port, Group: g, stop: func() {
 		ngx.Process.Signal(syscall.SIGQUIT)
 		ngx.Wait()
 		stop()
@@ -365,7 +364,7 @@ func StartSSHD(name, dir, authorizedKey string) *Server {
 		g.Close()
 		Fatalf("%v", err)
 	}
-	s := register(&Server{Name: name, Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, logf, cmd)})
+	s := register(&Server{Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, logf, cmd)})
 	WaitPort(port)
 	return s
 }
