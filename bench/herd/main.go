@@ -17,7 +17,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -25,17 +24,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"packwire/bench/internal/benchkit"
+	"packwire/internal/repostate"
 )
 
 type server struct {
@@ -77,6 +75,7 @@ func main() {
 	pairs := flag.Int("pairs", 10, "paired single clones of a fresh commit, fetch cache on against off (the cost of storing a response)")
 	flag.Parse()
 	log.SetFlags(0)
+	benchkit.StopOnSignal()
 	var sizes []int
 	for _, f := range strings.Split(*sizesFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -127,21 +126,11 @@ func main() {
 	benchkit.Run("go", "build", "-o", bin, "./cmd/packwire")
 
 	var servers []*server
-	cleanup := func() {
+	defer func() {
 		for _, s := range servers {
 			s.stop()
 		}
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-sig
-		log.Print("interrupted: stopping servers")
-		cleanup()
-		os.Exit(1)
 	}()
-	defer cleanup()
-	atExit = cleanup
 	servers = append(servers, startPackwire(bin, "packwire (fetch cache)", "a", repos, "--fetch-cache=true", "--pack-cache=false"))
 	servers = append(servers, startPackwire(bin, "packwire (pack cache hook)", "b", repos, "--fetch-cache=false", "--pack-cache=true"))
 	servers = append(servers, startPackwire(bin, "packwire (no sharing)", "c", repos, "--fetch-cache=false", "--pack-cache=false"))
@@ -150,7 +139,7 @@ func main() {
 	// Warm-up: one clone per server (page cache, first-start costs).
 	for _, s := range servers {
 		if r := runHerd(s, 1); r.errs > 0 {
-			fatalf("warm-up clone from %s failed: %s", s.name, r.errMsg)
+			benchkit.Fatalf("warm-up clone from %s failed: %s", s.name, r.errMsg)
 		}
 		if s.data != "" {
 			packCacheCounts(bin, s.data, 1) // marks the warm-up's records as seen
@@ -198,7 +187,7 @@ func main() {
 			s := hitServers[j]
 			res := runHerd(s, 1)
 			if res.errs > 0 {
-				fatalf("repeated clone from %s failed: %s", s.name, res.errMsg)
+				benchkit.Fatalf("repeated clone from %s failed: %s", s.name, res.errMsg)
 			}
 			hitCPU[s] = append(hitCPU[s], res.cpu)
 			hitRSS[s] = append(hitRSS[s], time.Duration(res.rssPeak))
@@ -231,7 +220,7 @@ func main() {
 		for _, s := range order {
 			res := runHerd(s, 1)
 			if res.errs > 0 {
-				fatalf("paired clone from %s failed: %s", s.name, res.errMsg)
+				benchkit.Fatalf("paired clone from %s failed: %s", s.name, res.errMsg)
 			}
 			got[s] = res.cpu
 		}
@@ -239,7 +228,6 @@ func main() {
 		if counts["generated"] != 1 {
 			log.Printf("pair %d: the fetch cache did not run git for a fresh commit: %v", i, counts)
 		}
-		packCacheCounts(bin, off.data, 1)
 		teeOn, teeOff = append(teeOn, got[on]), append(teeOff, got[off])
 		teeRatios = append(teeRatios, got[on].Seconds()/got[off].Seconds())
 		log.Printf("pair %d/%d  cache on %.3fs  off %.3fs", i+1, *pairs, got[on].Seconds(), got[off].Seconds())
@@ -401,20 +389,9 @@ func cacheString(m map[string]int, packwire bool) string {
 	return strings.Join(parts, ", ")
 }
 
-// atExit stops the servers and removes their cgroups on a fatal error.
-var atExit func()
-
-func fatalf(format string, args ...any) {
-	log.Printf(format, args...)
-	if atExit != nil {
-		atExit()
-	}
-	os.Exit(1)
-}
-
 func must(err error) {
 	if err != nil {
-		fatalf("%v", err)
+		benchkit.Fatalf("%v", err)
 	}
 }
 
@@ -424,7 +401,7 @@ func git(dir string, args ...string) {
 	cmd.Dir = dir
 	cmd.Env = clientEnv
 	if b, err := cmd.CombinedOutput(); err != nil {
-		fatalf("git %s: %v\n%s", strings.Join(args, " "), err, b)
+		benchkit.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, b)
 	}
 }
 
@@ -437,10 +414,10 @@ func newCommit(msg string) {
 	git(work, "add", "HERD")
 	git(work, "-c", "user.name=Bench", "-c", "user.email=bench@example.com", "commit", "-q", "-m", msg)
 	git(work, "push", "-q", "origin", "HEAD:main")
-	// The fetch cache trusts no refs changed in the last 50 ms (a change
-	// in the same clock tick could go unseen); a real herd comes seconds
-	// after the push that triggered it.
-	time.Sleep(100 * time.Millisecond)
+	// The fetch cache trusts no refs changed within repostate.RacyWindow
+	// (a change in the same clock tick could go unseen); a real herd comes
+	// seconds after the push that triggered it.
+	time.Sleep(2 * repostate.RacyWindow)
 }
 
 // quantile of sorted values, linear between neighbours.
@@ -544,11 +521,9 @@ func packCacheRecords(bin, data string, n int) (map[string]int, time.Duration) {
 	for try := 0; try < 40; try++ {
 		counts = map[string]int{}
 		gitCPU = 0
-		cmd := exec.Command(bin, "governor", "--data", data, "--last", strconv.Itoa(8*n+16), "--json")
-		b, err := cmd.Output()
+		recs, err := benchkit.GovernorRecords(bin, data, 8*n+16)
 		if err == nil {
-			recs := parseRecords(b)
-			// newest last or first: take records since the last one we saw
+			// newest last: take records since the last one we saw
 			seen := 0
 			for i := len(recs) - 1; i >= 0 && seen < n; i-- {
 				r := recs[i]
@@ -563,7 +538,7 @@ func packCacheRecords(bin, data string, n int) (map[string]int, time.Duration) {
 					pc = "off"
 				}
 				counts[pc]++
-				gitCPU += time.Duration((r.UserMS + r.SysMS) * float64(time.Millisecond))
+				gitCPU += r.CPU()
 				seen++
 			}
 			if seen == n {
@@ -583,72 +558,16 @@ func packCacheRecords(bin, data string, n int) (map[string]int, time.Duration) {
 
 var lastSeen = map[string]map[string]bool{}
 
-type record struct {
-	ID        string    `json:"id"`
-	Start     time.Time `json:"start"`
-	Service   string    `json:"service"`
-	Kind      string    `json:"kind"`
-	PackCache string    `json:"pack_cache"`
-	UserMS    float64   `json:"cpu_user_ms"`
-	SysMS     float64   `json:"cpu_sys_ms"`
-}
-
-// parseRecords reads a JSON array, an object with "records", or JSON lines,
-// and returns the records oldest first.
-func parseRecords(b []byte) []record {
-	var recs []record
-	if err := json.Unmarshal(b, &recs); err != nil {
-		var wrapped struct {
-			Records []record `json:"records"`
-		}
-		if json.Unmarshal(b, &wrapped) == nil && wrapped.Records != nil {
-			recs = wrapped.Records
-		} else {
-			recs = nil
-			dec := json.NewDecoder(bytes.NewReader(b))
-			for {
-				var r record
-				if err := dec.Decode(&r); err != nil {
-					break
-				}
-				recs = append(recs, r)
-			}
-		}
-	}
-	if len(recs) > 1 && recs[0].Start.After(recs[len(recs)-1].Start) {
-		for i, j := 0, len(recs)-1; i < j; i, j = i+1, j-1 {
-			recs[i], recs[j] = recs[j], recs[i]
-		}
-	}
-	return recs
-}
-
+// startPackwire starts packwire serving repos over HTTP in its own group,
+// with its own data directory.
 func startPackwire(bin, name, short, repos string, cacheFlags ...string) *server {
 	data := filepath.Join(out, "data-"+short)
-	must(os.MkdirAll(data, 0o755))
-	must(os.Symlink(repos, filepath.Join(data, "repos")))
+	benchkit.ShareRepos(data, repos)
 	port := benchkit.FreePort()
-	g := benchkit.NewGroup(short)
-	args := append([]string{"serve", "--data", data, "--maintain-interval", "0", "--git=", "--ssh=", "--http", "127.0.0.1:" + port,
-		"--max-pack-jobs", "64", "--max-pack-jobs-per-repo", "64", "--log-format", "json"}, cacheFlags...)
-	cmd := g.Command(bin, args...)
-	logf, _ := os.Create(filepath.Join(out, "packwire-"+short+".log"))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	must(cmd.Start())
-	s := &server{name: name, short: short, url: "http://127.0.0.1:" + port + "/bench.git", group: g, data: data}
-	s.stop = func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-		}
-		g.Close()
-		logf.Close()
-	}
-	benchkit.WaitPort(port)
-	return s
+	args := append([]string{"--maintain-interval", "0", "--git=", "--ssh=", "--http", "127.0.0.1:" + port,
+		"--max-pack-jobs", "64", "--max-pack-jobs-per-repo", "64"}, cacheFlags...)
+	p := benchkit.StartPackwire(short, bin, data, filepath.Join(out, "packwire-"+short+".log"), port, args...)
+	return &server{name: name, short: short, url: "http://127.0.0.1:" + port + "/bench.git", group: p.Group, data: data, stop: p.Stop}
 }
 
 // startNginx starts the peer, nginx + fcgiwrap + git-http-backend, in its own group.

@@ -25,10 +25,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -42,7 +40,6 @@ import (
 	"time"
 
 	"packwire/bench/internal/benchkit"
-	"packwire/internal/governor"
 	"packwire/internal/lab/compare"
 	"packwire/internal/lab/synth"
 )
@@ -76,16 +73,6 @@ type sample struct {
 	repo                      string
 }
 
-// cleanups run before a fatal exit too, so no server outlives the run.
-var cleanups []func()
-
-func fatalf(format string, args ...any) {
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		cleanups[i]()
-	}
-	log.Fatalf(format, args...)
-}
-
 var clientEnv []string
 
 func main() {
@@ -98,6 +85,7 @@ func main() {
 	perfClones := flag.Int("perf", 0, "profile packwire and its git children with perf over this many full clones of the maintained copy (0: off)")
 	flag.Parse()
 	log.SetFlags(0)
+	benchkit.StopOnSignal()
 	if os.Geteuid() != 0 {
 		log.Fatal("run as root: each server is measured in its own cgroup")
 	}
@@ -144,10 +132,8 @@ func main() {
 	port := benchkit.FreePort()
 	pw := benchkit.StartPackwire("packwire", bin, data, filepath.Join(out, "packwire.log"), port,
 		"--git", "", "--ssh", "", "--http", "127.0.0.1:"+port, "--maintain-interval", "0", "--fetch-cache=false")
-	cleanups = append(cleanups, pw.Stop)
 	defer pw.Stop()
 	peer := benchkit.StartNginx("nginx-fcgiwrap", filepath.Join(out, "nginx"), peerRoot)
-	cleanups = append(cleanups, peer.Stop)
 	defer peer.Stop()
 
 	targets := []target{
@@ -239,17 +225,12 @@ func paired(base, s []sample, f func(sample) time.Duration) string {
 // governor records of its repository that started while it ran.
 func addGitCPU(bin, data string, results map[string][]sample) {
 	time.Sleep(time.Second) // the governor writes its records in batches every 500 ms
-	var recs []governor.Record
-	sc := bufio.NewScanner(strings.NewReader(benchkit.Output(bin, "governor", "--last", "100000", "--json", "--data", data)))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var r governor.Record
-		if json.Unmarshal(sc.Bytes(), &r) == nil {
-			recs = append(recs, r)
-		}
+	recs, err := benchkit.GovernorRecords(bin, data, 100000)
+	if err != nil {
+		benchkit.Fatalf("%v", err)
 	}
 	if len(recs) == 0 {
-		fatalf("no governor records in %s", data)
+		benchkit.Fatalf("no governor records in %s", data)
 	}
 	for _, samples := range results {
 		for i := range samples {
@@ -332,7 +313,7 @@ func clone(out string, t target, k kind) sample {
 	cmd := exec.Command("git", append(args, t.url, dst)...)
 	cmd.Env = clientEnv
 	if b, err := cmd.CombinedOutput(); err != nil {
-		fatalf("%s %s: %v\n%s", t.name, k.name, err, b)
+		benchkit.Fatalf("%s %s: %v\n%s", t.name, k.name, err, b)
 	}
 	end := time.Now()
 	s := sample{wall: end.Sub(start), client: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), start: start, end: end, repo: t.repo}
@@ -407,7 +388,7 @@ func loadRange(l [][3]float64) string {
 
 func must(err error) {
 	if err != nil {
-		fatalf("%v", err)
+		benchkit.Fatalf("%v", err)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"packwire/bench/internal/benchkit"
 )
 
 // perfSample is one sample of `perf script`: the process name and the call
@@ -32,7 +34,7 @@ type perfFrame struct {
 // address: the pages a profile of `git hash-object` spends its time in.
 func profile(out string, t target, n int) {
 	if _, err := exec.LookPath("perf"); err != nil {
-		fatalf("-perf needs perf (apt-get install linux-perf)")
+		benchkit.Fatalf("-perf needs perf (apt-get install linux-perf)")
 	}
 	pid := 0
 	for _, p := range t.server.Group.Procs() {
@@ -41,7 +43,7 @@ func profile(out string, t target, n int) {
 		}
 	}
 	if pid == 0 {
-		fatalf("no packwire process in its group")
+		benchkit.Fatalf("no packwire process in its group")
 	}
 	data := filepath.Join(out, "perf.data")
 	rec := exec.Command("perf", "record", "-q", "-F", "1999", "-g", "-p", strconv.Itoa(pid), "-o", data)
@@ -208,7 +210,7 @@ func sha1Pages(out string) map[uint64]bool {
 	must(os.WriteFile(file, buf, 0o644))
 	data := filepath.Join(out, "sha1-probe.perf")
 	if b, err := exec.Command("perf", "record", "-q", "-F", "1999", "-g", "-o", data, "git", "hash-object", "--no-filters", file).CombinedOutput(); err != nil {
-		fatalf("perf record git hash-object: %v\n%s", err, b)
+		benchkit.Fatalf("perf record git hash-object: %v\n%s", err, b)
 	}
 	os.Remove(file)
 	counts := map[uint64]int{}
@@ -226,7 +228,7 @@ func sha1Pages(out string) map[uint64]bool {
 		}
 	}
 	if len(pages) == 0 {
-		fatalf("perf found no time in git's own code for git hash-object")
+		benchkit.Fatalf("perf found no time in git's own code for git hash-object")
 	}
 	return pages
 }

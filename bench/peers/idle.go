@@ -26,11 +26,11 @@ func (s *setup) idleWorkload(r *report, n int) {
 	log.Printf("%d idle connections per transport ...", n)
 	keyBytes, err := os.ReadFile(s.key)
 	if err != nil {
-		log.Fatal(err)
+		benchkit.Fatalf("%v", err)
 	}
 	signer, err := ssh.ParsePrivateKey(keyBytes)
 	if err != nil {
-		log.Fatal(err)
+		benchkit.Fatalf("%v", err)
 	}
 	r.section(fmt.Sprintf("%d idle connections", n),
 		"Connections opened one after another and held: git:// without sending the request line, HTTP/1.1 keep-alive after one ref advertisement, SSH after key exchange and authentication with no channel. "+

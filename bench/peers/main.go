@@ -72,6 +72,7 @@ func main() {
 	idleConns := flag.Int("idle", 1000, "idle connections held per transport")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	benchkit.StopOnSignal()
 	if os.Geteuid() != 0 {
 		log.Fatal("peers needs root: cgroups per server, sshd, and apt-get for missing peers")
 	}
@@ -165,7 +166,7 @@ func main() {
 	fmt.Print(r.String())
 	if *results != "" {
 		if err := os.WriteFile(*results, []byte(r.String()), 0o644); err != nil {
-			log.Fatal(err)
+			benchkit.Fatalf("%v", err)
 		}
 		log.Printf("wrote %s", *results)
 	}
@@ -217,7 +218,7 @@ func (s *setup) git(env []string, dir string, args ...string) (time.Duration, er
 func (s *setup) mustGit(env []string, dir string, args ...string) time.Duration {
 	d, err := s.git(env, dir, args...)
 	if err != nil {
-		log.Fatal(err)
+		benchkit.Fatalf("%v", err)
 	}
 	return d
 }

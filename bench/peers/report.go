@@ -12,15 +12,14 @@ import (
 // report collects the Markdown of bench/RESULTS.md: sections with tables,
 // and every target of the issue with the figure that meets or misses it.
 type report struct {
-	head     strings.Builder
-	body     strings.Builder
-	targets  []string
-	sections int
+	head    strings.Builder
+	body    strings.Builder
+	targets []string
 }
 
 func (r *report) header(s *setup) {
 	fmt.Fprintf(&r.head, "# packwire against the servers users run today\n\n")
-	fmt.Fprintf(&r.head, "Command (as root, from the repository root): `go run ./bench/peers %s`\n\n", strings.Join(osArgs(), " "))
+	fmt.Fprintf(&r.head, "Command (as root, from the repository root): `go run ./bench/peers %s`\n\n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(&r.head, "- Date: %s\n- Machine: %s\n- Repository: %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), machine(), s.repoInfo)
 	fmt.Fprintf(&r.head, "- Servers, all on 127.0.0.1 over the same bare repositories, each in its own cgroup v1 (cpuacct + memory) so server CPU covers every process it starts:\n")
 	fmt.Fprintf(&r.head, "  packwire serve (defaults except `--maintain-interval 0 --max-connections 5000`); `git-daemon --export-all` (its defaults); nginx (2 workers) + `fcgiwrap -c 64` + git-http-backend (GIT_PROTOCOL passed); OpenSSH sshd + git (key auth as a uid-0 account whose shell is git-shell and whose home is empty, `MaxStartups 4000`).\n")
@@ -30,7 +29,6 @@ func (r *report) header(s *setup) {
 }
 
 func (r *report) section(title, text string) {
-	r.sections++
 	fmt.Fprintf(&r.body, "\n## %s\n\n%s\n\n", title, text)
 }
 
@@ -72,6 +70,3 @@ func ratio(x float64) string      { return fmt.Sprintf("%.2fx", x) }
 func ratioCI(res compare.Result) string {
 	return fmt.Sprintf("%.3fx (%.3f-%.3f)", res.MedianRatio, res.CILow, res.CIHigh)
 }
-
-// osArgs are the flags the benchmark was run with, for the command line shown.
-func osArgs() []string { return os.Args[1:] }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"packwire/bench/internal/benchkit"
 	"packwire/internal/lab/compare"
+	"packwire/internal/repostate"
 )
 
 // sample is one measured operation: client wall and the server's CPU
@@ -210,7 +210,7 @@ func (s *setup) smallCommit(work, msg string) {
 		f := filepath.Join(work, files[rng.IntN(len(files))])
 		fh, err := os.OpenFile(f, os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
-			log.Fatal(err)
+			benchkit.Fatalf("%v", err)
 		}
 		fmt.Fprintf(fh, "\n// %s %d\n", msg, rng.Int64())
 		fh.Close()
@@ -235,7 +235,7 @@ func (s *setup) mirrorWorkload(r *report) {
 	cmd := exec.Command("git", "-C", src, "update-ref", "--stdin")
 	cmd.Stdin = strings.NewReader(in.String())
 	if b, err := cmd.CombinedOutput(); err != nil {
-		log.Fatalf("update-ref: %v\n%s", err, b)
+		benchkit.Fatalf("update-ref: %v\n%s", err, b)
 	}
 	total := len(strings.Split(strings.TrimSpace(benchkit.Output("git", "-C", src, "for-each-ref", "--format=%(refname)")), "\n"))
 	var targets []target
@@ -270,7 +270,7 @@ func (s *setup) mirrorWorkload(r *report) {
 		// Every ref arrived and the repository is sound.
 		dst := filepath.Join(s.repos, name+".git")
 		if got := len(strings.Split(strings.TrimSpace(benchkit.Output("git", "-C", dst, "for-each-ref", "--format=%(refname)")), "\n")); got != total {
-			log.Fatalf("%s: %d refs after the mirror push, want %d", t.name, got, total)
+			benchkit.Fatalf("%s: %d refs after the mirror push, want %d", t.name, got, total)
 		}
 		benchkit.Run("git", "-C", dst, "fsck", "--connectivity-only", "--no-progress")
 		os.RemoveAll(dst)
@@ -297,8 +297,7 @@ func (s *setup) herdWorkload(r *report) {
 	log.Printf("herds of %d clones over HTTP ...", size)
 	sharePort := benchkit.FreePort()
 	shareData := filepath.Join(s.out, "data-sharing")
-	os.MkdirAll(shareData, 0o755)
-	os.Symlink(s.repos, filepath.Join(shareData, "repos"))
+	benchkit.ShareRepos(shareData, s.repos)
 	unshared := benchkit.StartPackwire("packwire-unshared", s.bin, shareData, filepath.Join(s.out, "packwire-unshared.log"), sharePort,
 		"--maintain-interval", "0", "--git=", "--ssh=", "--http", "127.0.0.1:"+sharePort, "--fetch-cache=false")
 	defer unshared.Stop()
@@ -314,9 +313,10 @@ func (s *setup) herdWorkload(r *report) {
 	got := s.rounds(targets, func(t target, round int) sample {
 		s.smallCommit(work, "herd")
 		s.mustGit(nil, work, "push", "-q", "origin", "HEAD")
-		// The fetch cache does not trust refs changed in the last 50 ms
-		// (racy timestamps); a real herd comes seconds after its push.
-		time.Sleep(200 * time.Millisecond)
+		// The fetch cache does not trust refs changed within
+		// repostate.RacyWindow (racy timestamps); a real herd comes
+		// seconds after its push.
+		time.Sleep(2 * repostate.RacyWindow)
 		return measure(t.server, func() time.Duration {
 			var wg sync.WaitGroup
 			start := time.Now()
@@ -467,6 +467,5 @@ func (s *setup) load(clients int, d time.Duration, url, pushURL string, env []st
 		benchkit.Run("git", "-C", bare, "update-ref", "-d", "refs/heads/load")
 	}
 	os.RemoveAll(filepath.Join(s.out, "load"))
-	sort.Slice(res.walls, func(i, j int) bool { return res.walls[i] < res.walls[j] })
 	return res
 }

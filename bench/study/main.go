@@ -31,6 +31,7 @@ func main() {
 	pusher := flag.String("pusher-interval", "2s", "pusher interval (packwire bench --pusher-interval)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	benchkit.StopOnSignal()
 	if os.Geteuid() != 0 {
 		log.Fatal("study needs root: one cgroup per server")
 	}
@@ -59,8 +60,7 @@ func main() {
 	// The same packwire without the fetch cache: what generating every
 	// clone costs (the default replays identical clones of an unchanged repo).
 	nocacheData := filepath.Join(out, "data-nocache")
-	os.MkdirAll(nocacheData, 0o755)
-	os.Symlink(repos, filepath.Join(nocacheData, "repos"))
+	benchkit.ShareRepos(nocacheData, repos)
 	nocacheToken := adminToken(bin, nocacheData)
 	nocachePort := benchkit.FreePort()
 	pwNoCache := benchkit.StartPackwire("study-packwire-nocache", bin, nocacheData, filepath.Join(out, "packwire-nocache.log"), nocachePort,
@@ -76,7 +76,7 @@ func main() {
 		cmd := exec.Command(bin, append(append(append([]string{}, common...), "--out", filepath.Join(out, "reports", name)), args...)...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
-			log.Fatalf("%s: %v", name, err)
+			benchkit.Fatalf("%s: %v", name, err)
 		}
 	}
 	// The pusher pushes with the token in both runs (nginx ignores it: its

@@ -5,7 +5,6 @@ package benchkit
 
 import (
 	"fmt"
-	"log"
 	"net"
 	"os"
 	"os/exec"
@@ -208,7 +207,7 @@ func (g *Group) Close() {
 // Run runs a command and exits on failure, with its output.
 func Run(name string, args ...string) {
 	if b, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		log.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+		Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
 	}
 }
 
@@ -244,7 +243,7 @@ func DirSize(dir string) int64 {
 func FreePort() string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		log.Fatal(err)
+		Fatalf("%v", err)
 	}
 	defer l.Close()
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
@@ -259,7 +258,7 @@ func WaitPort(port string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	log.Fatalf("nothing listens on port %s", port)
+	Fatalf("nothing listens on port %s", port)
 }
 
 // Percentile returns the p-th percentile (0-100, nearest rank) of v.

@@ -6,26 +6,88 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// Server is a server under benchmark, in its own cgroup.
+// Server is a server under benchmark, in its own cgroup. The Start
+// functions register it until it is stopped, so that Fatalf and
+// StopOnSignal stop it.
 type Server struct {
-	Name  string
 	Port  string
 	Group *Group
 	stop  func()
+	once  sync.Once
 }
 
-// Stop ends the server and everything it started.
+// running are the servers started and not yet stopped, oldest first, for
+// Fatalf and StopOnSignal.
+var (
+	runningMu sync.Mutex
+	running   []*Server
+)
+
+func register(s *Server) *Server {
+	runningMu.Lock()
+	defer runningMu.Unlock()
+	running = append(running, s)
+	return s
+}
+
+// Stop ends the server and everything it started. Only the first call
+// stops it; the others wait until it has stopped.
 func (s *Server) Stop() {
-	if s != nil && s.stop != nil {
-		s.stop()
-		s.stop = nil
+	if s == nil {
+		return
 	}
+	s.once.Do(func() {
+		if s.stop != nil {
+			s.stop()
+		}
+		runningMu.Lock()
+		defer runningMu.Unlock()
+		if i := slices.Index(running, s); i >= 0 {
+			running = slices.Delete(running, i, i+1)
+		}
+	})
+}
+
+// stopAll stops every running server, newest first.
+func stopAll() {
+	for {
+		runningMu.Lock()
+		if len(running) == 0 {
+			runningMu.Unlock()
+			return
+		}
+		s := running[len(running)-1]
+		runningMu.Unlock()
+		s.Stop()
+	}
+}
+
+// Fatalf stops every running server, newest first, then exits like
+// log.Fatalf: no server or cgroup outlives a failed run.
+func Fatalf(format string, args ...any) {
+	stopAll()
+	log.Fatalf(format, args...)
+}
+
+// StopOnSignal makes SIGINT and SIGTERM stop every running server and
+// exit with status 130. Programs call it once, at start.
+func StopOnSignal() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		log.Printf("%v: stopping servers", <-sig)
+		stopAll()
+		os.Exit(130)
+	}()
 }
 
 // EnsureTools installs the Debian packages that provide the missing
@@ -45,7 +107,7 @@ func EnsureTools(programs map[string]string) {
 		return
 	}
 	if _, err := exec.LookPath("apt-get"); err != nil {
-		log.Fatalf("missing packages %s and no apt-get to install them: install them and rerun", strings.Join(missing, ", "))
+		Fatalf("missing packages %s and no apt-get to install them: install them and rerun", strings.Join(missing, ", "))
 	}
 	log.Printf("installing %s ...", strings.Join(missing, ", "))
 	for try := 0; ; try++ {
@@ -64,11 +126,11 @@ func EnsureTools(programs map[string]string) {
 			exec.Command("apt-get", "update").Run()
 			continue
 		}
-		log.Fatalf("could not install %s: %v\n%s", strings.Join(missing, ", "), err, b)
+		Fatalf("could not install %s: %v\n%s", strings.Join(missing, ", "), err, b)
 	}
 	for prog := range programs {
 		if _, err := exec.LookPath(prog); err != nil {
-			log.Fatalf("%s still missing after apt-get install", prog)
+			Fatalf("%s still missing after apt-get install", prog)
 		}
 	}
 }
@@ -108,6 +170,17 @@ func stopper(g *Group, sig syscall.Signal, logf *os.File, cmds ...*exec.Cmd) fun
 	}
 }
 
+// ShareRepos makes data a packwire data directory whose repos is a symlink
+// to repos: a second packwire server over the same repositories.
+func ShareRepos(data, repos string) {
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		Fatalf("%v", err)
+	}
+	if err := os.Symlink(repos, filepath.Join(data, "repos")); err != nil {
+		Fatalf("%v", err)
+	}
+}
+
 // StartPackwire runs `bin serve --data data ARGS...` in its own group;
 // port is the port the caller gave it (for WaitPort), "" to not wait.
 func StartPackwire(name, bin, data, logPath, port string, args ...string) *Server {
@@ -116,12 +189,14 @@ func StartPackwire(name, bin, data, logPath, port string, args ...string) *Serve
 	logf, _ := os.Create(logPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
+		g.Close()
+		Fatalf("%v", err)
 	}
+	s := register(&Server{Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, logf, cmd)})
 	if port != "" {
 		WaitPort(port)
 	}
-	return &Server{Name: name, Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, logf, cmd)}
+	return s
 }
 
 // StartGitDaemon serves every repository under base over git:// with
@@ -134,10 +209,12 @@ func StartGitDaemon(name, base string, env []string) *Server {
 		"--listen=127.0.0.1", "--port="+port, base)
 	cmd.Env = env
 	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
+		g.Close()
+		Fatalf("%v", err)
 	}
+	s := register(&Server{Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, nil, cmd)})
 	WaitPort(port)
-	return &Server{Name: name, Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, nil, cmd)}
+	return s
 }
 
 const nginxConf = `daemon off;
@@ -183,38 +260,41 @@ http {
 func StartNginx(name, dir, repos string) *Server {
 	EnsureTools(map[string]string{"nginx": "nginx", "fcgiwrap": "fcgiwrap"})
 	if _, err := os.Stat("/usr/lib/git-core/git-http-backend"); err != nil {
-		log.Fatal("missing /usr/lib/git-core/git-http-backend (git's smart HTTP CGI program)")
+		Fatalf("missing /usr/lib/git-core/git-http-backend (git's smart HTTP CGI program)")
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
-		log.Fatal(err)
+		Fatalf("%v", err)
 	}
 	sock := filepath.Join(dir, "fcgiwrap.sock")
 	os.Remove(sock)
 	port := FreePort()
 	conf := strings.NewReplacer("{{DIR}}", dir, "{{PORT}}", port, "{{SOCK}}", sock, "{{REPOS}}", repos).Replace(nginxConf)
 	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
-		log.Fatal(err)
+		Fatalf("%v", err)
 	}
 	g := NewGroup(name)
 	logf, _ := os.Create(filepath.Join(dir, "stderr.log"))
 	fcgi := g.Command("fcgiwrap", "-c", "64", "-s", "unix:"+sock)
 	fcgi.Stdout, fcgi.Stderr = logf, logf
 	if err := fcgi.Start(); err != nil {
-		log.Fatal(err)
+		g.Close()
+		Fatalf("%v", err)
 	}
+	stop := stopper(g, syscall.SIGTERM, logf, fcgi)
 	waitFile(sock)
 	ngx := g.Command("nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
 	ngx.Stdout, ngx.Stderr = logf, logf
 	if err := ngx.Start(); err != nil {
-		log.Fatal(err)
+		stop()
+		Fatalf("%v", err)
 	}
-	WaitPort(port)
-	stop := stopper(g, syscall.SIGTERM, logf, fcgi)
-	return &Server{Name: name, Port: port, Group: g, stop: func() {
+	s := register(&Server{Port: port, Group: g, stop: func() {
 		ngx.Process.Signal(syscall.SIGQUIT)
 		ngx.Wait()
 		stop()
-	}}
+	}})
+	WaitPort(port)
+	return s
 }
 
 const sshdConf = `Port {{PORT}}
@@ -256,7 +336,7 @@ func StartSSHD(name, dir, authorizedKey string) *Server {
 		Run("usermod", "--password", "*", SSHDUser)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		log.Fatal(err)
+		Fatalf("%v", err)
 	}
 	os.MkdirAll("/run/sshd", 0o755) // sshd's privilege separation directory
 	hostKey := filepath.Join(dir, "ssh_host_ed25519_key")
@@ -264,27 +344,29 @@ func StartSSHD(name, dir, authorizedKey string) *Server {
 		Run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", hostKey)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), []byte(authorizedKey), 0o600); err != nil {
-		log.Fatal(err)
+		Fatalf("%v", err)
 	}
 	port := FreePort()
 	conf := strings.NewReplacer("{{DIR}}", dir, "{{PORT}}", port).Replace(sshdConf)
 	confPath := filepath.Join(dir, "sshd_config")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
-		log.Fatal(err)
+		Fatalf("%v", err)
 	}
 	sshd, err := exec.LookPath("sshd")
 	if err != nil {
-		log.Fatal(err)
+		Fatalf("%v", err)
 	}
 	g := NewGroup(name)
 	logf, _ := os.Create(filepath.Join(dir, "sshd.log"))
 	cmd := g.Command(sshd, "-D", "-e", "-f", confPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
+		g.Close()
+		Fatalf("%v", err)
 	}
+	s := register(&Server{Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, logf, cmd)})
 	WaitPort(port)
-	return &Server{Name: name, Port: port, Group: g, stop: stopper(g, syscall.SIGTERM, logf, cmd)}
+	return s
 }
 
 // SSHCommand is a GIT_SSH_COMMAND for benchmarks: no config, no host key
