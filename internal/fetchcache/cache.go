@@ -82,17 +82,7 @@ type generation struct {
 	size    int64      // bytes written so far
 	done    bool       // the producer finished (successfully or not)
 	err     error      // why it failed, if it did
-	woken   int64      // size when readers were last woken
 }
-
-// wakeEvery batches wake-ups of readers while a pack streams: waking them
-// for every pipe read (64 KiB) cost more CPU in goroutine hand-offs than
-// the copying itself. Small writes (progress, section headers) wake them
-// at once, so a client still sees git's progress as it comes.
-const (
-	wakeEvery  = 1 << 20
-	smallWrite = 4 << 10
-)
 
 // Open makes the directory, removing what an earlier process left there:
 // a file from before a restart is never trusted.
@@ -286,16 +276,14 @@ func (w *Writer) OnAbandon(stop func()) {
 	w.g.abandon = stop
 }
 
-// Write appends to the response and wakes its readers.
+// Write appends to the response and wakes its readers. (The pipeline has
+// git write the file itself, see File; Write is for producers in Go.)
 func (w *Writer) Write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
 	g := w.g
 	g.mu.Lock()
 	g.size += int64(n)
-	if n < smallWrite || g.size-g.woken >= wakeEvery {
-		g.woken = g.size
-		g.cond.Broadcast()
-	}
+	g.cond.Broadcast()
 	g.mu.Unlock()
 	return n, err
 }
@@ -332,7 +320,7 @@ func (w *Writer) watch() {
 			g := w.g
 			g.mu.Lock()
 			if fi.Size() > g.size {
-				g.size, g.woken = fi.Size(), fi.Size()
+				g.size = fi.Size()
 				g.cond.Broadcast()
 			}
 			g.mu.Unlock()
