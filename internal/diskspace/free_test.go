@@ -35,3 +35,19 @@ func TestEnough(t *testing.T) {
 		t.Fatal("a directory whose free space cannot be read has enough")
 	}
 }
+
+// Bound reports a change only when the answer flips.
+func TestBound(t *testing.T) {
+	dir := t.TempDir()
+	var b Bound
+	for i, c := range []struct {
+		min             int64
+		enough, changed bool
+	}{
+		{1, true, false}, {1 << 62, false, true}, {1 << 62, false, false}, {1, true, true}, {0, true, false},
+	} {
+		if enough, changed := b.Check(dir, c.min); enough != c.enough || changed != c.changed {
+			t.Fatalf("check %d (min %d): enough %v changed %v, want %v %v", i, c.min, enough, changed, c.enough, c.changed)
+		}
+	}
+}

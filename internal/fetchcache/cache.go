@@ -61,7 +61,8 @@ type Cache struct {
 
 	mu       sync.Mutex
 	inflight map[string]*generation
-	stored   filelru.Set // finished responses
+	stored   filelru.Set     // finished responses
+	disk     diskspace.Bound // the free-space bound's last answer
 }
 
 // storedLocked is the finished responses, bounded by the cache's current
@@ -148,9 +149,14 @@ func (c *Cache) Join(key string) (*Reader, *Writer, error) {
 			return &Reader{f: f, g: g, c: c}, nil, nil
 		}
 	}
-	if !diskspace.Enough(c.Dir, c.MinFreeBytes) {
-		c.Log.Warn("fetch cache: disk nearly full, running git without it", "dir", c.Dir, "min_free_bytes", c.MinFreeBytes)
+	switch enough, changed := c.disk.Check(c.Dir, c.MinFreeBytes); {
+	case !enough:
+		if changed {
+			c.Log.Warn("fetch cache: disk nearly full, running git without it until there is room", "dir", c.Dir, "min_free_bytes", c.MinFreeBytes)
+		}
 		return nil, nil, ErrStandAside
+	case changed:
+		c.Log.Info("fetch cache: disk has room again", "dir", c.Dir)
 	}
 	w, err := c.createTemp(c.Dir, key[:min(len(key), 16)]+".*.tmp")
 	if err != nil {

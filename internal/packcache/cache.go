@@ -66,7 +66,8 @@ type Cache struct {
 
 	mu       sync.Mutex
 	inflight map[string]*generation
-	done     filelru.Set // finished packs
+	done     filelru.Set     // finished packs
+	disk     diskspace.Bound // the free-space bound's last answer
 	uses     map[string]int
 	outcomes map[string]Outcome // by request id, until the pipeline takes it
 }
@@ -153,10 +154,16 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 	}
 	g, joined := c.inflight[key]
 	if !joined {
-		if !diskspace.Enough(c.Dir, c.MinFreeBytes) {
+		enough, changed := c.disk.Check(c.Dir, c.MinFreeBytes)
+		if !enough {
 			c.mu.Unlock()
-			c.Log.Warn("pack cache: disk nearly full, running pack-objects directly", "dir", c.Dir, "min_free_bytes", c.MinFreeBytes)
+			if changed {
+				c.Log.Warn("pack cache: disk nearly full, running pack-objects directly until there is room", "dir", c.Dir, "min_free_bytes", c.MinFreeBytes)
+			}
 			return c.standAside(req)
+		}
+		if changed {
+			c.Log.Info("pack cache: disk has room again", "dir", c.Dir)
 		}
 		f, err := c.createFile(filepath.Join(c.Dir, key+".tmp"))
 		if err != nil {
