@@ -106,9 +106,6 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		PusherInterval: *pusherInterval,
 		Progress:       stderr, ProgressTTY: isTerminal(stderr),
 	}
-	if *pusherInterval == 0 {
-		cfg.PusherInterval = -1
-	}
 	if *iterations > 0 {
 		cfg.Iterations = *iterations
 	} else {

@@ -97,6 +97,10 @@ func TestBenchCommand(t *testing.T) {
 	if len(res.Samples) != 4 || len(res.Phases) != 2 || res.Phases[0].ServerCPUMS == nil {
 		t.Fatalf("%d samples, phases %+v", len(res.Samples), res.Phases)
 	}
+	// The library takes 0 literally (v0, no pusher): the defaults are the flags'.
+	if res.Meta.Protocol != 2 || res.Meta.PusherInterval != "100ms" {
+		t.Fatalf("protocol %d, pusher interval %q; want the default 2 and the 100ms asked for", res.Meta.Protocol, res.Meta.PusherInterval)
+	}
 	for _, f := range []string{report.ReportHTML, report.SamplesJSON, report.SamplesCSV} {
 		b, _ := os.ReadFile(filepath.Join(filepath.Dir(reports[0]), f))
 		if strings.Contains(string(b), token) {

@@ -23,7 +23,8 @@ import (
 )
 
 // Config says what to measure and how. The zero value of each optional
-// field is a sensible default.
+// field is a sensible default, except Protocol and PusherInterval, where
+// zero means what it says: protocol v0, no pusher.
 type Config struct {
 	URL     string // the repository clients clone and fetch
 	PushURL string // where the pusher pushes (default URL)
@@ -35,9 +36,9 @@ type Config struct {
 	Iterations int           // operations per user and scenario; wins over Duration
 
 	// PusherInterval is how often the pusher pushes during fetch phases
-	// (default 2 s; negative: no pusher).
+	// (0: no pusher; the CLI's default is 2 s).
 	PusherInterval time.Duration
-	Protocol       int    // git protocol.version (default 2)
+	Protocol       int    // git protocol.version: 0, 1 or 2 (the CLI's default is 2)
 	Git            string // git binary (default "git")
 	WorkDir        string // clones live under here (default: a temp dir); removed at the end
 
@@ -209,11 +210,8 @@ func (c *Config) fill() error {
 	if c.Iterations == 0 && c.Duration <= 0 {
 		c.Duration = 30 * time.Second
 	}
-	if c.PusherInterval == 0 {
-		c.PusherInterval = 2 * time.Second
-	}
-	if c.Protocol == 0 {
-		c.Protocol = 2
+	if c.PusherInterval < 0 {
+		return errors.New("pusher interval must not be negative (0: no pusher)")
 	}
 	if c.Protocol < 0 || c.Protocol > 2 {
 		return fmt.Errorf("git protocol version %d: want 0, 1 or 2", c.Protocol)

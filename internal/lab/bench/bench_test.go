@@ -78,6 +78,7 @@ func TestStudyMatrix(t *testing.T) {
 		PushURL:        ls.PushURL,
 		Users:          1,
 		Duration:       time.Second,
+		Protocol:       2,
 		PusherInterval: 200 * time.Millisecond,
 		Governor:       ls.Governor,
 		GovernorSettle: 300 * time.Millisecond,
@@ -133,6 +134,9 @@ func TestStudyMatrix(t *testing.T) {
 			kinds := map[string]int{}
 			for _, r := range up {
 				kinds[r.Kind]++
+				if r.Protocol != 2 {
+					t.Fatalf("upload-pack record %s with protocol v%d, want v2", r.ID, r.Protocol)
+				}
 			}
 			switch ph.Scenario {
 			case "T1":
@@ -196,6 +200,52 @@ func TestStudyMatrix(t *testing.T) {
 	}
 }
 
+// TestProtocolZero: Protocol 0 and PusherInterval 0 mean protocol v0 and no
+// pusher, not the defaults: the server sees v0 requests (no Git-Protocol
+// header) and no pushes.
+func TestProtocolZero(t *testing.T) {
+	ls := startLocal(t)
+	t1, _ := bench.Lookup("T1")
+	t5, _ := bench.Lookup("T5")
+	res, err := bench.Run(context.Background(), bench.Config{
+		URL:            ls.URL,
+		PushURL:        ls.PushURL,
+		Scenarios:      []bench.Scenario{t1, t5},
+		Iterations:     2,
+		Protocol:       0,
+		PusherInterval: 0,
+		Governor:       ls.Governor,
+		GovernorSettle: 300 * time.Millisecond,
+		WorkDir:        t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Meta.Protocol != 0 || res.Meta.PusherInterval != "off" {
+		t.Fatalf("meta: protocol %d, pusher interval %q; want 0 and off", res.Meta.Protocol, res.Meta.PusherInterval)
+	}
+	if len(res.Pushes) != 0 || res.Pusher.Pushes != 0 || res.Pusher.Failures != 0 {
+		t.Fatalf("pushes %+v, pusher %+v: want no pusher", res.Pushes, res.Pusher)
+	}
+	if len(res.Phases) != 2 {
+		t.Fatalf("%d phases, want 2", len(res.Phases))
+	}
+	for _, ph := range res.Phases {
+		if ph.Ops != 2 || ph.Errors != 0 || ph.Note != "" || ph.Pushes != 0 || ph.Check == nil || !ph.Check.OK {
+			t.Fatalf("phase %+v", ph)
+		}
+		up, rp := governorWindow(t, ls, ph.Start, ph.End)
+		if len(up) == 0 || len(rp) != 0 {
+			t.Fatalf("%s: %d upload-pack and %d receive-pack records, want some and none", ph.Scenario, len(up), len(rp))
+		}
+		for _, r := range up {
+			if r.Protocol != 0 {
+				t.Fatalf("%s: upload-pack record %s with protocol v%d, want v0", ph.Scenario, r.ID, r.Protocol)
+			}
+		}
+	}
+}
+
 // TestBusyServerErrorsCounted: a server that refuses most concurrent
 // clones (one pack job, no waiting) yields errors that are counted with
 // git's message and kept out of the timings, not hidden.
@@ -219,7 +269,7 @@ func TestBusyServerErrorsCounted(t *testing.T) {
 	}
 	defer ls.Close()
 	res, err := bench.Run(context.Background(), bench.Config{
-		URL: ls.URL, Scenarios: []bench.Scenario{bench.Scenarios[0]}, Users: 4, Iterations: 4,
+		URL: ls.URL, Scenarios: []bench.Scenario{bench.Scenarios[0]}, Users: 4, Iterations: 4, Protocol: 2,
 		Governor: ls.Governor, GovernorSettle: 300 * time.Millisecond, WorkDir: t.TempDir(),
 	})
 	if err != nil {

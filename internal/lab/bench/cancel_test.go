@@ -47,6 +47,8 @@ func TestCancelStillReports(t *testing.T) {
 		Scenarios:      []bench.Scenario{bench.Scenarios[0], bench.Scenarios[4]},
 		Users:          2,
 		Duration:       time.Minute,
+		Protocol:       2,
+		PusherInterval: 2 * time.Second,
 		Governor:       ls.Governor,
 		GovernorSettle: 300 * time.Millisecond,
 		WorkDir:        t.TempDir(),
