@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"packwire/internal/lab/compare"
 	"packwire/internal/lab/rtt"
 )
 
@@ -168,7 +169,7 @@ func Measure(ctx context.Context, urls []string, o Options) (Measurements, error
 						}
 						r.BytesDown = sample.Usage.BytesDown
 					}
-					r.Wall = medianOf(walls)
+					r.Wall = compare.Median(walls)
 					if r.Error != "" && proto == 0 && op.Kind == rtt.KindLsRemote && reuse == rtt.ReusesFor(t.Transport)[0] {
 						// The very first command failed: the URL does not work.
 						setError(&m, t.URL, fmt.Errorf("%s", r.Error))
@@ -282,16 +283,4 @@ func pathOf(t rtt.Target) string {
 	}
 	_, p, _ := strings.Cut(t.URL, ":")
 	return "/" + strings.TrimPrefix(p, "/")
-}
-
-func medianOf(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

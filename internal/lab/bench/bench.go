@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"packwire/internal/lab/compare"
 )
 
 // Config says what to measure and how. The zero value of each optional
@@ -721,7 +723,7 @@ func phaseLine(ph *Phase, samples []Sample) string {
 	}
 	line := fmt.Sprintf("%-3s %-34s %4d ops, %d errors", ph.Scenario, ph.Name, ph.Ops, ph.Errors)
 	if len(walls) > 0 {
-		line += ", median " + fmtMS(median(walls))
+		line += ", median " + fmtMS(compare.Median(walls))
 	}
 	if ph.ServerCPUPerOpMS != nil {
 		line += ", server CPU " + fmtMS(*ph.ServerCPUPerOpMS) + "/op"
@@ -750,13 +752,4 @@ func fmtMS(v float64) string {
 		return fmt.Sprintf("%.0f ms", v)
 	}
 	return fmt.Sprintf("%.1f ms", v)
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sortFloats(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -71,5 +70,3 @@ func (p *progress) clear() {
 }
 
 var lookPath = exec.LookPath
-
-func sortFloats(v []float64) { slices.Sort(v) }

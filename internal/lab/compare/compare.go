@@ -82,8 +82,8 @@ func Analyze(a, b []time.Duration) Result {
 		r.PValue = 1 // and the ratios 0: there is nothing to estimate
 		return r
 	}
-	r.AMedian, r.BMedian = medianDuration(as), medianDuration(bs)
-	r.MedianRatio = median(r.Ratios)
+	r.AMedian, r.BMedian = Median(as), Median(bs)
+	r.MedianRatio = Median(r.Ratios)
 	r.CILow, r.CIHigh = bootstrapMedianCI(r.Ratios, 1-Alpha)
 	logs := make([]float64, len(r.Ratios))
 	for i, x := range r.Ratios {
@@ -189,7 +189,12 @@ func firstOf(first, err error) error {
 	return err
 }
 
-func median(xs []float64) float64 {
+// Median is the median of xs: the middle value, or the mean of the two
+// middle ones; 0 for none. xs is not modified.
+func Median[T ~int64 | ~float64](xs []T) T {
+	if len(xs) == 0 {
+		return 0
+	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	n := len(s)
@@ -199,14 +204,17 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-func medianDuration(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
+// Percentile is the p-th percentile (0 < p <= 100) of xs by nearest rank:
+// the smallest value with at least p% of xs at or below it; 0 for none.
+// xs is not modified.
+func Percentile[T ~int64 | ~float64](xs []T, p float64) T {
+	if len(xs) == 0 {
+		return 0
 	}
-	return (s[n/2-1] + s[n/2]) / 2
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
 }
 
 // bootstrapMedianCI is the percentile bootstrap interval of the median.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,5 +242,34 @@ func TestCommand(t *testing.T) {
 	run, _ = Command([]string{"true"})
 	if d, err := run(context.Background()); err != nil || d <= 0 {
 		t.Errorf("true: %v %v", d, err)
+	}
+}
+
+func TestMedianAndPercentile(t *testing.T) {
+	xs := []float64{5, 1, 4, 2}
+	if got := Median(xs); got != 3 {
+		t.Errorf("Median(%v) = %v, want 3", xs, got)
+	}
+	if !slices.Equal(xs, []float64{5, 1, 4, 2}) {
+		t.Errorf("Median sorted its argument: %v", xs)
+	}
+	if got := Median([]time.Duration{3 * time.Second, time.Second, 2 * time.Second}); got != 2*time.Second {
+		t.Errorf("odd median %v, want 2s", got)
+	}
+	if Median([]float64(nil)) != 0 || Median([]time.Duration{}) != 0 || Percentile([]float64(nil), 95) != 0 {
+		t.Error("no values: want 0")
+	}
+	// Nearest rank: the ceil(p/100 x n)-th smallest.
+	var v []float64
+	for i := 20; i >= 1; i-- {
+		v = append(v, float64(i))
+	}
+	for p, want := range map[float64]float64{95: 19, 100: 20, 50: 10, 1: 1, 0: 1} {
+		if got := Percentile(v, p); got != want {
+			t.Errorf("Percentile(1..20, %v) = %v, want %v", p, got, want)
+		}
+	}
+	if v[0] != 20 {
+		t.Errorf("Percentile sorted its argument: %v", v)
 	}
 }

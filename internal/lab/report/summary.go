@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"packwire/internal/lab/bench"
+	"packwire/internal/lab/compare"
 )
 
 // Stats summarise the samples of one measure, in its unit.
@@ -23,19 +24,12 @@ func statsOf(v []float64) Stats {
 	if len(v) == 0 {
 		return Stats{}
 	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
 	var sum float64
-	for _, x := range s {
+	for _, x := range v {
 		sum += x
 	}
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
 	// p95 by nearest rank, as bench/ does.
-	i := int(math.Ceil(0.95*float64(len(s)))) - 1
-	return Stats{N: len(s), Median: med, Mean: sum / float64(len(s)), P95: s[max(0, min(i, len(s)-1))]}
+	return Stats{N: len(v), Median: compare.Median(v), Mean: sum / float64(len(v)), P95: compare.Percentile(v, 95)}
 }
 
 // Scenario is one scenario's summary: statistics over its successful

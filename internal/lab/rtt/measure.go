@@ -19,8 +19,9 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"slices"
 	"time"
+
+	"packwire/internal/lab/compare"
 )
 
 // Plan is what Measure runs for each target.
@@ -142,7 +143,7 @@ func (c *Client) Measure(ctx context.Context, targets []Target, plan Plan, progr
 							say("%s %s v%d %s at %v: %v, %d round trips", t.URL, op.Name, proto, reuse, delay, sample.Wall.Round(time.Millisecond), sample.Usage.RoundTrips)
 						}
 						if r.Error == "" {
-							point.Wall = median(point.Walls)
+							point.Wall = compare.Median(point.Walls)
 							r.Points = append(r.Points, point)
 						}
 					}
@@ -172,18 +173,6 @@ func (r *Row) add(s Sample) {
 	r.samples++
 }
 
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 // ConnectTime estimates the real round-trip time to addr: the median of n
 // TCP connects (a connect is one round trip), each bounded by timeout.
 func ConnectTime(ctx context.Context, addr string, n int, timeout time.Duration) (time.Duration, error) {
@@ -203,5 +192,5 @@ func ConnectTime(ctx context.Context, addr string, n int, timeout time.Duration)
 	if len(times) == 0 {
 		return 0, fmt.Errorf("cannot connect to %s: %v", addr, lastErr)
 	}
-	return median(times), nil
+	return compare.Median(times), nil
 }
