@@ -2,6 +2,7 @@ package advise
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"packwire/internal/lab/compare"
 	"packwire/internal/lab/rtt"
 )
 
@@ -141,49 +141,28 @@ func Measure(ctx context.Context, urls []string, o Options) (Measurements, error
 			reachable = append(reachable, t)
 		}
 	}
-	for _, t := range reachable {
-		ok := true
-		for _, reuse := range rtt.ReusesFor(t.Transport) {
-			if !ok {
-				break
-			}
-			s, err := o.Client.Open(ctx, t, reuse, o.AddedRTT)
-			if err != nil {
-				setError(&m, t.URL, err)
-				ok = false
-				break
-			}
-			for _, proto := range []int{0, 2} {
-				for _, op := range []rtt.Op{rtt.LsRemote, rtt.NoopFetch} {
-					r := OpResult{URL: t.URL, Transport: t.Transport, Op: op.Kind, Protocol: proto, Reuse: reuse}
-					var walls []time.Duration
-					for run := range o.Runs {
-						sample, err := s.Run(ctx, op, proto)
-						if err != nil {
-							r.Error = err.Error()
-							break
-						}
-						walls = append(walls, sample.Wall)
-						if run == 0 || sample.Usage.RoundTrips < r.RoundTrips {
-							r.RoundTrips, r.Conns = sample.Usage.RoundTrips, sample.Usage.Conns
-						}
-						r.BytesDown = sample.Usage.BytesDown
-					}
-					r.Wall = compare.Median(walls)
-					if r.Error != "" && proto == 0 && op.Kind == rtt.KindLsRemote && reuse == rtt.ReusesFor(t.Transport)[0] {
-						// The very first command failed: the URL does not work.
-						setError(&m, t.URL, fmt.Errorf("%s", r.Error))
-						ok = false
-					}
-					say("%s %s v%d %s: %v, %d round trips", t.URL, op.Name, proto, reuse, r.Wall.Round(time.Millisecond), r.RoundTrips)
-					m.Ops = append(m.Ops, r)
-				}
-				if !ok {
-					break
-				}
-			}
-			s.Close()
+	// ls-remote and the no-op fetch at the added delay: package rtt's
+	// measurement with one delay, its rows mapped to OpResults.
+	plan := rtt.Plan{Delays: []time.Duration{o.AddedRTT}, Protocols: []int{0, 2}, Ops: []rtt.Op{rtt.LsRemote, rtt.NoopFetch}, Runs: o.Runs}
+	kind := map[string]string{}
+	for _, op := range plan.Ops {
+		kind[op.Name] = op.Kind
+	}
+	first := map[string]bool{}
+	for _, r := range o.Client.Measure(ctx, reachable, plan, o.Progress) {
+		op := OpResult{URL: r.URL, Transport: r.Transport, Op: kind[r.Op], Protocol: r.Protocol, Reuse: r.Reuse,
+			RoundTrips: r.RoundTrips, Conns: r.Conns, BytesDown: r.BytesDown, Error: r.Error}
+		if len(r.Points) > 0 {
+			op.Wall = r.Points[0].Wall
 		}
+		if !first[r.URL] {
+			first[r.URL] = true
+			if r.Error != "" {
+				// The URL's very first command (v0 ls-remote) failed: the URL does not work.
+				setError(&m, r.URL, errors.New(r.Error))
+			}
+		}
+		m.Ops = append(m.Ops, op)
 	}
 	if o.NoClones {
 		return m, nil

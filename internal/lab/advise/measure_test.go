@@ -63,3 +63,39 @@ func TestMeasurePackwire(t *testing.T) {
 		t.Errorf("advice %+v", advice)
 	}
 }
+
+// TestMeasureBrokenURL: a URL whose port answers but whose first command
+// fails (no such repository) is reported as not working, its operations
+// carry the error, and the advice comes from the URL that works.
+func TestMeasureBrokenURL(t *testing.T) {
+	srv := servertest.Start(t, nil)
+	srv.Repo(t, "team/app", gittest.Shape{Commits: 5, Files: 10, BlobBytes: 1000, Seed: 4})
+	o := Options{Client: &rtt.Client{Env: srv.Env.Vars, Dir: t.TempDir()}, Runs: 1, NoClones: true}
+	good, bad := srv.HTTPURL("team/app"), srv.HTTPURL("team/missing")
+	m, err := Measure(context.Background(), []string{good, bad}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Targets) != 2 || m.Targets[0].Error != "" || m.Targets[1].Error == "" {
+		t.Fatalf("targets %+v: want the missing repository's URL, and only it, not working", m.Targets)
+	}
+	// 2 URLs x protocols 0 and 2 x ls-remote and fetch.
+	if len(m.Ops) != 2*4 {
+		t.Fatalf("%d operations, want 8: %+v", len(m.Ops), m.Ops)
+	}
+	for _, op := range m.Ops {
+		if (op.URL == bad) != (op.Error != "") || op.Error == "" && (op.Wall <= 0 || op.RoundTrips < 2) {
+			t.Errorf("operation %+v", op)
+		}
+		if op.Op != rtt.KindLsRemote && op.Op != rtt.KindFetch {
+			t.Errorf("operation kind %q", op.Op)
+		}
+	}
+	advice, err := Recommend(m, UseDev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := advice[0]; tr.Topic != "transport" || !strings.Contains(tr.Text, "fetch from "+good+" (the only URL that worked)") || !strings.Contains(tr.Evidence, bad+" not reachable") {
+		t.Errorf("transport advice %+v", tr)
+	}
+}

@@ -136,6 +136,7 @@ func (c *Client) Measure(ctx context.Context, targets []Target, plan Plan, progr
 							sample, err := s.Run(ctx, op, proto)
 							if err != nil {
 								r.Error = err.Error()
+								say("%s %s v%d %s at %v: %v", t.URL, op.Name, proto, reuse, delay, err)
 								break
 							}
 							r.add(sample)
