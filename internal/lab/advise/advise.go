@@ -182,7 +182,7 @@ func protocolAdvice(m Measurements, best OpResult, rtt time.Duration) (Advice, b
 	}
 	rtDiff := v0.RoundTrips - v2.RoundTrips
 	evidence := fmt.Sprintf("no-op fetch over %s: v2 %d round trips, %s, %s; v0 %d round trips, %s, %s (your RTT %s)",
-		best.URL, v2.RoundTrips, bytes(v2.BytesDown), ms(v2.Wall), v0.RoundTrips, bytes(v0.BytesDown), ms(v0.Wall), ms(rtt))
+		best.URL, v2.RoundTrips, units.Bytes(v2.BytesDown), ms(v2.Wall), v0.RoundTrips, units.Bytes(v0.BytesDown), ms(v0.Wall), ms(rtt))
 	// Measured walls within 5% of each other are the same.
 	switch {
 	case v2.Wall*100 < v0.Wall*95 || (rtDiff > 0 && v2.Wall <= v0.Wall):
@@ -261,9 +261,9 @@ func cloneAdvice(m Measurements, use Use, best OpResult) Advice {
 		return Advice{Topic: "clone", Text: want.text, Evidence: "clones not measured; the advice is GitHub's clone study's"}
 	}
 	line := func(c CloneResult) string {
-		s := fmt.Sprintf("%s clone %s (%s)", c.Variant, ms(c.Wall), bytes(c.BytesDown))
+		s := fmt.Sprintf("%s clone %s (%s)", c.Variant, ms(c.Wall), units.Bytes(c.BytesDown))
 		if c.CheckoutBytes > 0 {
-			s += fmt.Sprintf(" + checkout %s fetching %s in %d round trips", ms(c.CheckoutWall), bytes(c.CheckoutBytes), c.CheckoutRoundTrips)
+			s += fmt.Sprintf(" + checkout %s fetching %s in %d round trips", ms(c.CheckoutWall), units.Bytes(c.CheckoutBytes), c.CheckoutRoundTrips)
 		} else {
 			s += fmt.Sprintf(" + checkout %s", ms(c.CheckoutWall))
 		}
@@ -279,13 +279,13 @@ func cloneAdvice(m Measurements, use Use, best OpResult) Advice {
 	if use == UseDev {
 		if bl, ok := clones[CloneBlobless]; ok && full.BytesDown > hugeClone && (bl.BytesDown+bl.CheckoutBytes)*2 < full.BytesDown {
 			text = fmt.Sprintf("clone blobless (git clone --filter=blob:none %s) and fetch fully: blobs are most of this repository (a full clone is %s, blobless with its checkout %s); older versions' blobs come when first needed",
-				u, bytes(full.BytesDown), bytes(bl.BytesDown+bl.CheckoutBytes))
+				u, units.Bytes(full.BytesDown), units.Bytes(bl.BytesDown+bl.CheckoutBytes))
 		}
 	} else {
 		saved := full.Total() - chosen.Total()
 		if saved > 0 {
 			text += fmt.Sprintf("; here %s with its checkout against %s for a full clone (%d%% less time, %s instead of %s)",
-				ms(chosen.Total()), ms(full.Total()), int(100*saved/full.Total()), bytes(chosen.BytesDown+chosen.CheckoutBytes), bytes(full.BytesDown))
+				ms(chosen.Total()), ms(full.Total()), int(100*saved/full.Total()), units.Bytes(chosen.BytesDown+chosen.CheckoutBytes), units.Bytes(full.BytesDown))
 		} else {
 			text += fmt.Sprintf("; on this repository it is no faster yet (%s against %s for a full clone, with checkout): the gap opens as history grows",
 				ms(chosen.Total()), ms(full.Total()))
@@ -306,8 +306,4 @@ func ms(d time.Duration) string {
 		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 	}
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
-}
-
-func bytes(n int64) string {
-	return units.Bytes(n)
 }

@@ -12,6 +12,7 @@ import (
 
 	"packwire/internal/chart"
 	"packwire/internal/lab/bench"
+	"packwire/internal/units"
 )
 
 // WriteHTML writes the report: one page, inline CSS and SVG, no scripts
@@ -77,7 +78,7 @@ func metaRows(m bench.Meta) [][2]string {
 		machine += ", " + mc.CPUModel
 	}
 	if mc.MemoryBytes > 0 {
-		machine += ", " + bytesText(float64(mc.MemoryBytes)) + " memory"
+		machine += ", " + units.Bytes(mc.MemoryBytes) + " memory"
 	}
 	if mc.Kernel != "" {
 		machine += ", " + mc.Kernel

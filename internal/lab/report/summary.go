@@ -12,6 +12,7 @@ import (
 
 	"packwire/internal/lab/bench"
 	"packwire/internal/lab/compare"
+	"packwire/internal/units"
 )
 
 // Stats summarise the samples of one measure, in its unit.
@@ -150,17 +151,9 @@ func thousands(n int64) string {
 	return s
 }
 
-func bytesText(v float64) string {
-	switch {
-	case v >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", v/(1<<30))
-	case v >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", v/(1<<20))
-	case v >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", v/(1<<10))
-	}
-	return fmt.Sprintf("%.0f B", v)
-}
+// bytesText is a byte count (a mean or median, so fractional) as every
+// packwire command shows sizes.
+func bytesText(v float64) string { return units.Bytes(int64(math.Round(v))) }
 
 func ratio(v, base float64) string {
 	if base <= 0 || math.IsNaN(v) {
@@ -352,13 +345,7 @@ func fetchTable(list []Scenario) table {
 			if s.Wall.N == 0 {
 				return "-"
 			}
-			cpu := notMeasured
-			if s.ServerPerOp != nil {
-				cpu = strings.TrimSuffix(msText(*s.ServerPerOp), " ms")
-				if !strings.HasSuffix(cpu, " s") {
-					cpu += " ms"
-				}
-			}
+			cpu := serverText(s)
 			return strings.TrimSuffix(msText(s.Wall.Mean), " ms") + " / " + strings.TrimSuffix(msText(s.Reset.Mean), " ms") + " / " + cpu
 		}),
 	)
