@@ -7,6 +7,7 @@ import (
 	"net"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,6 +51,19 @@ func TestLabCommandsHelpAndBadInput(t *testing.T) {
 		out, code := packwire(t, c.args...)
 		if code != 2 || !strings.Contains(out, c.want) {
 			t.Errorf("%v: exit %d, want 2 and %q:\n%s", c.args, code, c.want, out)
+		}
+	}
+}
+
+// time.ParseDuration reads a bare "0" itself: --delay 0,50ms needs no special case.
+func TestParseDelays(t *testing.T) {
+	got, err := parseDelays("0, 50ms,1s")
+	if err != nil || !slices.Equal(got, []time.Duration{0, 50 * time.Millisecond, time.Second}) {
+		t.Fatalf("parseDelays: %v, %v", got, err)
+	}
+	for _, bad := range []string{"-1ms", "fast", "50", ""} {
+		if _, err := parseDelays(bad); err == nil {
+			t.Errorf("parseDelays(%q): no error", bad)
 		}
 	}
 }

@@ -152,10 +152,6 @@ func parseDelays(s string) ([]time.Duration, error) {
 	var out []time.Duration
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		if f == "0" {
-			out = append(out, 0)
-			continue
-		}
 		d, err := time.ParseDuration(f)
 		if err != nil || d < 0 {
 			return nil, fmt.Errorf("%q is not a duration like 50ms", f)

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -245,7 +246,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	if _, err := lookPath(cfg.Git); err != nil {
+	if _, err := exec.LookPath(cfg.Git); err != nil {
 		return nil, fmt.Errorf("git is not installed or not on PATH (%v)", err)
 	}
 	parent := cfg.WorkDir

@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"io"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -68,5 +67,3 @@ func (p *progress) clear() {
 		p.lastLen = 0
 	}
 }
-
-var lookPath = exec.LookPath

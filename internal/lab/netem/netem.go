@@ -202,16 +202,6 @@ func (p *Proxy) Start(ctx context.Context) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// Addr is the listening address, or "" before Start.
-func (p *Proxy) Addr() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln == nil {
-		return ""
-	}
-	return p.ln.Addr().String()
-}
-
 // Conns returns the statistics of every connection so far, open ones
 // included, in accept order.
 func (p *Proxy) Conns() []ConnStats {

@@ -7,7 +7,6 @@ import (
 	"html/template"
 	"io"
 	"net/url"
-	"sort"
 	"strings"
 
 	"packwire/internal/chart"
@@ -249,10 +248,7 @@ func charts(res *bench.Result, sums []Scenario) ([]htmlChart, error) {
 			}
 			series = append(series, se)
 		}
-		for i := range series {
-			sort.Slice(series[i].Points, func(a, b int) bool { return series[i].Points[a].X < series[i].Points[b].X })
-		}
-		return series
+		return series // chart.Scatter sorts each series' points by X
 	}
 	if hasClones {
 		if err := draw("Clones over time", "Each successful clone at its start time; a phase per scenario.", func(w io.Writer) error {

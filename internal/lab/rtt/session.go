@@ -90,6 +90,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	prepared map[string]string // URL -> full clone for no-op fetches
+	origins  map[string]string // prepared clone -> the URL its origin is set to
 	seq      int
 }
 
@@ -185,6 +186,27 @@ func (c *Client) prepare(ctx context.Context, t Target) (string, error) {
 	return dir, nil
 }
 
+// setOrigin points the prepared clone's origin at url (a session's proxy),
+// unless it already points there: once per session, not once per fetch.
+func (c *Client) setOrigin(ctx context.Context, dir, url, sshCommand string) error {
+	c.mu.Lock()
+	set := c.origins[dir] == url
+	c.mu.Unlock()
+	if set {
+		return nil
+	}
+	if _, err := c.git(ctx, dir, sshCommand, "remote", "set-url", "origin", url); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.origins == nil {
+		c.origins = map[string]string{}
+	}
+	c.origins[dir] = url
+	c.mu.Unlock()
+	return nil
+}
+
 // Session runs git operations against one target through its own proxy,
 // at one delay, with one way of reusing connections.
 type Session struct {
@@ -234,12 +256,6 @@ func (c *Client) Open(ctx context.Context, t Target, reuse Reuse, delay time.Dur
 	return s, nil
 }
 
-// URL is the target's URL as git is given it in this session.
-func (s *Session) URL() string { return s.url }
-
-// Conns are the proxy's connections so far (an SSH master among them).
-func (s *Session) Conns() []netem.ConnStats { return s.proxy.Conns() }
-
 // Close ends the SSH master, if any, and the proxy.
 func (s *Session) Close() error {
 	if s.controlPath != "" {
@@ -266,7 +282,7 @@ func (s *Session) Run(ctx context.Context, op Op, protocol int) (Sample, error) 
 		if perr != nil {
 			return sample, perr
 		}
-		if _, err := c.git(ctx, dir, s.ssh, "remote", "set-url", "origin", s.url); err != nil {
+		if err := c.setOrigin(ctx, dir, s.url, s.ssh); err != nil {
 			return sample, err
 		}
 		sample.Wall, sample.Usage, err = s.measure(ctx, dir, append(args, "fetch", "-q", "origin"))
