@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"packwire/internal/procgroup"
 )
 
 // client runs the real git client in an isolated environment: its own
@@ -86,10 +88,15 @@ func (c *client) run(ctx context.Context, dir, packTrace string, args ...string)
 	stderr := &tailBuffer{max: 16 << 10}
 	cmd.Stdout = &stdout
 	cmd.Stderr = stderr
-	setProcessGroup(cmd)
+	// git runs in its own process group, so that a cancelled operation
+	// takes its children (index-pack, remote helpers) along.
+	cmd.Cancel = func() error { procgroup.Kill(cmd); return nil }
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
-	err := cmd.Run()
+	err := procgroup.Start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	r := result{Wall: time.Since(start), Stdout: stdout.String(), Stderr: c.redact(stderr.String()), Bytes: -1}
 	if cmd.ProcessState != nil {
 		r.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
