@@ -10,11 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"packwire/internal/lab/compare"
 )
 
 const (
@@ -262,25 +263,7 @@ func WaitPort(port string) {
 }
 
 // Percentile returns the p-th percentile (0-100, nearest rank) of v.
-func Percentile(v []time.Duration, p float64) time.Duration {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	i := int(p/100*float64(len(s))+0.999999) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
+func Percentile(v []time.Duration, p float64) time.Duration { return compare.Percentile(v, p) }
 
 // Median returns the median of v.
-func Median(v []time.Duration) time.Duration {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+func Median(v []time.Duration) time.Duration { return compare.Median(v) }
