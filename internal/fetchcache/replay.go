@@ -67,9 +67,7 @@ func (r *Reader) Replay(ctx context.Context, out io.Writer, idle time.Duration) 
 	deadliner, _ := out.(gitexec.WriteDeadliner)
 	if deadliner != nil {
 		// A kill (shutdown) unblocks a write stuck on a client that stopped reading.
-		stop := context.AfterFunc(ctx, func() { deadliner.SetWriteDeadline(time.Now()) })
-		defer stop()
-		defer deadliner.SetWriteDeadline(time.Time{})
+		defer gitexec.DeadlineOnCancel(ctx, deadliner.SetWriteDeadline)()
 	}
 	if r.g == nil {
 		return r.copy(ctx, out, 0, r.size, deadliner, idle)

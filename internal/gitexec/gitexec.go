@@ -157,6 +157,36 @@ type WriteDeadliner interface {
 	SetWriteDeadline(time.Time) error
 }
 
+// DeadlineOnCancel makes a read or write blocked on a stalled client
+// return when ctx is done, by calling set with a deadline of now. The
+// release it returns stops that and waits for a set already under way:
+// set is never called after release returns, since a transport's stream
+// may be invalid by then (HTTP/2's writers panic once their handler has
+// returned), and a bare context.AfterFunc's stop does not wait. When ctx
+// was not done, release also clears the deadline.
+func DeadlineOnCancel(ctx context.Context, set func(time.Time) error) (release func()) {
+	var (
+		mu       sync.Mutex
+		released bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !released {
+			set(time.Now())
+		}
+	})
+	return func() {
+		stopped := stop()
+		mu.Lock()
+		released = true
+		mu.Unlock()
+		if stopped {
+			set(time.Time{})
+		}
+	}
+}
+
 // Run spawns git for spec and relays stdin to it and its stdout to stdout,
 // as data arrives, until git exits. stderr may be nil; write errors on it
 // are ignored (a client not reading progress must not fail a fetch).

@@ -205,12 +205,7 @@ func readBody(ctx context.Context, stdin io.Reader, stdout io.Writer, max int64,
 		if idle > 0 {
 			d.SetReadDeadline(time.Now().Add(idle))
 		}
-		stop := context.AfterFunc(ctx, func() { d.SetReadDeadline(time.Now()) })
-		defer func() {
-			if stop() || ctx.Err() == nil {
-				d.SetReadDeadline(time.Time{})
-			}
-		}()
+		defer gitexec.DeadlineOnCancel(ctx, d.SetReadDeadline)()
 	}
 	body, err = io.ReadAll(io.LimitReader(stdin, max+1))
 	if err != nil {
