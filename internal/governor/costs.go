@@ -81,7 +81,12 @@ func minuteFrom(now time.Time) int64 {
 // window turns [from, to) into bucket spans: minute buckets at the edges,
 // hour buckets in between, hour buckets only where minute ones are gone.
 func window(from, to, now time.Time) (spans []span, f, t int64) {
-	f, t = floorTo(from.Unix(), minuteWidth), ceilTo(to.Unix(), minuteWidth)
+	// to's fraction of a second counts: 12:00:00.5 must take in minute 12:00.
+	tu := to.Unix()
+	if to.Nanosecond() > 0 {
+		tu++
+	}
+	f, t = floorTo(from.Unix(), minuteWidth), ceilTo(tu, minuteWidth)
 	mf := minuteFrom(now)
 	if f < mf {
 		f = floorTo(f, hourWidth)

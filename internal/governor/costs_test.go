@@ -244,6 +244,8 @@ func TestWindowSpans(t *testing.T) {
 		// Past the minute buckets: whole hours.
 		{now.Add(-72*time.Hour - 10*time.Minute), now.Add(-60*time.Hour - 10*time.Minute), []span{{3600, at(12, 0).Add(-72 * time.Hour).Unix(), at(12, 0).Add(-59 * time.Hour).Unix()}}},
 		{now, now.Add(-time.Hour), nil},
+		// An end within a minute's first second still takes that minute in.
+		{at(12, 0), at(12, 30).Add(time.Second / 2), []span{{60, at(12, 0).Unix(), at(12, 31).Unix()}}},
 	} {
 		got, _, _ := window(tc.from, tc.to, now)
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
