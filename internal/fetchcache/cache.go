@@ -14,7 +14,6 @@
 package fetchcache
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -28,6 +27,7 @@ import (
 
 	"packwire/internal/diskspace"
 	"packwire/internal/filelru"
+	"packwire/internal/growfile"
 )
 
 // Outcome strings the governor records for requests the cache served.
@@ -76,13 +76,9 @@ func (c *Cache) storedLocked() *filelru.Set {
 type generation struct {
 	key     string
 	path    string
-	readers int        // under Cache.mu
-	abandon func()     // stops the producer once nobody reads; under Cache.mu
-	mu      sync.Mutex // guards what follows
-	cond    *sync.Cond // signalled on growth and at the end
-	size    int64      // bytes written so far
-	done    bool       // the producer finished (successfully or not)
-	err     error      // why it failed, if it did
+	readers int    // under Cache.mu
+	abandon func() // stops the producer once nobody reads; under Cache.mu
+	*growfile.Growth
 }
 
 // Open makes the directory, removing what an earlier process left there:
@@ -169,10 +165,9 @@ func (c *Cache) Join(key string) (*Reader, *Writer, error) {
 		os.Remove(w.Name())
 		return nil, nil, fmt.Errorf("%w: %v", ErrStandAside, err)
 	}
-	g := &generation{key: key, path: w.Name(), readers: 1}
-	g.cond = sync.NewCond(&g.mu)
+	g := &generation{key: key, path: w.Name(), readers: 1, Growth: growfile.New()}
 	c.inflight[key] = g
-	return &Reader{f: f, g: g, c: c, leads: true}, &Writer{f: w, g: g, c: c}, nil
+	return &Reader{f: f, g: g, c: c, leads: true}, &Writer{f: w, g: g, c: c, out: growfile.Writer{F: w, G: g.Growth}}, nil
 }
 
 // leave is a reader of g going away. When the last one leaves a run that
@@ -185,10 +180,7 @@ func (c *Cache) leave(g *generation) {
 	if g.readers > 0 {
 		return
 	}
-	g.mu.Lock()
-	done := g.done
-	g.mu.Unlock()
-	if done {
+	if _, done, _ := g.State(); done {
 		return
 	}
 	if c.inflight[g.key] == g {
@@ -218,14 +210,10 @@ func (c *Cache) finish(g *generation, size int64, err error) {
 	g.abandon = nil
 	c.mu.Unlock()
 
-	g.mu.Lock()
-	g.size = size
-	g.done = true
 	if err != nil {
-		g.err = fmt.Errorf("%w: %v", ErrGenerationFailed, err)
+		err = fmt.Errorf("%w: %v", ErrGenerationFailed, err)
 	}
-	g.cond.Broadcast()
-	g.mu.Unlock()
+	g.End(size, err)
 }
 
 // Expire drops responses past MaxAge; the server calls it now and then.
@@ -251,9 +239,8 @@ func (c *Cache) Stats() Stats {
 	s := Stats{Entries: c.stored.Len(), Bytes: c.stored.Bytes(), Runs: len(c.inflight)}
 	for _, g := range c.inflight {
 		s.Readers += g.readers
-		g.mu.Lock()
-		s.RunBytes += g.size
-		g.mu.Unlock()
+		size, _, _ := g.State()
+		s.RunBytes += size
 	}
 	return s
 }
@@ -264,9 +251,9 @@ type Writer struct {
 	f         *os.File
 	g         *generation
 	c         *Cache
+	out       growfile.Writer
 	watchOnce sync.Once
-	stopWatch chan struct{}
-	watchDone chan struct{}
+	stopWatch func()
 }
 
 // OnAbandon sets what stops the producer when every reader has left
@@ -285,13 +272,7 @@ func (w *Writer) OnAbandon(stop func()) {
 // Write appends to the response and wakes its readers. (The pipeline has
 // git write the file itself, see File; Write is for producers in Go.)
 func (w *Writer) Write(p []byte) (int, error) {
-	n, err := w.f.Write(p)
-	g := w.g
-	g.mu.Lock()
-	g.size += int64(n)
-	g.cond.Broadcast()
-	g.mu.Unlock()
-	return n, err
+	return w.out.Write(p)
 }
 
 // watchEvery is how often the size of a file git writes itself is looked
@@ -303,35 +284,8 @@ const watchEvery = 5 * time.Millisecond
 // (git's stdout, with no copy through packwire); the Writer then watches
 // its size and wakes readers as it grows. Write must not be used then.
 func (w *Writer) File() *os.File {
-	w.watchOnce.Do(func() {
-		w.stopWatch, w.watchDone = make(chan struct{}), make(chan struct{})
-		go w.watch()
-	})
+	w.watchOnce.Do(func() { w.stopWatch = growfile.Watch(w.f, w.g.Growth, watchEvery) })
 	return w.f
-}
-
-func (w *Writer) watch() {
-	defer close(w.watchDone)
-	t := time.NewTicker(watchEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.stopWatch:
-			return
-		case <-t.C:
-			fi, err := w.f.Stat()
-			if err != nil {
-				continue
-			}
-			g := w.g
-			g.mu.Lock()
-			if fi.Size() > g.size {
-				g.size = fi.Size()
-				g.cond.Broadcast()
-			}
-			g.mu.Unlock()
-		}
-	}
 }
 
 // Finish ends the run. err nil means git succeeded and wrote its whole
@@ -340,8 +294,7 @@ func (w *Writer) watch() {
 // followers that have sent nothing yet fall back.
 func (w *Writer) Finish(err error) {
 	if w.stopWatch != nil {
-		close(w.stopWatch)
-		<-w.watchDone
+		w.stopWatch()
 	}
 	var size int64
 	if fi, serr := w.f.Stat(); serr == nil {
@@ -359,14 +312,4 @@ func (w *Writer) Finish(err error) {
 		err = cerr
 	}
 	w.c.finish(w.g, size, err)
-}
-
-// wait blocks until the file holds need bytes, the run ended, or ctx ended.
-func (g *generation) wait(ctx context.Context, need int64) (size int64, done bool, err error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for g.size < need && !g.done && ctx.Err() == nil {
-		g.cond.Wait()
-	}
-	return g.size, g.done, g.err
 }

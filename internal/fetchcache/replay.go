@@ -72,19 +72,12 @@ func (r *Reader) Replay(ctx context.Context, out io.Writer, idle time.Duration) 
 	if r.g == nil {
 		return r.copy(ctx, out, 0, r.size, deadliner, idle)
 	}
-	g := r.g
-	stop := context.AfterFunc(ctx, func() {
-		g.mu.Lock()
-		g.cond.Broadcast()
-		g.mu.Unlock()
-	})
-	defer stop()
 	for {
 		need := written + 1
 		if written == 0 && !r.leads {
 			need = HoldBack
 		}
-		size, done, genErr := g.wait(ctx, need)
+		size, done, genErr := r.g.Wait(ctx, need)
 		if ctx.Err() != nil {
 			return written, ctx.Err()
 		}
@@ -156,9 +149,8 @@ func (r *Reader) complete(end int64) bool {
 	if r.g == nil {
 		return end == r.size
 	}
-	r.g.mu.Lock()
-	defer r.g.mu.Unlock()
-	return r.g.done && r.g.err == nil && end == r.g.size
+	size, done, err := r.g.State()
+	return done && err == nil && end == size
 }
 
 func wrapGone(ctx context.Context, err error) error {

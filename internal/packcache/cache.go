@@ -25,6 +25,7 @@ import (
 	"packwire/internal/diskspace"
 	"packwire/internal/filelru"
 	"packwire/internal/gitexec"
+	"packwire/internal/growfile"
 	"packwire/internal/procgroup"
 )
 
@@ -82,11 +83,7 @@ func (c *Cache) doneLocked() *filelru.Set {
 // generation is one pack-objects run; readers follow its file.
 type generation struct {
 	path string
-	mu   sync.Mutex
-	cond *sync.Cond
-	size int64 // bytes written so far
-	done bool
-	err  error
+	*growfile.Growth
 }
 
 // Open makes the cache directory, removing what an earlier run left (a
@@ -171,8 +168,7 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 			c.Log.Warn("pack cache: cannot create a file, running pack-objects directly", "error", err.Error())
 			return c.standAside(req)
 		}
-		g = &generation{path: f.Name()}
-		g.cond = sync.NewCond(&g.mu)
+		g = &generation{path: f.Name(), Growth: growfile.New()}
 		c.inflight[key] = g
 		go c.generate(key, g, f, req, stdin)
 	}
@@ -201,7 +197,7 @@ func (c *Cache) generate(key string, g *generation, f *os.File, req Request, std
 	cmd.Dir = req.RepoPath
 	cmd.Env = append(gitexec.Environ(), "GIT_CONFIG_PARAMETERS="+req.Config, "GIT_PROTOCOL="+req.Protocol)
 	cmd.Stdin = strings.NewReader(string(stdin))
-	cmd.Stdout = &notifyingWriter{f: f, g: g}
+	cmd.Stdout = &growfile.Writer{F: f, G: g.Growth}
 	var stderr tail
 	cmd.Stderr = &stderr
 	// No fsync: the cache is wiped at every start, so durability buys nothing.
@@ -219,22 +215,19 @@ func (c *Cache) generate(key string, g *generation, f *os.File, req Request, std
 		c.Log.Warn("pack cache: generation failed", "key", key[:12], "error", err.Error())
 	}
 
+	size, _, _ := g.State()
 	c.mu.Lock()
 	delete(c.inflight, key)
 	final := strings.TrimSuffix(g.path, ".tmp") + ".pack"
-	keep := err == nil && c.uses[key] >= c.MinUses && c.MaxBytes > 0 && g.size <= c.MaxBytes
+	keep := err == nil && c.uses[key] >= c.MinUses && c.MaxBytes > 0 && size <= c.MaxBytes
 	if keep && os.Rename(g.path, final) == nil {
-		c.doneLocked().Add(key, final, g.size)
+		c.doneLocked().Add(key, final, size)
 	} else {
 		// Readers still holding the file keep reading it; the name goes now.
 		os.Remove(g.path)
 	}
 	c.mu.Unlock()
-
-	g.mu.Lock()
-	g.done, g.err = true, err
-	g.cond.Broadcast()
-	g.mu.Unlock()
+	g.End(size, err)
 }
 
 // Expire drops packs past MaxAge; the server calls it now and then.
@@ -280,21 +273,10 @@ func (g *generation) follow(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer f.Close()
-	stop := context.AfterFunc(ctx, func() {
-		g.mu.Lock()
-		g.cond.Broadcast()
-		g.mu.Unlock()
-	})
-	defer stop()
 	buf := make([]byte, 256<<10)
 	var off int64
 	for {
-		g.mu.Lock()
-		for off >= g.size && !g.done && ctx.Err() == nil {
-			g.cond.Wait()
-		}
-		size, done, genErr := g.size, g.done, g.err
-		g.mu.Unlock()
+		size, done, genErr := g.Wait(ctx, off+1)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -314,35 +296,6 @@ func (g *generation) follow(ctx context.Context, out io.Writer) error {
 			return genErr
 		}
 	}
-}
-
-// notifyingWriter appends to the generation's file and wakes its readers.
-type notifyingWriter struct {
-	f     *os.File
-	g     *generation
-	woken int64 // size when readers were last woken
-}
-
-// wakeEvery batches wake-ups of readers while a pack streams: waking them
-// for every pipe read (64 KiB) cost more CPU in goroutine hand-offs than
-// the copying itself (measured on the fetch cache's first design). Small
-// writes (the pack's header, the end) wake them at once, and so does the
-// generation's end.
-const (
-	wakeEvery  = 1 << 20
-	smallWrite = 4 << 10
-)
-
-func (w *notifyingWriter) Write(p []byte) (int, error) {
-	n, err := w.f.Write(p)
-	w.g.mu.Lock()
-	w.g.size += int64(n)
-	if n < smallWrite || w.g.size-w.woken >= wakeEvery {
-		w.woken = w.g.size
-		w.g.cond.Broadcast()
-	}
-	w.g.mu.Unlock()
-	return n, err
 }
 
 type tail struct {
