@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"packwire/internal/oid"
 )
 
 // refCount is how many refs a repository has, by namespace.
@@ -82,13 +84,13 @@ func parsePackedRefs(r io.Reader, ref func(name string)) error {
 			continue
 		}
 		if line[0] == '^' {
-			if !isHex(line[1:]) {
+			if !oid.Valid(line[1:]) {
 				return fmt.Errorf("packed-refs line %d: malformed peeled line", n)
 			}
 			continue
 		}
-		oid, name, ok := bytes.Cut(line, []byte{' '})
-		if !ok || !isHex(oid) || !bytes.HasPrefix(name, []byte("refs/")) || bytes.ContainsAny(name, " \t\x00") {
+		id, name, ok := bytes.Cut(line, []byte{' '})
+		if !ok || !oid.Valid(id) || !bytes.HasPrefix(name, []byte("refs/")) || bytes.ContainsAny(name, " \t\x00") {
 			return fmt.Errorf("packed-refs line %d: want \"<object id> refs/...\"", n)
 		}
 		ref(string(name))
@@ -97,17 +99,4 @@ func parsePackedRefs(r io.Reader, ref func(name string)) error {
 		return fmt.Errorf("packed-refs: %w", err)
 	}
 	return nil
-}
-
-// isHex reports whether b is a SHA-1 or SHA-256 object id in hex.
-func isHex(b []byte) bool {
-	if len(b) != 40 && len(b) != 64 {
-		return false
-	}
-	for _, c := range b {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }

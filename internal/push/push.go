@@ -14,6 +14,7 @@ import (
 	"io"
 	"strings"
 
+	"packwire/internal/oid"
 	"packwire/internal/pktline"
 )
 
@@ -106,7 +107,7 @@ func ReadRequest(r io.Reader) (*Request, error) {
 		}
 		line := strings.TrimSuffix(string(payload), "\n")
 		if rest, ok := strings.CutPrefix(line, "shallow "); ok && len(req.Commands) == 0 {
-			if !validID(rest) {
+			if !oid.Valid(rest) {
 				return nil, fmt.Errorf("%w: bad shallow line", ErrMalformed)
 			}
 			req.Shallow = append(req.Shallow, rest)
@@ -160,7 +161,7 @@ func ReadRequest(r io.Reader) (*Request, error) {
 
 func parseCommand(line string) (Command, error) {
 	f := strings.SplitN(line, " ", 3)
-	if len(f) != 3 || !validID(f[0]) || !validID(f[1]) || len(f[0]) != len(f[1]) || f[2] == "" {
+	if len(f) != 3 || !oid.Valid(f[0]) || !oid.Valid(f[1]) || len(f[0]) != len(f[1]) || f[2] == "" {
 		return Command{}, fmt.Errorf("%w: bad command %q", ErrMalformed, truncate(line, 100))
 	}
 	for _, c := range f[2] {
@@ -169,19 +170,6 @@ func parseCommand(line string) (Command, error) {
 		}
 	}
 	return Command{Old: f[0], New: f[1], Ref: f[2]}, nil
-}
-
-func validID(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 func truncate(s string, n int) string {

@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"packwire/internal/oid"
 )
 
 // Metric is one measured figure. Concern is the value divided by the
@@ -322,9 +324,9 @@ func (g gitRunner) scanObjects(ctx context.Context) (*objectScan, error) {
 }
 
 // parseCheckLine parses "<oid> <type> <size> <disk size>".
-func parseCheckLine(line string) (oid, typ string, size, disk int64, err error) {
+func parseCheckLine(line string) (id, typ string, size, disk int64, err error) {
 	f := strings.Fields(line)
-	if len(f) != 4 || !isHex(f[0]) {
+	if len(f) != 4 || !oid.Valid(f[0]) {
 		return "", "", 0, 0, fmt.Errorf("unexpected line from cat-file: %q", line)
 	}
 	size, err1 := strconv.ParseInt(f[2], 10, 64)
@@ -333,18 +335,6 @@ func parseCheckLine(line string) (oid, typ string, size, disk int64, err error) 
 		return "", "", 0, 0, fmt.Errorf("unexpected sizes from cat-file: %q", line)
 	}
 	return f[0], f[1], size, disk, nil
-}
-
-func isHex(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // readBatch reads cat-file --batch output: "<oid> <type> <size>\n",
@@ -516,7 +506,7 @@ func (g gitRunner) history(ctx context.Context) (depth, parents Metric, err erro
 		sc.Buffer(make([]byte, 1<<16), 1<<24) // octopus merges make long lines
 		for sc.Scan() {
 			f := strings.Fields(sc.Text())
-			if len(f) == 0 || !isHex(f[0]) {
+			if len(f) == 0 || !oid.Valid(f[0]) {
 				return fmt.Errorf("unexpected line from rev-list: %q", sc.Text())
 			}
 			d := int32(0)
@@ -633,7 +623,7 @@ type lsTreeEntry struct {
 func parseLsTree(rec []byte) (lsTreeEntry, error) {
 	meta, path, ok := bytes.Cut(rec, []byte{'\t'})
 	f := strings.Fields(string(meta))
-	if !ok || len(f) != 4 || len(path) == 0 || !isHex(f[2]) {
+	if !ok || len(f) != 4 || len(path) == 0 || !oid.Valid(f[2]) {
 		return lsTreeEntry{}, fmt.Errorf("unexpected record from ls-tree: %q", rec)
 	}
 	e := lsTreeEntry{mode: f[0], typ: f[1], oid: f[2], path: string(path)}

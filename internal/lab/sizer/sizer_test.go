@@ -12,6 +12,7 @@ import (
 
 	"packwire/internal/gittest"
 	"packwire/internal/lab/synth"
+	"packwire/internal/oid"
 )
 
 // knownRepo builds a repository whose every figure can be worked out by
@@ -215,7 +216,7 @@ func FuzzLsTree(f *testing.F) {
 	f.Add([]byte("160000 commit " + strings.Repeat("c", 64) + "       -\tsub\tmodule"))
 	f.Fuzz(func(t *testing.T, rec []byte) {
 		e, err := parseLsTree(rec)
-		if err == nil && (e.path == "" || e.size < 0 || !isHex(e.oid)) {
+		if err == nil && (e.path == "" || e.size < 0 || !oid.Valid(e.oid)) {
 			t.Fatalf("accepted %q as %+v", rec, e)
 		}
 	})
