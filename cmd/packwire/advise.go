@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -101,9 +100,7 @@ example: packwire advise git://localhost/team/app ssh://git@localhost:2222/team/
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return writeJSON(stdout, struct {
 			Use          advise.Use          `json:"use"`
 			Measurements advise.Measurements `json:"measurements"`
 			Advice       []advise.Advice     `json:"advice"`

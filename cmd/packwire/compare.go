@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -91,8 +90,6 @@ example: packwire compare -n 20 -- git ls-remote git://localhost/team/app -- git
 		return fmt.Errorf("interrupted")
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
 		out := struct {
 			CommandA []string `json:"command_a"`
 			CommandB []string `json:"command_b"`
@@ -103,7 +100,7 @@ example: packwire compare -n 20 -- git ls-remote git://localhost/team/app -- git
 		if runErr != nil {
 			out.Error = runErr.Error()
 		}
-		if err := enc.Encode(out); err != nil {
+		if err := writeJSON(stdout, out); err != nil {
 			return err
 		}
 		return runErr

@@ -78,9 +78,7 @@ what kind, why, what they cost, and the packs and bytes before and after.`, stde
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"since": time.Now().Add(-*since).UTC(), "by": *by, "groups": groups})
+		return writeJSON(stdout, map[string]any{"since": time.Now().Add(-*since).UTC(), "by": *by, "groups": groups})
 	}
 	if len(groups) == 0 {
 		fmt.Fprintf(stdout, "no requests in the last %s\n", *since)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -92,9 +91,7 @@ example: packwire rtt git://localhost/team/app http://localhost:8080/team/app ss
 		return fmt.Errorf("interrupted")
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return writeJSON(stdout, struct {
 			Delays []time.Duration `json:"delays"`
 			Rows   []rtt.Row       `json:"rows"`
 		}{plan.Delays, rows})

@@ -88,7 +88,7 @@ func TestWriterBatchesWakeUps(t *testing.T) {
 	big := make([]byte, 64<<10)
 	ch = waitResult(context.Background(), g, 5)
 	blocked(t, ch) // the reader waits before the write
-	w.Write(big) // a pipe-sized write waits for more
+	w.Write(big)   // a pipe-sized write waits for more
 	blocked(t, ch)
 	for range wakeEvery / len(big) {
 		w.Write(big)
