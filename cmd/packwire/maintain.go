@@ -133,7 +133,7 @@ func maintainImported(ctx context.Context, data *datadir.Data, r repo.Repo, stdo
 
 // cmdRepoShow prints a repository's object layout.
 func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	data, pos, err := openData(ctx, "repo show", "repo show NAME [--data DIR]", "Show a repository's object layout: packs, the preferred pack and what it covers,\nthe bitmap, objects outside it, and the last maintenance run.", args, stderr, nil)
+	data, pos, err := openData(ctx, "repo show", "repo show NAME [--data DIR]", "Show a repository's object layout: packs, the preferred pack and what it covers,\nthe bitmap, objects outside it, how HEAD's tree is stored (deltas against\nobjects outside it cost shallow and partial clones CPU), and the last\nmaintenance run.", args, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -194,6 +194,10 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	} else {
 		fmt.Fprintln(stdout, "preferred pack: none (packwire maintain brings the repository into shape)")
+	}
+	if c, err := m.ReadCheckout(ctx, r.Path); err == nil && c.Objects > 0 {
+		fmt.Fprintf(stdout, "checkout (HEAD's tree): %d objects, %d stored as deltas, %d against bases outside the tree (shallow and partial clones make git rebuild those)\n",
+			c.Objects, c.Deltas, c.Outside)
 	}
 	gov, err := governor.Open(ctx, filepath.Join(data.Dir, governor.FileName))
 	if err != nil {

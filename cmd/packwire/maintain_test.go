@@ -27,7 +27,8 @@ func TestImportMaintainShow(t *testing.T) {
 	}
 	out, code = packwire(t, "repo", "show", "app", "--data", data)
 	for _, want := range []string{"refs: 3 branches, 2 tags, 1 other", "preferred", "multi-pack bitmap: true",
-		"closure of 3 branches + 2 tags", "drift 0.0%", "last maintenance: ", "full run (imported): ok"} {
+		"closure of 3 branches + 2 tags", "drift 0.0%", "last maintenance: ", "full run (imported): ok",
+		"checkout (HEAD's tree): ", " 0 against bases outside the tree"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("repo show: missing %q (exit %d):\n%s", want, code, out)
 		}

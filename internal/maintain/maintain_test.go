@@ -356,9 +356,20 @@ func TestCheckoutStoredWhole(t *testing.T) {
 		t.Fatalf("the test's history does not make git store the tip as a delta of an older version (base %q)", base)
 	}
 
+	// Packed as git gc would, the checkout holds that delta too, which
+	// ReadCheckout (repo show) reports.
+	env.Git(bare, "repack", "-a", "-d", "-q")
+	c, err := quietMaintainer().ReadCheckout(context.Background(), bare)
+	if err != nil || c.Objects != int64(len(inTip))+1 || c.Outside < 1 || c.Deltas < c.Outside {
+		t.Fatalf("before maintenance: %+v (%v), want %d objects and the tip's delta outside the tree", c, err, len(inTip)+1)
+	}
+
 	r := repo.Repo{Name: "app", Path: bare}
 	if _, err := quietMaintainer().Maintain(context.Background(), r, true); err != nil {
 		t.Fatal(err)
+	}
+	if c, err := quietMaintainer().ReadCheckout(context.Background(), bare); err != nil || c.Objects != int64(len(inTip))+1 || c.Outside != 0 {
+		t.Fatalf("after maintenance: %+v (%v), want %d objects and no delta outside the tree", c, err, len(inTip)+1)
 	}
 	l := assertShape(t, env, r)
 	bases := deltaBases(t, env, filepath.Join(bare, "objects", "pack", l.PreferredPack().Name))
@@ -377,4 +388,13 @@ func TestCheckoutStoredWhole(t *testing.T) {
 		t.Fatal("maintenance left its island repository")
 	}
 	env.Fsck(bare)
+}
+
+func TestReadCheckoutUnbornHEAD(t *testing.T) {
+	env := gittest.New(t)
+	bare := filepath.Join(t.TempDir(), "empty.git")
+	env.Git("", "init", "-q", "--bare", bare)
+	if c, err := quietMaintainer().ReadCheckout(context.Background(), bare); err != nil || c != (Checkout{}) {
+		t.Fatalf("an unborn HEAD: %+v, %v; want nothing", c, err)
+	}
 }
