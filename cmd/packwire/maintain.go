@@ -36,13 +36,15 @@ preferred pack. A "full" run rebuilds the preferred pack when there is none,
 or when the drift passes --drift:
 
   drift = (objects of the preferred pack no default clone wants
-           + 0.25 x objects a default clone fetches from outside it)
+           + objects a default clone fetches from outside it)
           / objects a default clone fetches
 
 Measured (bench/maintain/RESULTS.md): full clone server CPU rose 10% with 14%
-of the preferred pack unwanted and 52% at 32%, but only 7-11% with 19-48% new
-history folded in geometrically, hence the 0.25; a rebuild costs as much CPU
-as 6-12 full clones. At the default 10% a clone pays at most ~10% more.
+of the preferred pack unwanted and 52% at 32%; new history folded in
+geometrically cost 7-11% at 19-48% on one repository, 12-28% at 12% and
+22-46% at 21% on another. A rebuild costs as much CPU as 6-17 full clones, and
+at 10% a repository doubling its history rebuilds about 7 times, while a late
+rebuild costs every clone: at the default 10% a clone pays 10-30% more at most.
 
 git runs at a lower CPU priority (nice 10) and never blocks clones or pushes.
 packwire serve does the same in the background (--maintain-interval).

@@ -51,17 +51,20 @@ const (
 // DefaultDrift is the drift (Drift.Ratio) above which the preferred pack is
 // rebuilt. Measured in bench/maintain (RESULTS.md): full clone server CPU
 // rose 10% with 14% of the preferred pack no longer wanted (main rewound)
-// and 52% at 32%, but only 7-11% with 19-48% new history folded in
-// geometrically; a rebuild costs about as much CPU as 6-12 full clones. At
-// 10% a clone pays at most about 10% more before the layout is rebuilt.
+// and 52% at 32%; with new history folded in geometrically it rose 7-11% at
+// 19-48% new on a Go-source-shaped repository, but 12-28% at 12% and 22-46%
+// at 21% on a jquery-shaped one. A rebuild costs about as much CPU as 6-17
+// full clones.
 const DefaultDrift = 0.10
 
 // NewWeight is what an object a clone wants from outside the preferred pack
-// counts against one in the preferred pack that no clone wants: new history
-// is sent from its own small packs cheaply, stale objects interrupt the
-// verbatim reuse of the preferred pack (measured: about a quarter as much
-// clone CPU per object).
-const NewWeight = 0.25
+// counts against one in the preferred pack that no clone wants. Per object,
+// new history cost clones a quarter as much as stale objects on one
+// repository and about as much on another. Erring late costs every clone
+// until the rebuild; erring early costs one rebuild per 10% of growth (a
+// repository doubling its history rebuilds about 7 times). So new history
+// counts fully, and at 10% a clone pays some 10-30% more at the most.
+const NewWeight = 1.0
 
 // ErrBusy is returned when another maintainer holds the repository.
 var ErrBusy = errors.New("maintenance already running on this repository")

@@ -398,3 +398,36 @@ func TestReadCheckoutUnbornHEAD(t *testing.T) {
 		t.Fatalf("an unborn HEAD: %+v, %v; want nothing", c, err)
 	}
 }
+
+// TestNewHistoryRebuilds: new history alone, at about a fifth of what a
+// clone fetches, makes the preferred pack rebuilt (NewWeight 1; at the
+// former 0.25 it took 40%).
+func TestNewHistoryRebuilds(t *testing.T) {
+	env, r := newRepo(t)
+	m := quietMaintainer()
+	ctx := context.Background()
+	if _, err := m.Maintain(ctx, r, true); err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.ReadDrift(ctx, r.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := filepath.Join(t.TempDir(), "w")
+	env.Git("", "clone", "-q", "--no-local", r.Path, w)
+	// A commit at the top level adds three objects: commit, tree, blob.
+	for i := range int(d.Closure/5/3) + 1 {
+		os.WriteFile(filepath.Join(w, "grows.txt"), []byte(fmt.Sprintf("version %d\n", i)), 0o644)
+		env.Git(w, "add", "grows.txt")
+		env.Git(w, "commit", "-qm", "grow")
+	}
+	env.Git(w, "push", "-q", "--receive-pack=git -c receive.unpackLimit=1 receive-pack", "origin", "main")
+	d, err = m.ReadDrift(ctx, r.Path)
+	if share := float64(d.New) / float64(d.Closure); err != nil || share < 0.12 || share > 0.35 || d.Stale != 0 {
+		t.Fatalf("after the push: %+v %v; the test wants 12-35%% new, nothing stale", d, err)
+	}
+	kind, reason, err := m.Plan(ctx, r.Path)
+	if err != nil || kind != Full || !strings.HasPrefix(reason, "drift ") {
+		t.Fatalf("plan after %d new of %d objects = %q %q %v, want a full run for drift", d.New, d.Closure, kind, reason, err)
+	}
+}
