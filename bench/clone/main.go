@@ -2,6 +2,9 @@
 // packwire's three transports against `git clone --no-local file://` and
 // git daemon, all in the same run, rounds interleaved in a fresh random
 // order each time, and prints medians, spread, ratios and server CPU.
+// packwire runs with its defaults, so over HTTP (protocol v2) every clone
+// after the first is replayed from the fetch cache; -fetch-cache=false
+// measures a pack generated each time.
 //
 //	go run ./bench/clone -rounds 7 -out bench/out/clone
 package main
@@ -13,11 +16,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"packwire/bench/internal/benchkit"
@@ -37,11 +39,13 @@ func main() {
 	outDir := flag.String("out", "bench/out/clone", "work directory (repository, data, clones)")
 	src := flag.String("src", runtime.GOROOT()+"/src", "source tree the benchmark history is made from")
 	only := flag.String("only", "", "comma-separated substrings: run only targets whose name contains one")
+	fetchCache := flag.Bool("fetch-cache", true, "packwire's fetch cache (HTTP v2 clones after the first are replays)")
 	flag.Parse()
 	log.SetFlags(0)
+	benchkit.StopOnSignal()
 	must := func(err error) {
 		if err != nil {
-			log.Fatal(err)
+			benchkit.Fatalf("%v", err)
 		}
 	}
 	out, _ := filepath.Abs(*outDir)
@@ -64,31 +68,17 @@ func main() {
 	imported := filepath.Join(data, "repos", "bench.git")
 	benchkit.Run("git", "-C", imported, "repack", "-adbq", "--write-bitmap-index")
 
-	gitPort, httpPort, sshPort, daemonPort := benchkit.FreePort(), benchkit.FreePort(), benchkit.FreePort(), benchkit.FreePort()
-	srv := exec.Command(bin, "serve", "--data", data, "--maintain-interval", "0",
-		"--git", "127.0.0.1:"+gitPort, "--http", "127.0.0.1:"+httpPort, "--ssh", "127.0.0.1:"+sshPort, "--log-format", "json")
-	srvLog, _ := os.Create(filepath.Join(out, "packwire.log"))
-	srv.Stdout, srv.Stderr = srvLog, srvLog
-	must(srv.Start())
-	packwireCPU := benchkit.NewCPUMeter("packwire", srv.Process.Pid)
-
+	gitPort, httpPort, sshPort := benchkit.FreePort(), benchkit.FreePort(), benchkit.FreePort()
+	srv := benchkit.StartPackwire("packwire", bin, data, filepath.Join(out, "packwire.log"), gitPort, "--maintain-interval", "0",
+		"--fetch-cache="+strconv.FormatBool(*fetchCache), "--git", "127.0.0.1:"+gitPort, "--http", "127.0.0.1:"+httpPort, "--ssh", "127.0.0.1:"+sshPort)
+	defer srv.Stop()
+	benchkit.WaitPort(httpPort)
+	benchkit.WaitPort(sshPort)
+	packwireCPU := srv.Group
 	// The peer: git daemon serving the same repository directory.
-	daemon := exec.Command("git", "daemon", "--export-all", "--reuseaddr", "--base-path="+filepath.Join(data, "repos"),
-		"--listen=127.0.0.1", "--port="+daemonPort, filepath.Join(data, "repos"))
-	daemon.Env = clientEnv
-	must(daemon.Start())
-	daemonCPU := benchkit.NewCPUMeter("git-daemon", daemon.Process.Pid)
-	defer func() {
-		srv.Process.Signal(syscall.SIGTERM)
-		daemon.Process.Kill()
-		srv.Wait()
-		daemon.Wait()
-		packwireCPU.Close()
-		daemonCPU.Close()
-	}()
-	for _, p := range []string{gitPort, httpPort, sshPort, daemonPort} {
-		benchkit.WaitPort(p)
-	}
+	daemon := benchkit.StartGitDaemon("git-daemon", filepath.Join(data, "repos"), clientEnv)
+	defer daemon.Stop()
+	daemonCPU, daemonPort := daemon.Group, daemon.Port
 
 	key := filepath.Join(home, "id_ed25519")
 	benchkit.Run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key)
@@ -128,7 +118,7 @@ func main() {
 			cmd := exec.Command("git", "clone", "-q", "--no-local", t.url, dst)
 			cmd.Env = append(append([]string{}, clientEnv...), t.env...)
 			if b, err := cmd.CombinedOutput(); err != nil {
-				log.Fatalf("%s: %v\n%s", t.name, err, b)
+				benchkit.Fatalf("%s: %v\n%s", t.name, err, b)
 			}
 			wall := time.Since(start)
 			// The server's accounting of a finished request can trail the
@@ -148,7 +138,11 @@ func main() {
 	fmt.Printf("Full clone, %s repository (%d objects, pack %.1f MiB), %d rounds after 1 warm-up, order shuffled each round.\n",
 		"Go-source-shaped", benchkit.CountObjects(imported), float64(packSize)/(1<<20), *rounds)
 	fmt.Printf("%s, %s, %d CPUs, %s, %s\n\n", gitVersion, sshVersion, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Printf("Server CPU from %s.\n\n", packwireCPU.Source())
+	fmt.Printf("Server CPU from %s. packwire's fetch cache: %v", packwireCPU.Source(), *fetchCache)
+	if *fetchCache {
+		fmt.Print(" (HTTP clones after the first are replays, no git run)")
+	}
+	fmt.Print(".\n\n")
 	fmt.Println("| target | median wall | min - max | wall / first row | server CPU (median) |")
 	fmt.Println("|---|---:|---:|---:|---:|")
 	base := median(results[targets[0].name], func(s sample) time.Duration { return s.wall })

@@ -49,14 +49,6 @@ func NewGroup(name string) *Group {
 	return g
 }
 
-// NewCPUMeter makes a group and puts a running process in it. Children it
-// starts from now on are in it too.
-func NewCPUMeter(name string, pid int) *Group {
-	g := NewGroup(name)
-	g.Add(pid)
-	return g
-}
-
 // Add moves a process into the group.
 func (g *Group) Add(pid int) {
 	if g.pid == 0 {
