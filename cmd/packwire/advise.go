@@ -23,11 +23,13 @@ user@host:path). Unless --no-derive, the transports not given are tried on
 their default ports (git:// 9418, https:// 443, ssh://git@ 22) when the
 port answers within a second. It measures the real round-trip time (TCP
 connect), ls-remote and a no-op fetch with protocol v0 and v2, SSH with and
-without a master connection (round trips counted by a proxy that adds no
-delay), then a full, a --depth 1, a --filter=tree:0 and a --filter=blob:none
-clone over the fastest way, each followed by a checkout.
+without a master connection, HTTP with its connection kept alive and with
+one per request (round trips counted by a proxy that adds no delay), then
+a full, a --depth 1, a --filter=tree:0, a --filter=blob:none and a
+--filter=blob:none --sparse clone over the fastest way, each followed by a
+checkout.
 
-The advice: which URL, protocol v2 or not, SSH connection reuse and what it
+The advice: which URL, protocol v2 or not, connection reuse and what it
 saves per fetch at your RTT, the clone option for --use (full + full
 fetches for dev; --depth 1 for throw-away CI; treeless for CI that needs
 history; blobless + sparse for huge repositories), and never shallow
@@ -38,7 +40,7 @@ example: packwire advise git://localhost/team/app ssh://git@localhost:2222/team/
 	asJSON := fs.Bool("json", false, "print the measurements and the advice as JSON")
 	runs := fs.Int("runs", 3, "runs of ls-remote and no-op fetch per variant (median)")
 	noDerive := fs.Bool("no-derive", false, "measure only the URLs given")
-	clones := fs.String("clones", "full,depth1,treeless,blobless", "clone variants to measure")
+	clones := fs.String("clones", "full,depth1,treeless,blobless,sparse", "clone variants to measure")
 	noClone := fs.Bool("no-clone", false, "measure no clones (for a repository too big to clone now)")
 	sshKey := fs.String("ssh-key", "", "SSH private key to use (default: ssh's own choice)")
 	var sshOpts stringList
@@ -66,7 +68,7 @@ example: packwire advise git://localhost/team/app ssh://git@localhost:2222/team/
 			known = known || cv.Name == v
 		}
 		if !known {
-			return usagef("--clones: unknown variant %q (full, depth1, treeless, blobless)", v)
+			return usagef("--clones: unknown variant %q (full, depth1, treeless, blobless, sparse)", v)
 		}
 	}
 	for _, s := range urls {

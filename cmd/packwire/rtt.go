@@ -21,8 +21,9 @@ no-op fetch (into a clone made first) and shallow clone (--depth 1) run
 through a delaying proxy (see "packwire netem") at each --delay, with each
 --protocol, and with each way of reusing connections: SSH with and without
 an OpenSSH master connection (ControlMaster, opened through the proxy
-before measuring); HTTP keeps its connection alive within one git command,
-which is all the reuse git has there; git:// has none.
+before measuring); HTTP with its connection kept alive within one git
+command (all the reuse git has there) and without (git sends "Connection:
+close", so every request opens a connection); git:// has none.
 
 --delay is the round-trip time added. The table shows the round trips the
 proxy counted (connects + turns), the median wall at each delay, and the
@@ -90,13 +91,18 @@ example: packwire rtt git://localhost/team/app http://localhost:8080/team/app ss
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted")
 	}
+	where := "the table"
 	if *asJSON {
-		return writeJSON(stdout, struct {
+		where = "the rows' errors"
+		if err := writeJSON(stdout, struct {
 			Delays []time.Duration `json:"delays"`
 			Rows   []rtt.Row       `json:"rows"`
-		}{plan.Delays, rows})
+		}{plan.Delays, rows}); err != nil {
+			return err
+		}
+	} else {
+		writeRTTTable(stdout, plan.Delays, rows)
 	}
-	writeRTTTable(stdout, plan.Delays, rows)
 	failed := 0
 	for _, r := range rows {
 		if r.Error != "" {
@@ -104,7 +110,7 @@ example: packwire rtt git://localhost/team/app http://localhost:8080/team/app ss
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d measurements failed (see the table)", failed, len(rows))
+		return fmt.Errorf("%d of %d measurements failed (see %s)", failed, len(rows), where)
 	}
 	return nil
 }

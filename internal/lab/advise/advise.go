@@ -141,7 +141,7 @@ func transportAdvice(m Measurements, best OpResult) Advice {
 	}
 	for _, t := range m.Targets {
 		if t.Error != "" {
-			note := "not reachable"
+			note := "did not work: " + firstLine(t.Error)
 			if t.Derived {
 				note = "tried by convention, not reachable"
 			}
@@ -186,7 +186,7 @@ func protocolAdvice(m Measurements, best OpResult, rtt time.Duration) (Advice, b
 	// Measured walls within 5% of each other are the same.
 	switch {
 	case v2.Wall*100 < v0.Wall*95 || (rtDiff > 0 && v2.Wall <= v0.Wall):
-		text := fmt.Sprintf("use protocol v2 (git config --global protocol.version 2; the default since git 2.26): a no-op fetch takes %s instead of %s", ms(v2.Wall), ms(v0.Wall))
+		text := fmt.Sprintf("use protocol v2 (git config --global protocol.version 2; git's default since 2.26, except in 2.27): a no-op fetch takes %s instead of %s", ms(v2.Wall), ms(v0.Wall))
 		if rtDiff > 0 {
 			text += fmt.Sprintf(" and %d round trips instead of %d, which alone saves %s at your measured RTT", v2.RoundTrips, v0.RoundTrips, ms(time.Duration(rtDiff)*rtt))
 		}
@@ -231,10 +231,22 @@ func reuseAdvice(m Measurements, best OpResult, rttOf func(string) time.Duration
 					ms(reused.Wall), ms(fresh.Wall), reused.RoundTrips, fresh.RoundTrips, ms(time.Duration(saved)*r)),
 				Evidence: ev})
 		case rtt.HTTP, rtt.HTTPS:
+			proto := best.Protocol
+			kept, ok := find(m, o.URL, rtt.KindFetch, proto, rtt.ReuseKeepAlive)
+			if !ok {
+				continue
+			}
 			done[o.URL] = true
-			out = append(out, Advice{Topic: "reuse",
-				Text:     "HTTP already reuses its connection within each git command; nothing to set",
-				Evidence: fmt.Sprintf("no-op fetch over %s (v%d): %d connection(s), %d round trips", o.URL, o.Protocol, o.Conns, o.RoundTrips)})
+			text := "HTTP already reuses its connection within each git command; nothing to set"
+			ev := fmt.Sprintf("no-op fetch over %s (v%d): %d connection(s), %d round trips, %s kept alive", o.URL, proto, kept.Conns, kept.RoundTrips, ms(kept.Wall))
+			if fresh, ok := find(m, o.URL, rtt.KindFetch, proto, rtt.ReuseNone); ok {
+				r := rttOf(o.URL)
+				ev += fmt.Sprintf("; %d connections, %d round trips, %s with a new connection per request (your RTT %s)", fresh.Conns, fresh.RoundTrips, ms(fresh.Wall), ms(r))
+				if saved := fresh.RoundTrips - kept.RoundTrips; saved > 0 {
+					text += fmt.Sprintf(" (it saves %d round trips, %s per fetch at your measured RTT, unless a proxy between you closes connections)", saved, ms(time.Duration(saved)*r))
+				}
+			}
+			out = append(out, Advice{Topic: "reuse", Text: text, Evidence: ev})
 		}
 	}
 	return out
@@ -252,7 +264,7 @@ func cloneAdvice(m Measurements, use Use, best OpResult) Advice {
 		UseDev:       {CloneFull, fmt.Sprintf("clone fully (git clone %s) and fetch fully: every later fetch and checkout is local and cheap", u)},
 		UseCI:        {CloneShallow, fmt.Sprintf("in throw-away CI clone shallow (git clone --depth 1 %s): it does not grow with history", u)},
 		UseCIHistory: {CloneTreeless, fmt.Sprintf("in CI that needs history clone treeless (git clone --filter=tree:0 %s): all commits, and only the trees and blobs of the checkout, fetched then", u)},
-		UseHugeRepo:  {CloneBlobless, fmt.Sprintf("clone blobless and sparse (git clone --filter=blob:none --sparse %s, then git sparse-checkout set DIR...): full history, and only the blobs of your directories", u)},
+		UseHugeRepo:  {CloneSparse, fmt.Sprintf("clone blobless and sparse (git clone --filter=blob:none --sparse %s, then git sparse-checkout set DIR...): full history, and only the blobs of your directories", u)},
 	}
 	want := texts[use]
 	full, haveFull := clones[CloneFull]
@@ -306,4 +318,10 @@ func ms(d time.Duration) string {
 		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 	}
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+// firstLine is the first line of an error, for evidence that stays short.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }

@@ -42,6 +42,9 @@ const (
 	CloneShallow  = "depth1"
 	CloneTreeless = "treeless"
 	CloneBlobless = "blobless"
+	// CloneSparse is blobless and sparse: the checkout (cone mode, only
+	// the top-level files until sparse-checkout set) fetches only its blobs.
+	CloneSparse = "sparse"
 )
 
 // CloneVariants are the clone options measured, with their git arguments.
@@ -53,6 +56,7 @@ var CloneVariants = []struct {
 	{CloneShallow, []string{"--depth", "1"}},
 	{CloneTreeless, []string{"--filter=tree:0"}},
 	{CloneBlobless, []string{"--filter=blob:none"}},
+	{CloneSparse, []string{"--filter=blob:none", "--sparse"}},
 }
 
 // CloneResult is one clone variant, then a checkout of HEAD.

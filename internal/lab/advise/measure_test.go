@@ -24,9 +24,10 @@ func TestMeasurePackwire(t *testing.T) {
 	if len(m.Targets) != 4 || m.Targets[3].Error == "" || !strings.Contains(m.Targets[3].Error, "cannot connect") {
 		t.Errorf("targets %+v: want the closed port reported", m.Targets)
 	}
-	// 3 URLs x protocols 0 and 2 x ls-remote and fetch, SSH twice (reuse).
-	if len(m.Ops) != 4*4 {
-		t.Errorf("%d operations measured, want 16", len(m.Ops))
+	// 3 URLs x protocols 0 and 2 x ls-remote and fetch, SSH and HTTP
+	// twice (with and without connection reuse).
+	if len(m.Ops) != 5*4 {
+		t.Errorf("%d operations measured, want 20", len(m.Ops))
 	}
 	for _, op := range m.Ops {
 		if op.Error != "" || op.Wall <= 0 || op.RoundTrips < 2 && op.Reuse != rtt.ReuseControlMaster {
@@ -49,11 +50,19 @@ func TestMeasurePackwire(t *testing.T) {
 	if sizes[CloneShallow] >= sizes[CloneFull] || sizes[CloneBlobless] >= sizes[CloneFull] || sizes[CloneTreeless] > sizes[CloneBlobless] {
 		t.Errorf("clone sizes %v", sizes)
 	}
+	checkouts := map[string]int64{}
 	for _, c := range m.Clones {
+		// (The sparse clone's checkout has only top-level files, and this
+		// shape has none: it may fetch nothing.)
 		partial := c.Variant == CloneBlobless || c.Variant == CloneTreeless
-		if partial != (c.CheckoutBytes > 0) {
+		if c.Variant != CloneSparse && partial != (c.CheckoutBytes > 0) {
 			t.Errorf("%s clone's checkout fetched %d bytes", c.Variant, c.CheckoutBytes)
 		}
+		checkouts[c.Variant] = c.CheckoutBytes
+	}
+	// A sparse checkout (top-level files only) fetches less than a whole one.
+	if checkouts[CloneSparse] >= checkouts[CloneBlobless] {
+		t.Errorf("the sparse clone's checkout fetched %d bytes, the blobless one's %d", checkouts[CloneSparse], checkouts[CloneBlobless])
 	}
 	advice, err := Recommend(m, UseCI)
 	if err != nil {
@@ -79,9 +88,9 @@ func TestMeasureBrokenURL(t *testing.T) {
 	if len(m.Targets) != 2 || m.Targets[0].Error != "" || m.Targets[1].Error == "" {
 		t.Fatalf("targets %+v: want the missing repository's URL, and only it, not working", m.Targets)
 	}
-	// 2 URLs x protocols 0 and 2 x ls-remote and fetch.
-	if len(m.Ops) != 2*4 {
-		t.Fatalf("%d operations, want 8: %+v", len(m.Ops), m.Ops)
+	// 2 URLs x protocols 0 and 2 x ls-remote and fetch x kept alive or not.
+	if len(m.Ops) != 2*4*2 {
+		t.Fatalf("%d operations, want 16: %+v", len(m.Ops), m.Ops)
 	}
 	for _, op := range m.Ops {
 		if (op.URL == bad) != (op.Error != "") || op.Error == "" && (op.Wall <= 0 || op.RoundTrips < 2) {
@@ -95,7 +104,7 @@ func TestMeasureBrokenURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr := advice[0]; tr.Topic != "transport" || !strings.Contains(tr.Text, "fetch from "+good+" (the only URL that worked)") || !strings.Contains(tr.Evidence, bad+" not reachable") {
+	if tr := advice[0]; tr.Topic != "transport" || !strings.Contains(tr.Text, "fetch from "+good+" (the only URL that worked)") || !strings.Contains(tr.Evidence, bad+" did not work: ") {
 		t.Errorf("transport advice %+v", tr)
 	}
 }

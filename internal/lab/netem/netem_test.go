@@ -124,7 +124,7 @@ func TestDelayIsTheRoundTripTime(t *testing.T) {
 	if rtts[0] < delay-2*time.Millisecond {
 		t.Errorf("a round trip took %v, less than the delay %v: %v", rtts[0], delay, rtts)
 	}
-	if med := rtts[len(rtts)/2]; med > delay+40*time.Millisecond {
+	if med := rtts[len(rtts)/2]; med > delay+20*time.Millisecond {
 		t.Errorf("median round trip %v, want within a few ms of %v: %v", med, delay, rtts)
 	}
 }
@@ -369,4 +369,76 @@ func FuzzParseRate(f *testing.F) {
 			t.Fatalf("ParseSize(%q) = %d", s, n)
 		}
 	})
+}
+
+// TestNoDelayedAckStall: a client with Nagle's algorithm on (git) that
+// sends a request as several small writes must not wait for the proxy's
+// delayed ACK (40 ms on Linux) before each write after the first, or every
+// protocol v2 command through a zero-delay proxy costs 40 ms more than
+// without it, and the lab measures its own proxy.
+func TestNoDelayedAckStall(t *testing.T) {
+	up := serve(t, func(c net.Conn) {
+		buf := make([]byte, 64)
+		var got []byte
+		for {
+			n, err := c.Read(buf)
+			got = append(got, buf[:n]...)
+			if bytes.HasSuffix(got, []byte("end\n")) {
+				got = got[:0]
+				if _, err := c.Write([]byte("ok\n")); err != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	addr := start(t, &Proxy{Upstream: up})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetNoDelay(false) // as git's sockets
+	var times []time.Duration
+	for range 12 {
+		start := time.Now()
+		for _, part := range []string{"command=ls-refs\n", "agent=git/2.39\n", "0001", "peel\n", "end\n"} {
+			if _, err := c.Write([]byte(part)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := io.ReadFull(c, make([]byte, 3)); err != nil {
+			t.Fatal(err)
+		}
+		times = append(times, time.Since(start))
+	}
+	slices.Sort(times)
+	if median := times[len(times)/2]; median > 20*time.Millisecond {
+		t.Fatalf("a request of small writes through a zero-delay proxy took %v (median of %d; all: %v): delayed ACKs", median, len(times), times)
+	}
+}
+
+// TestJitterBounds: each chunk's one-way delay stays within Delay/2 ±
+// Jitter/2, and the draws fill that range rather than sit at its middle.
+func TestJitterBounds(t *testing.T) {
+	p := &Proxy{Delay: 100 * time.Millisecond, Jitter: 20 * time.Millisecond, Seed: 7}
+	d := newDirection(p, nil, 1, time.Time{})
+	lo, hi := 40*time.Millisecond, 60*time.Millisecond
+	least, most, sum := time.Hour, time.Duration(0), time.Duration(0)
+	const n = 10000
+	for range n {
+		w := d.oneWay()
+		if w < lo || w > hi {
+			t.Fatalf("a one-way delay of %v, outside %v-%v", w, lo, hi)
+		}
+		least, most, sum = min(least, w), max(most, w), sum+w
+	}
+	if least > lo+time.Millisecond || most < hi-time.Millisecond {
+		t.Errorf("one-way delays spanned %v-%v, want nearly all of %v-%v", least, most, lo, hi)
+	}
+	if mean := sum / n; mean < 49*time.Millisecond || mean > 51*time.Millisecond {
+		t.Errorf("mean one-way delay %v, want about 50ms", mean)
+	}
 }

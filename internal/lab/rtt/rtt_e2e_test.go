@@ -61,8 +61,19 @@ func TestThroughPackwire(t *testing.T) {
 		if r.Reuse == ReuseControlMaster && r.Conns != 0 {
 			t.Errorf("%s %s v%d over a master connection opened %d connections", r.Transport, r.Op, r.Protocol, r.Conns)
 		}
-		if r.Reuse != ReuseControlMaster && r.Conns != 1 {
+		httpFresh := r.Transport == HTTP && r.Reuse == ReuseNone
+		if r.Reuse != ReuseControlMaster && !httpFresh && r.Conns != 1 {
 			t.Errorf("%s %s v%d %s opened %d connections, want 1", r.Transport, r.Op, r.Protocol, r.Reuse, r.Conns)
+		}
+	}
+	// Over HTTP without keep-alive every request opens its own connection:
+	// v2's ls-remote (a GET and a POST) then pays one more connect.
+	for _, proto := range plan.Protocols {
+		kept, fresh := get(HTTP, LsRemote.Name, proto, ReuseKeepAlive), get(HTTP, LsRemote.Name, proto, ReuseNone)
+		requests := 1 + proto/2 // v0: the GET; v2: GET + POST ls-refs
+		if kept.Conns != 1 || fresh.Conns != requests || fresh.RoundTrips != kept.RoundTrips+requests-1 {
+			t.Errorf("http v%d ls-remote: kept alive %d connection(s), %d round trips; without reuse %d connection(s), %d round trips; want 1 and %d connections",
+				proto, kept.Conns, kept.RoundTrips, fresh.Conns, fresh.RoundTrips, requests)
 		}
 	}
 	// What the protocols say: v0 answers ls-remote with the advertisement

@@ -22,7 +22,8 @@ type Reuse string
 
 const (
 	// ReuseNone: every git command opens its own connection (git://
-	// always; SSH with ControlMaster=no).
+	// always; SSH with ControlMaster=no), and over HTTP every request
+	// does (git sends "Connection: close", so the server closes each).
 	ReuseNone Reuse = "none"
 	// ReuseControlMaster: SSH commands are sessions on one OpenSSH master
 	// connection (ControlMaster=auto, ControlPersist), opened before the
@@ -39,7 +40,7 @@ func ReusesFor(transport string) []Reuse {
 	case SSH:
 		return []Reuse{ReuseNone, ReuseControlMaster}
 	case HTTP, HTTPS:
-		return []Reuse{ReuseKeepAlive}
+		return []Reuse{ReuseKeepAlive, ReuseNone}
 	}
 	return []Reuse{ReuseNone}
 }
@@ -235,6 +236,9 @@ func (c *Client) Open(ctx context.Context, t Target, reuse Reuse, delay time.Dur
 		return nil, err
 	}
 	s.url, s.config = t.Through(addr)
+	if (t.Transport == HTTP || t.Transport == HTTPS) && reuse == ReuseNone {
+		s.config = append(s.config, "http.extraHeader=Connection: close")
+	}
 	if t.Transport == SSH {
 		opts := t.SSHOptions(addr)
 		switch reuse {
