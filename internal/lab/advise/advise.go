@@ -226,10 +226,17 @@ func reuseAdvice(m Measurements, best OpResult, rttOf func(string) time.Duration
 				out = append(out, Advice{Topic: "reuse", Text: "reusing SSH connections saves nothing measurable here", Evidence: ev})
 				continue
 			}
-			out = append(out, Advice{Topic: "reuse",
-				Text: fmt.Sprintf("reuse SSH connections (in ~/.ssh/config for this host: ControlMaster auto, ControlPath ~/.ssh/cm-%%C, ControlPersist 10m; not available on Windows): a no-op fetch then takes %s instead of %s and %d round trips instead of %d, which alone save %s per fetch at your measured RTT",
-					ms(reused.Wall), ms(fresh.Wall), reused.RoundTrips, fresh.RoundTrips, ms(time.Duration(saved)*r)),
-				Evidence: ev})
+			how := "reuse SSH connections (in ~/.ssh/config for this host: ControlMaster auto, ControlPath ~/.ssh/cm-%C, ControlPersist 10m; not available on Windows)"
+			var text string
+			if reused.Wall < fresh.Wall {
+				text = fmt.Sprintf("%s: a no-op fetch then takes %s instead of %s and %d round trips instead of %d, which alone save %s per fetch at your measured RTT",
+					how, ms(reused.Wall), ms(fresh.Wall), reused.RoundTrips, fresh.RoundTrips, ms(time.Duration(saved)*r))
+			} else {
+				// So near the server the handshake's round trips cost less than the noise.
+				text = fmt.Sprintf("%s: a no-op fetch then needs %d round trips instead of %d, worth %s per fetch at your measured RTT; this close to the server the measured times do not differ (%s on a master connection, %s on a new one)",
+					how, reused.RoundTrips, fresh.RoundTrips, ms(time.Duration(saved)*r), ms(reused.Wall), ms(fresh.Wall))
+			}
+			out = append(out, Advice{Topic: "reuse", Text: text, Evidence: ev})
 		case rtt.HTTP, rtt.HTTPS:
 			proto := best.Protocol
 			kept, ok := find(m, o.URL, rtt.KindFetch, proto, rtt.ReuseKeepAlive)
