@@ -151,7 +151,7 @@ func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintln(stdout, u.Name)
 		}
 	case "remove":
-		data, pos, err := openData(ctx, "user remove", "user remove NAME [--data DIR]", "Remove a user with their keys and tokens.", args, stderr, nil)
+		data, pos, err := openData(ctx, "user remove", "user remove NAME [--data DIR]", "Remove a user with their keys, tokens and grants.", args, stderr, nil)
 		if err != nil {
 			return err
 		}

@@ -23,7 +23,7 @@ commands:
   repo create NAME           create an empty bare repository (names may be nested: team/app)
   repo import NAME SOURCE    create a repository as a mirror of a local path or URL, maintained at once
   repo list                  list repositories
-  repo show NAME             object layout: packs, preferred pack and what it covers, bitmap, last maintenance
+  repo show NAME             object layout: packs, preferred pack and what it covers, bitmap, checkout, last run
   maintain [REPO...]         bring repositories into the layout that serves clones fastest (serve does it in the background)
   user add NAME [--key F]... register a user, with SSH public keys
   user list                  list users
@@ -60,8 +60,9 @@ commands:
   sizer REPO [--json]        repository measures as git-sizer reports them, with a level of concern
   version                    print the version
 
-Every command takes --data DIR (default ./packwire-data) and is safe to run
-while the server runs. "packwire COMMAND --help" shows a command's flags.
+The commands from serve to governor take --data DIR (default
+./packwire-data) and are safe to run while the server runs; the lab's
+commands (netem to sizer) work on URLs and directories and take none. "packwire COMMAND --help" shows a command's flags.
 `
 
 // version is set at build time with -ldflags "-X main.version=...".

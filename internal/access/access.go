@@ -2,8 +2,10 @@
 // transport only turns its credentials (an SSH key, an HTTP token) into a
 // Principal through this package and asks Decide; it never decides itself.
 //
-// Until per-repository roles land, the policy is the one issue "serve" sets:
-// anyone may read, any registered user may push.
+// The model: users with SSH keys and HTTP tokens, per-repository roles
+// granted by pattern (roles.go), anonymous read on or off per pattern, and
+// per-ref push rules that the push pipeline enforces on what the client
+// sends (first matching rule decides).
 package access
 
 import (

@@ -183,6 +183,16 @@ func TestHTTPBadInput(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 
+	// A valid gzip-encoded request (git's client compresses large ones) is
+	// decoded and answered with a pack.
+	var small bytes.Buffer
+	zw0 := gzip.NewWriter(&small)
+	zw0.Write([]byte(string(mustPkt("want "+s.env.RevParse(filepath.Join(s.Data.Repos.Dir, "team/app.git"), "main")+"\n")) + "0000" + string(mustPkt("done\n"))))
+	zw0.Close()
+	if code, body := post(small.Bytes(), map[string]string{"Content-Encoding": "gzip"}); code != 200 || !strings.Contains(body, "PACK") {
+		t.Errorf("a gzip-encoded request: %d, %d bytes, want 200 and a pack", code, len(body))
+	}
+
 	// A gzip bomb: 1 GiB of valid want lines, which git would keep reading,
 	// in about 1 MiB.
 	var bomb bytes.Buffer
@@ -209,11 +219,20 @@ func TestHTTPBadInput(t *testing.T) {
 	if code, _ := post([]byte("0000"), map[string]string{"Content-Type": "text/plain"}); code != 415 {
 		t.Errorf("wrong content type: %d", code)
 	}
-	// Malformed pkt-lines reach git, which rejects them; the server answers and lives on.
-	for _, body := range []string{"zzzz", "fff0want", "0009want", "0032want 0000000000000000000000000000000000000000\n"} {
-		if code, _ := post([]byte(body), nil); code == 200 {
-			// git may answer with an ERR inside a 200; what matters is no hang and no crash.
-			continue
+	// Malformed pkt-lines reach git, which rejects them before any pack
+	// went out: a 400 with the reason, or git's own ERR line in a 200
+	// (a well-formed request for an object the repository lacks).
+	for body, want := range map[string]struct {
+		code int
+		text string
+	}{
+		"zzzz":     {400, "git could not process the request"},
+		"fff0want": {400, "git could not process the request"},
+		"0009want": {400, "git could not process the request"},
+		"0032want 0000000000000000000000000000000000000000\n": {200, "ERR upload-pack: not our ref"},
+	} {
+		if code, resp := post([]byte(body), nil); code != want.code || !strings.Contains(resp, want.text) {
+			t.Errorf("malformed request %q: %d %q, want %d and %q", body, code, resp, want.code, want.text)
 		}
 	}
 	if out := s.env.Git("", "ls-remote", s.httpURL("team/app")); !strings.Contains(out, "refs/heads/main") {

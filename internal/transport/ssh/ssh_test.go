@@ -84,7 +84,7 @@ func newHarness(t *testing.T, configure func(*Server)) *harness {
 	t.Helper()
 	for _, tool := range []string{"ssh", "ssh-keygen"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s (the OpenSSH client) is not installed: these tests drive the real client", tool)
+			t.Fatalf("%s (the OpenSSH client) is not installed: these tests drive the real client (scripts/install-deps installs it)", tool)
 		}
 	}
 	env := gittest.New(t)
