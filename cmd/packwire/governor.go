@@ -26,7 +26,9 @@ func cmdGovernor(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlagSet("governor", "governor [--since DUR] [--by repo|user|kind|transport|service|result] [--top N] [--json]\n       packwire governor --last N [--json]\n       packwire governor tail [--json]\n       packwire governor maintenance [--repo NAME] [--last N] [--json]",
 		`Show what requests cost: count, wall time percentiles (p50/p95/p99),
 git CPU in total and per request (user+system of git and the children it
-waited for: pack-objects, hooks), and bytes sent, grouped and sorted by CPU.
+waited for: pack-objects, hooks; with --pack-cache, a shared pack-objects
+run is charged to the request that started it), and bytes sent, grouped
+and sorted by CPU.
 "governor tail" prints records as they are written, until Ctrl-C.
 "governor maintenance" lists the latest maintenance runs (newest first):
 what kind, why, what they cost, and the packs and bytes before and after.`, stderr)

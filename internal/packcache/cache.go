@@ -70,7 +70,15 @@ type Cache struct {
 	done     filelru.Set     // finished packs
 	disk     diskspace.Bound // the free-space bound's last answer
 	uses     map[string]int
-	outcomes map[string]Outcome // by request id, until the pipeline takes it
+	outcomes map[string]Taken // by request id, until the pipeline takes it
+}
+
+// Taken is how a request's pack was produced and, when the request
+// started the run, the CPU pack-objects spent on it: that process is the
+// server's child, not upload-pack's, so upload-pack's own usage misses it.
+type Taken struct {
+	Outcome         Outcome
+	UserCPU, SysCPU time.Duration
 }
 
 // doneLocked is the finished packs, bounded by the cache's current
@@ -105,7 +113,7 @@ func (c *Cache) Open() error {
 	c.inflight = map[string]*generation{}
 	c.done = filelru.Set{}
 	c.uses = map[string]int{}
-	c.outcomes = map[string]Outcome{}
+	c.outcomes = map[string]Taken{}
 	return nil
 }
 
@@ -170,14 +178,17 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 		}
 		g = &generation{path: f.Name(), Growth: growfile.New()}
 		c.inflight[key] = g
+		// The outcome is in place before the run can end and charge its CPU.
+		c.setOutcomeLocked(req.RequestID, Generated)
 		go c.generate(key, g, f, req, stdin)
+	} else {
+		c.setOutcomeLocked(req.RequestID, Joined)
 	}
 	c.mu.Unlock()
 	outcome := Generated
 	if joined {
 		outcome = Joined
 	}
-	c.setOutcome(req.RequestID, outcome)
 	return outcome, g.follow(ctx, out)
 }
 
@@ -206,6 +217,12 @@ func (c *Cache) generate(key string, g *generation, f *os.File, req Request, std
 	err := procgroup.Start(cmd)
 	if err == nil {
 		err = cmd.Wait()
+	}
+	if cmd.ProcessState != nil {
+		// Charged to the request that started the run, before any reader
+		// can finish (End below): its record is written after it.
+		u := procgroup.UsageOf(cmd.ProcessState)
+		c.chargeCPU(req.RequestID, u.UserCPU, u.SysCPU)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -245,24 +262,46 @@ func (c *Cache) Stats() (packs int, bytes int64, inflight int) {
 }
 
 func (c *Cache) setOutcome(requestID string, o Outcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setOutcomeLocked(requestID, o)
+}
+
+func (c *Cache) setOutcomeLocked(requestID string, o Outcome) {
 	if requestID == "" {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if len(c.outcomes) > 10_000 { // a request that never collected its outcome
-		c.outcomes = map[string]Outcome{}
+		c.outcomes = map[string]Taken{}
 	}
-	c.outcomes[requestID] = o
+	t := c.outcomes[requestID]
+	t.Outcome = o
+	c.outcomes[requestID] = t
 }
 
-// TakeOutcome returns and forgets how a request's pack was produced.
-func (c *Cache) TakeOutcome(requestID string) Outcome {
+// chargeCPU adds a run's pack-objects CPU to the request that started it.
+// A request already recorded (its client left before the run ended) has
+// taken its outcome: the CPU then goes unrecorded rather than pile up.
+func (c *Cache) chargeCPU(requestID string, user, sys time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	o := c.outcomes[requestID]
+	t, ok := c.outcomes[requestID]
+	if requestID == "" || !ok {
+		return
+	}
+	t.UserCPU += user
+	t.SysCPU += sys
+	c.outcomes[requestID] = t
+}
+
+// TakeOutcome returns and forgets how a request's pack was produced, and
+// the pack-objects CPU charged to it.
+func (c *Cache) TakeOutcome(requestID string) Taken {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.outcomes[requestID]
 	delete(c.outcomes, requestID)
-	return o
+	return t
 }
 
 // follow streams the generation's file to out as it grows, until the run

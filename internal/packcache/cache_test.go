@@ -27,8 +27,8 @@ func TestStandsAsideWhenFilesCannotBeMade(t *testing.T) {
 	if _, err := c.Serve(context.Background(), req, []byte("x"), io.Discard); !errors.Is(err, ErrStandAside) {
 		t.Fatalf("got %v", err)
 	}
-	if o := c.TakeOutcome("rq1"); o != Direct {
-		t.Fatalf("outcome %q", o)
+	if o := c.TakeOutcome("rq1"); o.Outcome != Direct || o.UserCPU+o.SysCPU != 0 {
+		t.Fatalf("outcome %+v", o)
 	}
 	// Not a --stdout pack-objects: nothing to share.
 	if _, err := c.Serve(context.Background(), Request{Args: []string{"git", "pack-objects", "dir/prefix"}}, nil, io.Discard); !errors.Is(err, ErrStandAside) {

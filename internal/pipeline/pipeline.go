@@ -369,7 +369,10 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	rec.UserCPU, rec.SysCPU = governor.Duration(res.UserCPU), governor.Duration(res.SysCPU)
 	rec.MaxRSS, rec.ExitCode = res.MaxRSS, res.ExitCode
 	if p.PackCache != nil {
-		rec.PackCache = string(p.PackCache.TakeOutcome(c.RecordID))
+		taken := p.PackCache.TakeOutcome(c.RecordID)
+		rec.PackCache = string(taken.Outcome)
+		rec.UserCPU += governor.Duration(taken.UserCPU)
+		rec.SysCPU += governor.Duration(taken.SysCPU)
 	}
 	if c.outcome != "" {
 		rec.PackCache = c.outcome

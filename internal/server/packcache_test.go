@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"packwire/internal/gittest"
 )
@@ -63,10 +64,26 @@ func TestPackSharing(t *testing.T) {
 		for e := range errs {
 			t.Fatal(e)
 		}
-		got := s.cloneOutcomes(t, seq, len(urls))
+		recs := s.fetchRecords(t, seq, "full-clone", len(urls))
+		got := outcomeCounts(recs)
 		t.Logf("outcomes: %v", got)
-		if got["generated/ok"] > 1 {
-			t.Fatalf("identical clones ran pack-objects %d times: %v", got["generated/ok"], got)
+		if got["generated/ok"] != 1 || got["generated/ok"]+got["joined/ok"]+got["hit/ok"] != len(urls) {
+			t.Fatalf("identical clones: %v, want one pack-objects run, the others joining it or hitting its pack", got)
+		}
+		// pack-objects runs as the server's child, not upload-pack's: its
+		// CPU is charged to the request that started the run, which then
+		// costs a reader's share plus pack-objects'.
+		var generated, least time.Duration
+		for _, r := range recs {
+			cpu := time.Duration(r.UserCPU + r.SysCPU)
+			if r.PackCache == "generated" {
+				generated = cpu
+			} else if least == 0 || cpu < least {
+				least = cpu
+			}
+		}
+		if packObjects := packObjectsCPU(t, s, "big"); generated < least+packObjects/3 {
+			t.Fatalf("the generating request's git CPU %v, a reader's from %v, pack-objects alone %v: pack-objects' CPU is not in the record", generated, least, packObjects)
 		}
 		return dirs
 	}
@@ -170,4 +187,18 @@ func TestPackCacheFallback(t *testing.T) {
 		t.Fatalf("no socket: %v", got)
 	}
 	s.hooks = nil
+}
+
+// packObjectsCPU is the CPU of the pack-objects run a full clone of repo
+// makes, run here by hand: all branches and tags, to a discarded pack.
+func packObjectsCPU(t *testing.T, s *testServer, repo string) time.Duration {
+	t.Helper()
+	dir := filepath.Join(s.Data.Repos.Dir, repo+".git")
+	refs := s.env.Git(dir, "for-each-ref", "--format=%(objectname)", "refs/heads", "refs/tags")
+	cmd := exec.Command("git", "pack-objects", "--revs", "--stdout", "--thin", "--delta-base-offset", "-q")
+	cmd.Dir, cmd.Env, cmd.Stdin, cmd.Stdout = dir, append(s.env.Vars, "GIT_DIR="+dir), strings.NewReader(refs), io.Discard
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
