@@ -167,7 +167,7 @@ func (c *Cache) Join(key string) (*Reader, *Writer, error) {
 	}
 	g := &generation{key: key, path: w.Name(), readers: 1, Growth: growfile.New()}
 	c.inflight[key] = g
-	return &Reader{f: f, g: g, c: c, leads: true}, &Writer{f: w, g: g, c: c, out: growfile.Writer{F: w, G: g.Growth}}, nil
+	return &Reader{f: f, g: g, c: c, leads: true}, &Writer{g: g, c: c, out: growfile.Writer{F: w, G: g.Growth}}, nil
 }
 
 // leave is a reader of g going away. When the last one leaves a run that
@@ -248,10 +248,9 @@ func (c *Cache) Stats() Stats {
 // Writer receives the output of the git run that leads a key: written
 // through Write, or by git itself into File.
 type Writer struct {
-	f         *os.File
 	g         *generation
 	c         *Cache
-	out       growfile.Writer
+	out       growfile.Writer // the response file and its growth
 	watchOnce sync.Once
 	stopWatch func()
 }
@@ -284,8 +283,8 @@ const watchEvery = 5 * time.Millisecond
 // (git's stdout, with no copy through packwire); the Writer then watches
 // its size and wakes readers as it grows. Write must not be used then.
 func (w *Writer) File() *os.File {
-	w.watchOnce.Do(func() { w.stopWatch = growfile.Watch(w.f, w.g.Growth, watchEvery) })
-	return w.f
+	w.watchOnce.Do(func() { w.stopWatch = growfile.Watch(w.out.F, w.g.Growth, watchEvery) })
+	return w.out.F
 }
 
 // Finish ends the run. err nil means git succeeded and wrote its whole
@@ -297,18 +296,18 @@ func (w *Writer) Finish(err error) {
 		w.stopWatch()
 	}
 	var size int64
-	if fi, serr := w.f.Stat(); serr == nil {
+	if fi, serr := w.out.F.Stat(); serr == nil {
 		size = fi.Size()
 	} else if err == nil {
 		err = serr
 	}
 	if err == nil {
 		var tail [4]byte
-		if n, _ := w.f.ReadAt(tail[:], size-4); size < 4 || n != 4 || string(tail[:]) != "0000" {
+		if n, _ := w.out.F.ReadAt(tail[:], size-4); size < 4 || n != 4 || string(tail[:]) != "0000" {
 			err = errors.New("the response does not end with a flush packet")
 		}
 	}
-	if cerr := w.f.Close(); err == nil && cerr != nil {
+	if cerr := w.out.F.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	w.c.finish(w.g, size, err)

@@ -118,8 +118,8 @@ func (r *Reader) copy(ctx context.Context, out io.Writer, off, end int64, d gite
 		}
 		return n, nil
 	}
-	bufp := buffers.Get().(*[]byte)
-	defer buffers.Put(bufp)
+	bufp := gitexec.CopyBuffers.Get().(*[]byte)
+	defer gitexec.CopyBuffers.Put(bufp)
 	buf := *bufp
 	var written int64
 	for off < end {
@@ -170,6 +170,3 @@ func (r *Reader) Close() error {
 	})
 	return nil
 }
-
-// buffers are reused between replays: 256 KiB, as the relay uses.
-var buffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}

@@ -274,8 +274,8 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	relay := func() {
 		defer close(copied)
 		defer outR.Close()
-		bufp := relayBuffers.Get().(*[]byte)
-		defer relayBuffers.Put(bufp)
+		bufp := CopyBuffers.Get().(*[]byte)
+		defer CopyBuffers.Put(bufp)
 		buf := *bufp
 		for {
 			n, rerr := outR.Read(buf)
@@ -370,10 +370,13 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	return res, nil
 }
 
-// relayBuffers are reused between requests: most requests are small
+// CopyBuffers are the 256 KiB buffers every copy of git's output to a
+// client goes through (this relay, cache replays, the HTTP transport's
+// copies), reused between requests: most requests are small
 // (advertisements, negotiation rounds), and a fresh 256 KiB each would only
-// feed the garbage collector.
-var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+// feed the garbage collector. 256 KiB, not io.Copy's 32 KiB: 8x fewer
+// writes and frames.
+var CopyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // childEnv is the environment of a spawned git: Environ plus the request's own.
 func childEnv(spec Spec) []string {

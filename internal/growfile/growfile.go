@@ -76,6 +76,13 @@ func (g *Growth) State() (size int64, done bool, err error) {
 // Wait blocks until the file holds need bytes, the run ended, or ctx is
 // done, and returns the state then.
 func (g *Growth) Wait(ctx context.Context, need int64) (size int64, done bool, err error) {
+	g.mu.Lock()
+	if g.size >= need || g.done {
+		// A reader catching up does not wait: no cancellation hook to set.
+		defer g.mu.Unlock()
+		return g.size, g.done, g.err
+	}
+	g.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
 		g.mu.Lock()
 		g.cond.Broadcast()
@@ -109,7 +116,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 // Watch records the growth of f, which a producer writes itself (git's
 // stdout is the file: no copy through packwire), by looking at its size
 // every so often; a stat costs a microsecond, and readers see new bytes at
-// most every later. stop ends the watching and returns once it has.
+// most one interval (every) after they were written. stop ends the watching and returns once it has.
 func Watch(f *os.File, g *Growth, every time.Duration) (stop func()) {
 	quit, finished := make(chan struct{}), make(chan struct{})
 	go func() {

@@ -149,8 +149,9 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 		f, err := os.Open(path)
 		if err == nil {
 			defer f.Close()
-			// 256 KiB at a time: io.Copy's 32 KiB would mean 8x the frames.
-			_, err = io.CopyBuffer(out, struct{ io.Reader }{f}, make([]byte, 256<<10))
+			bufp := gitexec.CopyBuffers.Get().(*[]byte)
+			defer gitexec.CopyBuffers.Put(bufp)
+			_, err = io.CopyBuffer(out, struct{ io.Reader }{f}, *bufp)
 			c.setOutcome(req.RequestID, Hit)
 			return Hit, err
 		}
@@ -158,6 +159,13 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 		c.done.DropIfPath(key, path) // unless replaced meanwhile
 	}
 	g, joined := c.inflight[key]
+	outcome := Joined
+	if !joined {
+		outcome = Generated
+	}
+	// In place before a run can end and charge its CPU (a stand-aside
+	// below replaces it).
+	c.setOutcomeLocked(req.RequestID, outcome)
 	if !joined {
 		enough, changed := c.disk.Check(c.Dir, c.MinFreeBytes)
 		if !enough {
@@ -178,17 +186,9 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 		}
 		g = &generation{path: f.Name(), Growth: growfile.New()}
 		c.inflight[key] = g
-		// The outcome is in place before the run can end and charge its CPU.
-		c.setOutcomeLocked(req.RequestID, Generated)
 		go c.generate(key, g, f, req, stdin)
-	} else {
-		c.setOutcomeLocked(req.RequestID, Joined)
 	}
 	c.mu.Unlock()
-	outcome := Generated
-	if joined {
-		outcome = Joined
-	}
 	return outcome, g.follow(ctx, out)
 }
 
@@ -312,7 +312,9 @@ func (g *generation) follow(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer f.Close()
-	buf := make([]byte, 256<<10)
+	bufp := gitexec.CopyBuffers.Get().(*[]byte)
+	defer gitexec.CopyBuffers.Put(bufp)
+	buf := *bufp
 	var off int64
 	for {
 		size, done, genErr := g.Wait(ctx, off+1)

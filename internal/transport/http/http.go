@@ -16,7 +16,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"packwire/internal/access"
@@ -343,12 +342,10 @@ func (s *streamWriter) StreamFile(f *os.File, n int64) (int64, error) {
 // already started), through a pooled buffer: StreamFile runs once per
 // wake-up of a followed run, every few milliseconds.
 func (s *streamWriter) copyFile(f *os.File, n int64) (int64, error) {
-	bufp := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(bufp)
+	bufp := gitexec.CopyBuffers.Get().(*[]byte)
+	defer gitexec.CopyBuffers.Put(bufp)
 	return io.CopyBuffer(struct{ io.Writer }{s}, io.LimitReader(f, n), *bufp)
 }
-
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // sendFile copies n bytes of f through net/http's ReadFrom (sendfile on a
 // plain TCP connection), a chunk at a time under the idle write deadline.
