@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-
-	"packwire/internal/packcache"
 )
 
 const usage = `packwire: a Git server for git://, smart HTTP and SSH, on one request pipeline
@@ -69,11 +67,6 @@ commands (netem to sizer) work on URLs and directories and take none. "packwire 
 var version = "dev"
 
 func main() {
-	// upload-pack runs this binary as its pack-objects hook: take the
-	// shortest path, since it starts on every fetch.
-	if os.Getenv(packcache.EnvHook) == "pack-objects" {
-		os.Exit(packcache.RunHook(os.Args[1:]))
-	}
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -13,20 +13,10 @@ import (
 
 	"packwire/internal/dashboard"
 	"packwire/internal/gittest"
-	"packwire/internal/packcache"
 	"packwire/internal/pipeline"
 	"packwire/internal/server"
 	"packwire/internal/servertest"
 )
-
-// TestMain lets this test binary serve as upload-pack's pack-objects hook,
-// as the packwire binary does (the server runs with --pack-cache here).
-func TestMain(m *testing.M) {
-	if os.Getenv(packcache.EnvHook) == "pack-objects" {
-		os.Exit(packcache.RunHook(os.Args[1:]))
-	}
-	os.Exit(m.Run())
-}
 
 type e2eServer struct {
 	*server.Server

@@ -10,7 +10,8 @@ import (
 )
 
 // CostGroup is what the requests sharing one key cost in a window: the same
-// sums as a Summarize group (errors are results other than ok).
+// sums as a Summarize group (errors are results other than ok and
+// challenged).
 type CostGroup struct {
 	Key      string        `json:"key"`
 	Key2     string        `json:"key2,omitempty"` // repo_kind: the kind

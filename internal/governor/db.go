@@ -302,7 +302,7 @@ func (g *Governor) Summarize(ctx context.Context, since time.Time, by string, to
 		return nil, fmt.Errorf("cannot group by %q (repo, user, kind, transport, service, result)", by)
 	}
 	rows, err := g.db.DB.QueryContext(ctx, fmt.Sprintf(`SELECT %[1]s, count(*), sum(cpu_user_ns + cpu_sys_ns), sum(bytes_out),
-		sum(result != 'ok') FROM requests WHERE start_ns >= ? GROUP BY %[1]s ORDER BY 3 DESC, 2 DESC LIMIT ?`, col), since.UnixNano(), top)
+		sum(result NOT IN ('ok', 'challenged')) FROM requests WHERE start_ns >= ? GROUP BY %[1]s ORDER BY 3 DESC, 2 DESC LIMIT ?`, col), since.UnixNano(), top)
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ func newMetrics() *Metrics {
 
 func (m *Metrics) observe(r *Record) {
 	m.requests.WithLabelValues(r.Transport, r.Service, r.Kind, r.Result).Inc()
-	if r.Result == ResultRefused {
+	if r.Result == ResultRefused || r.Result == ResultChallenged {
 		return
 	}
 	m.duration.WithLabelValues(r.Transport, r.Service, r.Kind).Observe(time.Duration(r.Wall).Seconds())

@@ -50,6 +50,10 @@ const (
 	ResultTimeout    = "timeout"     // idle timeout
 	ResultKilled     = "killed"      // shutdown or cancellation
 	ResultRefused    = "refused"     // never spawned: not found, no access, busy
+	// ResultChallenged is an HTTP 401 to a request without credentials:
+	// how git learns that a repository needs them, before it asks again
+	// with them. Not an error.
+	ResultChallenged = "challenged"
 )
 
 // Duration is a time.Duration that reads and writes as milliseconds in JSON.
@@ -118,3 +122,7 @@ func userOrAnonymous(u string) string {
 	}
 	return u
 }
+
+// Failed reports whether the record counts as an error: any result but ok
+// and an authentication challenge.
+func (r *Record) Failed() bool { return r.Result != ResultOK && r.Result != ResultChallenged }

@@ -118,7 +118,7 @@ type rollupInput struct {
 
 func inputOf(r *Record) rollupInput {
 	return rollupInput{startNs: r.Start.UnixNano(), repo: r.Repo, user: r.User, kind: r.Kind, transport: r.Transport,
-		packCache: r.PackCache, ok: r.Result == ResultOK, cpu: int64(r.UserCPU + r.SysCPU), bytesIn: r.BytesIn,
+		packCache: r.PackCache, ok: !r.Failed(), cpu: int64(r.UserCPU + r.SysCPU), bytesIn: r.BytesIn,
 		bytesOut: r.BytesOut, wall: int64(r.Wall)}
 }
 
@@ -235,7 +235,7 @@ func (g *Governor) backfillRollups(ctx context.Context) error {
 }
 
 func sumRecordsInto(ctx context.Context, tx *sql.Tx, now time.Time) error {
-	rows, err := tx.QueryContext(ctx, `SELECT start_ns, repo, user, kind, transport, pack_cache, result = 'ok',
+	rows, err := tx.QueryContext(ctx, `SELECT start_ns, repo, user, kind, transport, pack_cache, result IN ('ok', 'challenged'),
 		cpu_user_ns + cpu_sys_ns, bytes_in, bytes_out, wall_ns FROM requests`)
 	if err != nil {
 		return err

@@ -19,7 +19,6 @@ import (
 
 // Environment the pipeline gives upload-pack, which passes it to the hook.
 const (
-	EnvHook      = "PACKWIRE_HOOK" // "pack-objects": the binary runs as the hook
 	EnvSocket    = "PACKWIRE_PACK_SOCKET"
 	EnvRequestID = "PACKWIRE_REQUEST_ID"
 	EnvRepoPath  = "PACKWIRE_REPO_PATH"

@@ -27,25 +27,17 @@ const MaxCachedBody = 1 << 20
 // ls-refs. Its admission waits until the body says whether git will run.
 func (p *Pipeline) usesFetchCache(req Request) bool {
 	return p.FetchCache != nil && req.StatelessRPC && req.Service == gitexec.UploadPack &&
-		!req.AdvertiseRefs && !req.RefsOnly && protocol.Version(req.Protocol) == 2
+		!req.AdvertiseRefs && protocol.Version(req.Protocol) == 2
 }
 
-// runFetch serves a stateless v2 fetch through the fetch cache: a stored
-// response is replayed and a run in progress followed, with no git and no
-// limiter slot (a replay costs a file read, not a pack); otherwise this
-// request takes a slot and runs git, sharing its output with every
-// identical request that arrives meanwhile.
-func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
+// runFetch serves a stateless v2 fetch, whose body was read whole,
+// through the fetch cache: a stored response is replayed and a run in
+// progress followed, with no git and no limiter slot (a replay costs a
+// file read, not a pack); otherwise this request takes a slot and runs
+// git, sharing its output with every identical request that arrives
+// meanwhile.
+func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, body []byte, stdout, stderr io.Writer) (gitexec.Result, error) {
 	p := c.p
-	body, complete, err := readBody(ctx, stdin, stdout, MaxCachedBody, p.Runner.IdleTimeout)
-	if err != nil {
-		// Git gets what arrived and then EOF, as when relaying; the
-		// transport tells the client what went wrong (413 for a body too large).
-		return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
-	}
-	if !complete {
-		return c.runUncached(ctx, spec, io.MultiReader(bytes.NewReader(body), stdin), stdout, stderr)
-	}
 	if err := fetchcache.Check(body); err != nil {
 		return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
 	}
@@ -90,7 +82,7 @@ func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, stdin io.Reader,
 // its limiter slot is held exactly while git runs.
 func (c *Call) lead(ctx context.Context, spec gitexec.Spec, body []byte, reader *fetchcache.Reader, writer *fetchcache.Writer, out io.Writer) (gitexec.Result, error) {
 	p := c.p
-	if err := c.admitNow(ctx); err != nil {
+	if err := c.admitNow(ctx, p.Limiter); err != nil {
 		writer.Finish(err)
 		reader.Close()
 		return gitexec.Result{}, err
@@ -141,26 +133,26 @@ func (c *Call) lead(ctx context.Context, spec gitexec.Spec, body []byte, reader 
 
 // runUncached runs git as without the cache, once it has a limiter slot.
 func (c *Call) runUncached(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
-	if err := c.admitNow(ctx); err != nil {
+	if err := c.admitNow(ctx, c.p.Limiter); err != nil {
 		return gitexec.Result{}, err
 	}
 	return c.p.Runner.Run(ctx, spec, stdin, stdout, stderr)
 }
 
-// admitNow takes the limiter slot a request deferred at Prepare; it is
-// released when the request ends.
-func (c *Call) admitNow(ctx context.Context) error {
-	p := c.p
+// admitNow takes a slot of lim (the pipeline's Limiter, or Pushes) for a
+// request that deferred it at Prepare; it is released when the request
+// ends. A request holds one slot at most.
+func (c *Call) admitNow(ctx context.Context, lim *limiter.Limiter) error {
 	c.admitMu.Lock()
 	held, ended := c.release != nil, c.ended
 	c.admitMu.Unlock()
 	switch {
-	case p.Limiter == nil || held:
+	case lim == nil || held:
 		return nil
 	case ended:
 		return &Error{Code: CodeUnavailable, Message: "request ended while queued", Err: context.Canceled}
 	}
-	release, waited, err := p.Limiter.Acquire(ctx, c.Repo.Name)
+	release, waited, err := lim.Acquire(ctx, c.Repo.Name)
 	c.admitMu.Lock()
 	c.queueWait += waited
 	if err == nil && c.ended {

@@ -1,61 +1,211 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"packwire/internal/pktline"
-	"packwire/internal/protocol"
 )
 
 // admissionGate holds the client's stream of a git:// or SSH upload-pack
-// session at its first request for a pack (a v0/v1 "want" line, a v2
-// "command=fetch") until the call has a limiter slot. One git serves the
-// whole session, so admitting it at connect would make `git ls-remote`
-// (an advertisement, or a v2 ls-refs) queue behind clones, which CI
-// pollers run every few seconds. Over smart HTTP each request is its own
-// call and the advertisement takes no slot already. It tells a pack
-// request by the request's classifier, which it feeds (through watch, the
-// governor's tap when there is one) before git sees the bytes.
+// session at the point where git would start generating a pack, until the
+// call has a limiter slot. One git serves the whole session, so admitting
+// it at connect would make `git ls-remote` (an advertisement, or a v2
+// ls-refs) queue behind clones, which CI pollers run every few seconds;
+// over smart HTTP each request is its own call already.
+//
+// Where a pack starts is the protocol's: in v0/v1 at the client's "done"
+// (or, for a client that asked for no-done, the flush after its haves,
+// where git may answer "ready" and send the pack); in v2 at a fetch
+// command, which the gate holds whole (to its flush) before admitting it,
+// under the pipeline's Pace: a client that trickles its request never
+// holds a slot, and one that falls behind is refused. Negotiation before
+// that (wants, haves) goes straight through: it costs git little.
 type admissionGate struct {
-	r          io.Reader
-	watch      io.Writer // feeds classifier
-	classifier *protocol.Classifier
-	admit      func() error
-	client     io.Writer // where a refusal goes, as an ERR pkt-line git shows as "remote error"
+	r      io.Reader
+	watch  io.Writer // the classifier's tap: every byte read, as read
+	v2     bool
+	admit  func() error
+	client io.Writer // where a refusal goes, as an ERR pkt-line git shows as "remote error"
+	pace   Pace
+	cancel context.CancelCauseFunc // ends the request when it falls behind
+
+	scan    []byte // read, not yet parsed into whole packets
+	out     []byte // parsed, for git
+	held    []byte // the pack request held until admitted
+	holding bool
+	noDone  bool // v0: the client asked for no-done
+	haves   bool // v0: haves since the last flush
+	wants   bool // v0: the first want (with the capabilities) was seen
+	decided bool
+	rerr    error // the client stream's error, returned once out is empty
+
+	heldBytes atomic.Int64
+	holdStart time.Time
+	stopPace  func() bool
 
 	mu       sync.Mutex
-	decided  bool
 	refusal  error
 	refusedC chan struct{} // closed on refusal: git's stderr goes quiet
 }
 
-func newAdmissionGate(r io.Reader, watch io.Writer, classifier *protocol.Classifier, admit func() error, client io.Writer) *admissionGate {
-	return &admissionGate{r: r, watch: watch, classifier: classifier, admit: admit, client: client, refusedC: make(chan struct{})}
+func newAdmissionGate(r io.Reader, watch io.Writer, v2 bool, admit func() error, client io.Writer, pace Pace, cancel context.CancelCauseFunc) *admissionGate {
+	return &admissionGate{r: r, watch: watch, v2: v2, admit: admit, client: client, pace: pace, cancel: cancel, refusedC: make(chan struct{})}
 }
 
 func (g *admissionGate) Read(p []byte) (int, error) {
-	n, err := g.r.Read(p)
-	if n > 0 {
-		g.watch.Write(p[:n])
-	}
-	if n > 0 && !g.decided && g.classifier.PackRequested() {
-		g.decided = true
-		if aerr := g.admit(); aerr != nil {
-			msg := aerr.Error()
-			if perr := (*Error)(nil); errors.As(aerr, &perr) {
-				msg = perr.Message
+	for {
+		if len(g.out) > 0 {
+			n := copy(p, g.out)
+			g.out = g.out[n:]
+			return n, nil
+		}
+		if g.rerr != nil {
+			return 0, g.rerr
+		}
+		if g.decided {
+			n, err := g.r.Read(p)
+			if n > 0 {
+				g.watch.Write(p[:n])
 			}
-			pktline.WriteError(g.client, msg)
-			g.mu.Lock()
-			g.refusal = aerr
-			close(g.refusedC)
-			g.mu.Unlock()
-			return 0, aerr // git's stdin ends here; it never sees the request
+			return n, err
+		}
+		n, err := g.r.Read(p)
+		if n > 0 {
+			g.watch.Write(p[:n])
+			if ferr := g.feed(p[:n]); ferr != nil {
+				return 0, ferr
+			}
+		}
+		if err != nil {
+			// The client's stream ended: git gets what was held, then the error.
+			g.stopHolding()
+			g.out = append(append(g.out, g.held...), g.scan...)
+			g.held, g.scan = nil, nil
+			g.rerr = err
 		}
 	}
-	return n, err
+}
+
+// feed parses what was read into packets, passing them on or holding the
+// pack request, and admits the request where a pack would start.
+func (g *admissionGate) feed(b []byte) error {
+	g.scan = append(g.scan, b...)
+	for !g.decided {
+		if len(g.scan) < 4 {
+			return nil
+		}
+		n, err := pktline.ParseLength(g.scan[:4])
+		if err != nil || n == 3 || n > pktline.MaxLength {
+			// Not pkt-lines: git will refuse it; admit it as work.
+			return g.decide()
+		}
+		size := max(n, 4)
+		if len(g.scan) < size {
+			return nil
+		}
+		pkt := g.scan[:size:size]
+		g.scan = g.scan[size:]
+		start := g.packet(n, strings.TrimSuffix(string(pkt[4:]), "\n"))
+		if start && !g.holding {
+			g.holding = true
+			if g.v2 {
+				g.holdStart = time.Now()
+				g.stopPace = paceWatch(g.pace, g.holdStart, &g.heldBytes, g.tooSlow)
+			}
+		}
+		if g.holding {
+			g.held = append(g.held, pkt...)
+			g.heldBytes.Add(int64(size))
+		} else {
+			g.out = append(g.out, pkt...)
+		}
+		if g.holding && (!g.v2 || n == 0 || len(g.held) > MaxCachedBody) {
+			// v0: the done (or no-done flush) is the last of it; v2: the
+			// command's flush ends it (a very large one is admitted early).
+			return g.decide()
+		}
+	}
+	return nil
+}
+
+// packet looks at one packet (n its length, line its payload) and tells
+// whether a pack request starts with it.
+func (g *admissionGate) packet(n int, line string) bool {
+	if g.v2 {
+		return n > 4 && line == "command=fetch"
+	}
+	switch {
+	case n == 0: // flush
+		start := g.noDone && g.haves
+		g.haves = false
+		return start
+	case strings.HasPrefix(line, "want ") && !g.wants:
+		g.wants = true
+		_, caps, _ := strings.Cut(line[len("want "):], " ")
+		for _, c := range strings.Fields(caps) {
+			g.noDone = g.noDone || c == "no-done"
+		}
+	case strings.HasPrefix(line, "have "):
+		g.haves = true
+	case line == "done":
+		return true
+	}
+	return false
+}
+
+// decide admits the request (waiting in the limiter's queue) and releases
+// what was held; on refusal the client gets an ERR line and git's stdin
+// ends before the request.
+func (g *admissionGate) decide() error {
+	g.decided = true
+	if g.stopHolding() {
+		return g.Refusal()
+	}
+	if err := g.admit(); err != nil {
+		g.refuse(err)
+		return err
+	}
+	g.out = append(append(g.out, g.held...), g.scan...)
+	g.held, g.scan = nil, nil
+	return nil
+}
+
+// stopHolding ends the pace watch; it reports whether the request had
+// already fallen behind.
+func (g *admissionGate) stopHolding() bool {
+	if g.stopPace == nil {
+		return false
+	}
+	fired := g.stopPace()
+	g.stopPace = nil
+	return fired
+}
+
+// tooSlow refuses a request whose held pack request fell behind the pace.
+func (g *admissionGate) tooSlow(cause error) {
+	g.refuse(g.pace.slowError(g.heldBytes.Load(), time.Since(g.holdStart)))
+	g.cancel(cause)
+}
+
+func (g *admissionGate) refuse(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refusal != nil {
+		return
+	}
+	msg := err.Error()
+	if perr := (*Error)(nil); errors.As(err, &perr) {
+		msg = perr.Message
+	}
+	pktline.WriteError(g.client, msg)
+	g.refusal = err
+	close(g.refusedC)
 }
 
 // Refusal is the admission error the gate gave the client, if any.

@@ -2,42 +2,143 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"strings"
 	"testing"
+	"time"
 
-	"packwire/internal/gitexec"
 	"packwire/internal/pktline"
-	"packwire/internal/protocol"
 )
 
-// TestAdmissionGateRefuses: a refused session gets git's ERR line, git's
-// stdin ends before the want, and git's stderr goes quiet.
-func TestAdmissionGateRefuses(t *testing.T) {
+func pkts(lines ...string) []byte {
+	var b []byte
+	for _, l := range lines {
+		if l == "" {
+			b = append(b, "0000"...)
+			continue
+		}
+		if l == "DELIM" {
+			b = append(b, "0001"...)
+			continue
+		}
+		b, _ = pktline.Append(b, []byte(l+"\n"))
+	}
+	return b
+}
+
+// gateRun feeds stream to a gate in chunks, records what git was given at
+// the moment of each admission, and returns what git got in all.
+func gateRun(t *testing.T, v2 bool, stream []byte, admitErr error) (passed string, beforeAdmit []string, client string, err error) {
+	t.Helper()
+	var given bytes.Buffer
+	var cl bytes.Buffer
+	var g *admissionGate
+	g = newAdmissionGate(bytes.NewReader(stream), io.Discard, v2, func() error {
+		beforeAdmit = append(beforeAdmit, given.String())
+		return admitErr
+	}, &cl, Pace{}, func(error) {})
+	buf := make([]byte, 7) // small reads: packets span several
+	for {
+		n, rerr := g.Read(buf)
+		given.Write(buf[:n])
+		if rerr != nil {
+			if rerr != io.EOF {
+				err = rerr
+			}
+			break
+		}
+	}
+	return given.String(), beforeAdmit, cl.String(), err
+}
+
+const oidA = "1111111111111111111111111111111111111111"
+
+// TestAdmissionGateV0: wants and haves reach git at once; the slot is
+// taken at "done", which git sees only once admitted; ls-remote (a flush
+// alone) takes none.
+func TestAdmissionGateV0(t *testing.T) {
+	stream := pkts("want "+oidA+" multi_ack_detailed side-band-64k", "", "have "+oidA, "", "done")
+	passed, before, _, err := gateRun(t, false, stream, nil)
+	if err != nil || passed != string(stream) {
+		t.Fatalf("err %v, git got %q", err, passed)
+	}
+	if len(before) != 1 || strings.Contains(before[0], "done") || !strings.Contains(before[0], "have "+oidA) {
+		t.Fatalf("admitted when git had %q", before)
+	}
+	if _, before, _, _ := gateRun(t, false, pkts(""), nil); len(before) != 0 {
+		t.Fatal("ls-remote took a slot")
+	}
+	// no-done: the flush after haves may start a pack.
+	stream = pkts("want "+oidA+" multi_ack_detailed no-done", "", "have "+oidA, "")
+	if _, before, _, _ := gateRun(t, false, stream, nil); len(before) != 1 || strings.HasSuffix(before[0], "0000") && strings.Count(before[0], "0000") > 1 {
+		t.Fatalf("no-done: admitted %d times, git had %q", len(before), before)
+	}
+}
+
+// TestAdmissionGateV2: a fetch command is held whole and admitted at its
+// flush; ls-refs passes; a refusal gives the client git's ERR line and git
+// never sees the fetch.
+func TestAdmissionGateV2(t *testing.T) {
+	lsRefs := pkts("command=ls-refs", "DELIM", "peel", "")
+	fetch := pkts("command=fetch", "agent=git/2.39", "DELIM", "want "+oidA, "done", "")
+	stream := append(append([]byte(nil), lsRefs...), fetch...)
+	passed, before, _, err := gateRun(t, true, stream, nil)
+	if err != nil || passed != string(stream) || len(before) != 1 || before[0] != string(lsRefs) {
+		t.Fatalf("err %v, admitted at %q, git got %q", err, before, passed)
+	}
 	busy := &Error{Code: CodeUnavailable, Message: "server busy: waited 1s in the queue for team/app; retry in 1s"}
-	var in bytes.Buffer
-	pktline.Write(&in, []byte("command=ls-refs\n"))
-	pktline.WriteFlush(&in)
-	lsRefs := in.Len()
-	pktline.Write(&in, []byte("command=fetch\n"))
-	pktline.WriteFlush(&in)
-	stream := in.Bytes()
+	passed, _, client, err := gateRun(t, true, stream, busy)
+	if !errors.Is(err, busy) || strings.Contains(passed, "command=fetch") || !strings.Contains(passed, "command=ls-refs") {
+		t.Fatalf("refused: err %v, git got %q", err, passed)
+	}
+	if want := "ERR " + busy.Message; !strings.Contains(client, want) {
+		t.Fatalf("client got %q, want an ERR pkt-line %q", client, want)
+	}
+}
+
+// TestAdmissionGatePace: a v2 fetch command trickled slower than the pace
+// is refused with a message, the request is cancelled, and it never took
+// a slot.
+func TestAdmissionGatePace(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
 	var client bytes.Buffer
-	admits := 0
-	classifier := protocol.NewClassifier(gitexec.UploadPack, true)
-	g := newAdmissionGate(io.MultiReader(bytes.NewReader(stream[:lsRefs]), bytes.NewReader(stream[lsRefs:])), classifier, classifier,
-		func() error { admits++; return busy }, &client)
-	passed, err := io.ReadAll(g)
-	if !errors.Is(err, busy) || g.Refusal() != busy || admits != 1 {
-		t.Fatalf("err %v, refusal %v, %d admissions", err, g.Refusal(), admits)
+	admitted := false
+	ctx, cancel := context.WithCancelCause(context.Background())
+	g := newAdmissionGate(pr, io.Discard, true, func() error { admitted = true; return nil }, &client,
+		Pace{Grace: 300 * time.Millisecond, MinRate: 1000}, cancel)
+	go func() {
+		pw.Write(pkts("command=fetch"))
+		rest := pkts("DELIM", "want "+oidA, "done", "")
+		for i := 0; ctx.Err() == nil && i < len(rest); i++ {
+			time.Sleep(50 * time.Millisecond)
+			pw.Write(rest[i : i+1])
+		}
+		pw.CloseWithError(context.Cause(ctx))
+	}()
+	done := make(chan error, 1)
+	go func() { _, err := io.ReadAll(g); done <- err }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("trickled request not cut off")
 	}
-	if strings.Contains(string(passed), "command=fetch") || !strings.Contains(string(passed), "command=ls-refs") {
-		t.Fatalf("git was given %q", passed)
+	if !errors.Is(context.Cause(ctx), ErrTooSlow) || admitted {
+		t.Fatalf("cause %v, admitted %v", context.Cause(ctx), admitted)
 	}
-	if want := "ERR " + busy.Message; !strings.Contains(client.String(), want) {
-		t.Fatalf("client got %q, want an ERR pkt-line %q", client.String(), want)
+	var perr *Error
+	if !errors.As(g.Refusal(), &perr) || perr.Code != CodeTimeout || !strings.Contains(client.String(), "ERR request too slow") {
+		t.Fatalf("refusal %v, client got %q", g.Refusal(), client.String())
 	}
+}
+
+// TestAdmissionGateRefusedQuiet: git's complaint that its client hung up
+// is dropped after a refusal.
+func TestAdmissionGateRefusedQuiet(t *testing.T) {
+	g := newAdmissionGate(bytes.NewReader(nil), io.Discard, true, nil, io.Discard, Pace{}, func(error) {})
+	g.refuse(errors.New("busy"))
 	var stderr bytes.Buffer
 	q := quietAfterRefusal{w: &stderr, refused: g.refusedC}
 	q.Write([]byte("fatal: the remote end hung up unexpectedly\n"))

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"packwire/internal/fetchcache"
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
+	"packwire/internal/hookmode"
 	"packwire/internal/limiter"
 	"packwire/internal/packcache"
 	"packwire/internal/protocol"
@@ -36,7 +39,6 @@ type Request struct {
 	Remote        string // client address
 	StatelessRPC  bool   // smart HTTP
 	AdvertiseRefs bool   // smart HTTP info/refs
-	RefsOnly      bool   // the transport saw a v2 ls-refs request: no pack will be made
 }
 
 // Code classifies a refusal so that each transport can render it in its
@@ -50,6 +52,7 @@ const (
 	CodeForbidden
 	CodeUnavailable
 	CodeInternal
+	CodeTimeout // the client was too slow sending its request
 )
 
 // Error is a refusal with a one-line message in git's words.
@@ -84,6 +87,25 @@ type Pipeline struct {
 	// Limiter admits requests that may generate packs (fetches, archives);
 	// nil: no limit.
 	Limiter *limiter.Limiter
+	// Pushes admits pushes that will write (receive-pack runs), once
+	// their commands are read; nil: no limit.
+	Pushes *limiter.Limiter
+	// MaxPushRefs bounds the ref updates of one push (0: DefaultMaxPushRefs).
+	MaxPushRefs int
+	// RequestPace bounds how slowly a client may send its request (an HTTP
+	// fetch body, a git:// or SSH pack request) before it takes a slot.
+	RequestPace Pace
+	// MaxPerClient bounds the requests one client runs at once: a user, or
+	// an anonymous client by its address (0: no bound).
+	MaxPerClient int
+	// TempDir holds request bodies too large to keep in memory ("": the
+	// system's).
+	TempDir string
+
+	// HooksDir is receive-pack's hooks directory (core.hooksPath), with
+	// packwire's proc-receive hook that checks fast-forward-only updates
+	// (internal/pushguard); the files listing those refs go there too.
+	HooksDir string
 
 	// FetchCache stores and replays whole responses to stateless v2
 	// fetches without haves (see fetch.go); nil: off.
@@ -94,6 +116,7 @@ type Pipeline struct {
 	mu       sync.Mutex
 	draining bool
 	running  map[uint64]*runningCall // by Call.ID, under mu: what Active shows
+	clients  map[string]int          // requests prepared and not ended, per client, under mu
 	active   sync.WaitGroup
 	inFlight atomic.Int64
 	kill     context.CancelFunc // kills every running request (after the grace period)
@@ -120,6 +143,10 @@ type Call struct {
 	ended     bool          // released: a late admission gives its slot back at once
 	model     *access.Model // the access model read at Prepare, for push rules
 	outcome   string        // how the fetch cache served the request, if it did
+
+	running     *runningCall // set by Run, for views of running requests
+	pushOutcome pushOutcome  // what a push's report says, when it says more than git's exit
+	pushBusy    bool         // the push found no slot
 }
 
 func (p *Pipeline) log() *slog.Logger {
@@ -138,6 +165,12 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 		return nil, &Error{Code: CodeUnavailable, Message: "server is shutting down, retry shortly", Err: ErrShuttingDown}
 	}
 	p.initKillLocked()
+	client := clientKey(req)
+	if p.clients == nil {
+		p.clients = map[string]int{}
+	}
+	p.clients[client]++
+	busy := p.MaxPerClient > 0 && p.clients[client] > p.MaxPerClient
 	p.active.Add(1)
 	p.mu.Unlock()
 	req.Protocol = CleanProtocol(req.Protocol)
@@ -153,23 +186,40 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 			if release != nil {
 				release()
 			}
+			p.mu.Lock()
+			if p.clients[client]--; p.clients[client] <= 0 {
+				delete(p.clients, client)
+			}
+			p.mu.Unlock()
 			p.active.Done()
 		})
 	}
 
-	err := p.authorize(ctx, call)
+	var err error
+	if busy {
+		// Refused before anything is read or spawned for it: one client (a
+		// flood of SSH channels, HTTP requests) cannot hold every process.
+		err = &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second,
+			Message: fmt.Sprintf("server busy: too many concurrent requests from %s (max %d), retry later", client, p.MaxPerClient)}
+	} else {
+		err = p.authorize(ctx, call)
+	}
 	if err != nil {
 		call.releaseWG()
+		// Under the repository only when it resolved (call.Repo): a path that
+		// names none goes into the error, so that what clients type never
+		// becomes a repository of the records.
 		rec := call.record()
-		// Named as the repository would be ("team/app.git" is "team/app"),
-		// so that refusals add up with the requests that got through.
-		rec.Repo = printable(strings.Trim(req.RepoPath, "/"))
-		if clean, cerr := repo.CleanName(req.RepoPath); cerr == nil {
-			rec.Repo = clean
-		}
 		rec.Kind = string(protocol.NewClassifier(req.Service, false).Summary(req.AdvertiseRefs, req.StatelessRPC).Kind)
 		rec.Result = governor.ResultRefused
 		rec.Error = err.Error()
+		if call.Repo.Name == "" {
+			rec.Error += " (path " + strconv.Quote(printable(req.RepoPath)) + ")"
+		}
+		var perr *Error
+		if errors.As(err, &perr) && perr.Code == CodeAuthRequired && req.Principal.IsAnonymous() {
+			rec.Result = governor.ResultChallenged
+		}
 		rec.Wall = governor.Duration(time.Since(call.started))
 		rec.QueueWait = governor.Duration(call.waited())
 		p.finish(&rec, slog.String("cause", fmt.Sprint(errors.Unwrap(err))))
@@ -259,13 +309,14 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 // admit takes a limiter slot for requests that may generate a pack.
 func (p *Pipeline) admit(ctx context.Context, call *Call) error {
 	req := call.Request
-	generatesPack := req.Service == gitexec.UploadPack && !req.AdvertiseRefs && !req.RefsOnly || req.Service == gitexec.UploadArchive
+	generatesPack := req.Service == gitexec.UploadPack && !req.AdvertiseRefs || req.Service == gitexec.UploadArchive
 	if p.Limiter == nil || !generatesPack {
 		return nil
 	}
-	if p.usesFetchCache(req) {
-		// Decided in Run, once the body says whether git will run at all:
-		// a replay takes no slot.
+	if req.StatelessRPC {
+		// Decided in Run, once the body has been read whole (a client that
+		// trickles it holds no slot) and says whether git will run at all:
+		// a fetch cache replay takes no slot.
 		return nil
 	}
 	if req.Service == gitexec.UploadPack && !req.StatelessRPC {
@@ -274,7 +325,7 @@ func (p *Pipeline) admit(ctx context.Context, call *Call) error {
 		call.gated = true
 		return nil
 	}
-	return call.admitNow(ctx)
+	return call.admitNow(ctx, p.Limiter)
 }
 
 // Run spawns git for the call and relays until it exits. It returns git's
@@ -287,9 +338,9 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	rc := p.startRunning(c)
 	defer p.stopRunning(c)
 	// The request dies with the client's context or with the server's kill switch.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(p.killCtx, cancel)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(p.killCtx, func() { cancel(nil) })
 	defer stop()
 
 	req := c.Request
@@ -309,7 +360,7 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	if req.Service == gitexec.UploadPack && p.PackCache != nil && !req.AdvertiseRefs {
 		spec.Config = append(spec.Config, packcache.HookConfig(p.HookExecutable))
 		spec.Env = append(spec.Env,
-			packcache.EnvHook+"=pack-objects",
+			hookmode.Env+"="+hookmode.PackObjects,
 			packcache.EnvSocket+"="+p.HookSocket,
 			packcache.EnvRequestID+"="+c.RecordID,
 			packcache.EnvRepoPath+"="+c.Repo.Path)
@@ -333,7 +384,7 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		if watch == nil {
 			watch = classifier
 		}
-		gate = newAdmissionGate(stdin, watch, classifier, func() error { return c.admitNow(ctx) }, stdout)
+		gate = newAdmissionGate(stdin, watch, v2, func() error { return c.admitNow(ctx, p.Limiter) }, stdout, p.RequestPace, cancel)
 		stdin = gate
 		if stderr != nil {
 			stderr = quietAfterRefusal{w: stderr, refused: gate.refusedC}
@@ -348,8 +399,8 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		res, err = c.runPush(ctx, spec, stdin, stdout, stderr)
 	case cachesCapabilities(req):
 		res, err = c.runCapabilities(ctx, spec, stdin, stdout, stderr)
-	case p.usesFetchCache(req):
-		res, err = c.runFetch(ctx, spec, stdin, stdout, stderr)
+	case req.Service == gitexec.UploadPack && req.StatelessRPC && !req.AdvertiseRefs:
+		res, err = c.runStateless(ctx, spec, stdin, stdout, stderr)
 	default:
 		res, err = p.Runner.Run(ctx, spec, stdin, stdout, stderr)
 	}
@@ -395,11 +446,16 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		rec.Result = governor.ResultClientGone
 	case res.ExitCode != 0:
 		rec.Result = governor.ResultGitError
+	case c.pushOutcome.result != "":
+		rec.Result = c.pushOutcome.result
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		rec.Error = err.Error()
-	} else if res.ExitCode != 0 {
+	case res.ExitCode != 0:
 		rec.Error = res.Stderr
+	case c.pushOutcome.err != "":
+		rec.Error = c.pushOutcome.err
 	}
 	p.finish(&rec)
 	return res, err
@@ -441,7 +497,7 @@ func (p *Pipeline) startRunning(c *Call) *runningCall {
 	req := c.Request
 	var kind protocol.Kind
 	switch {
-	case req.AdvertiseRefs || req.RefsOnly:
+	case req.AdvertiseRefs:
 		kind = protocol.Refs
 	case req.Service == gitexec.ReceivePack:
 		kind = protocol.Push
@@ -457,6 +513,7 @@ func (p *Pipeline) startRunning(c *Call) *runningCall {
 	}
 	p.running[c.ID] = rc
 	p.mu.Unlock()
+	c.running = rc
 	return rc
 }
 
@@ -528,6 +585,19 @@ func (p *Pipeline) Shutdown(ctx context.Context) error {
 		<-done
 		return ctx.Err()
 	}
+}
+
+// clientKey names who a request counts against for MaxPerClient: the user,
+// or an anonymous client's address without its port.
+func clientKey(req Request) string {
+	if !req.Principal.IsAnonymous() {
+		return req.Principal.User
+	}
+	host, _, err := net.SplitHostPort(req.Remote)
+	if err != nil {
+		host = req.Remote
+	}
+	return "anonymous@" + host
 }
 
 // printable keeps control characters out of messages echoed to clients and logs.

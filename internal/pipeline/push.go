@@ -1,38 +1,64 @@
 package pipeline
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"packwire/internal/access"
 	"packwire/internal/gitexec"
+	"packwire/internal/governor"
+	"packwire/internal/hookmode"
 	"packwire/internal/push"
+	"packwire/internal/pushguard"
 )
 
 // Reasons shown to the client for refused refs, in git's report.
 const (
-	reasonForceDenied = "protected: force-push denied"
-	// A force-allowed ref in a push that also carries force-denied refs:
-	// receive.denyNonFastForwards applies to the whole push.
-	reasonForceMixed = "non-fast-forward: this push also updates refs where force-push is denied; force-push this ref separately"
-	reasonAtomic     = "atomic push failure"
+	reasonForceDenied = pushguard.ForceDenied
+	reasonAtomic      = "atomic push failure"
+	// Old and new both zero: git's receive-pack would delete the ref
+	// whatever it points at (it takes a zero old id for a corrupt ref).
+	reasonZeroCommand = "invalid command: old and new object ids are both zero"
+	reasonDuplicate   = "invalid command: this ref is named more than once in the push"
 )
 
 func refusedReason(op access.RefOp) string { return "protected: " + string(op) + " denied" }
+
+// DefaultMaxPushRefs bounds the ref updates of one push when
+// Pipeline.MaxPushRefs is 0: a 5,000-ref mirror push is the largest the
+// field notes name; each command held costs a few hundred bytes.
+const DefaultMaxPushRefs = 100_000
+
+// maxSkippedInflate bounds the bytes inflated while skipping the pack of a
+// push refused whole, beyond push.InflateRatio times what the client sent.
+const maxSkippedInflate = 256 << 20
+
+// pushPlan is what packwire decided for each command of a push before
+// receive-pack sees it.
+type pushPlan struct {
+	kept    []push.Command
+	refused map[string]string // ref -> reason, never given to receive-pack
+	ffOnly  []string          // kept updates allowed only as fast-forwards
+	refs    []string          // every ref of the request, in its order
+}
 
 // runPush serves a push statelessly, whatever the transport: for a
 // stateful transport (SSH) it first sends the advertisement from
 // "receive-pack --stateless-rpc --advertise-refs"; then it reads the
 // client's commands itself, decides each ref against the ref rules, and
 // feeds receive-pack --stateless-rpc only the allowed ones followed by the
-// rest of the client's stream, rewriting receive-pack's report so that
-// refused refs show their reason. One receive-pack spawn per push (two
-// processes over SSH counting the advertisement), none per ref.
+// rest of the client's stream. Updates allowed only as fast-forwards go
+// through receive-pack's proc-receive hook (internal/pushguard), which
+// checks ancestry once the objects are in, in every ref namespace. The
+// report is rewritten so that refused refs show their reason.
 func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
 	p := c.p
 	req := c.Request
@@ -49,13 +75,13 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 	spec.StatelessRPC = true
 
 	// The client's stream is read through one buffer: ReadRequest stops at
-	// the pack, and the pack is relayed from the same buffer.
+	// the pack, and the pack is relayed (or skipped) from the same buffer.
 	activity := newActivityReader(stdin)
 	in := push.BufferedReader(activity)
 	var preq *push.Request
 	err := watched(ctx, p.Runner.IdleTimeout, activity, func() error {
 		var err error
-		preq, err = push.ReadRequest(in)
+		preq, err = push.ReadRequest(in, p.maxPushRefs())
 		return err
 	})
 	if ctx.Err() != nil || errors.Is(err, gitexec.ErrIdle) {
@@ -70,7 +96,7 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 			fmt.Fprintf(stderr, "fatal: %s\n", err)
 		}
 		total.ExitCode = 128
-		return total, err
+		return total, &Error{Code: CodeBadRequest, Message: err.Error(), Err: err}
 	}
 
 	model := c.model
@@ -79,20 +105,112 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 			return total, err
 		}
 	}
-	var (
-		kept        []push.Command
-		refused     = map[string]string{}
-		ffOnly      = map[string]bool{} // updates allowed to fast-forward only
-		forceAllow  = map[string]bool{} // updates allowed to force
-		refs        = make([]string, 0, len(preq.Commands))
-		anyRefusals bool
-	)
+	plan := c.planPush(model, preq)
+	atomicPush := preq.HasCap("atomic")
+	if atomicPush && len(plan.refused) > 0 && len(plan.kept) > 0 {
+		for _, cmd := range plan.kept {
+			plan.refused[cmd.Ref] = reasonAtomic
+		}
+		plan.kept, plan.ffOnly = nil, nil
+		p.log().Info("refused", "id", c.ID, "transport", req.Transport, "repo", c.Repo.Name, "user", req.Principal.String(),
+			"reason", "atomic push with refused refs: nothing written")
+	}
+	if len(plan.kept) > 0 {
+		// Admitted once its commands are known and before receive-pack
+		// takes the pack: a push that will write nothing takes no slot.
+		if err := c.admitNow(ctx, p.Pushes); err != nil {
+			var perr *Error
+			msg := err.Error()
+			if errors.As(err, &perr) {
+				msg = perr.Message
+			}
+			for _, cmd := range plan.kept {
+				plan.refused[cmd.Ref] = msg
+			}
+			plan.kept, plan.ffOnly = nil, nil
+			c.pushBusy = true
+		}
+	}
+	ffOnly := map[string]bool{}
+	for _, ref := range plan.ffOnly {
+		ffOnly[ref] = true
+	}
+	rewrite := &push.Rewrite{Refs: plan.refs, Refused: plan.refused, Reason: func(ref, reason string) string {
+		switch {
+		case reason == reasonForceDenied && ffOnly[ref]:
+			c.logRefusedRef(ref, access.OpForce, model.DecideRef(req.Principal, c.Repo.Name, ref, access.OpForce))
+		case atomicPush && reason == "fail to run proc-receive hook":
+			// Innocent refs of an atomic push the hook refused part of.
+			return reasonAtomic
+		}
+		return reason
+	}}
+	sideband := preq.Sideband()
+
+	if len(plan.kept) == 0 {
+		res, err := c.refuseWholePush(ctx, preq, in, activity, rewrite, sideband, stdout)
+		res.BytesIn += total.BytesIn
+		res.BytesOut += total.BytesOut
+		return res, err
+	}
+
+	if len(plan.ffOnly) > 0 {
+		if p.HooksDir == "" {
+			return total, &Error{Code: CodeInternal, Message: "internal error: fast-forward checks are not set up", Err: errors.New("pipeline: no HooksDir")}
+		}
+		list, err := pushguard.WriteRefs(p.HooksDir, plan.ffOnly)
+		if err != nil {
+			return total, &Error{Code: CodeInternal, Message: "internal error preparing the push", Err: err}
+		}
+		defer os.Remove(list)
+		spec.Config = append(spec.Config, pushguard.Config(p.HooksDir)...)
+		spec.Env = append(spec.Env, hookmode.Env+"="+hookmode.ProcReceive, pushguard.EnvFFOnly+"="+list)
+	}
+	var out io.Writer = stdout
+	var rw *push.ReportWriter
+	if preq.Reports() {
+		rw = push.NewReportWriter(stdout, sideband, rewrite)
+		out = rw
+	}
+	body := io.MultiReader(bytes.NewReader(preq.Encode(plan.kept)), in)
+	res, err := p.Runner.Run(ctx, spec, body, out, stderr)
+	if rw != nil && err == nil {
+		if ferr := rw.Finish(); ferr != nil {
+			err = gitexec.ErrClientGone
+		}
+	}
+	c.pushOutcome = judgeReport(rewrite.Final, plan.refused, ffOnly)
+	res.BytesIn += total.BytesIn
+	res.BytesOut += total.BytesOut
+	res.UserCPU += total.UserCPU
+	res.SysCPU += total.SysCPU
+	res.MaxRSS = max(res.MaxRSS, total.MaxRSS)
+	return res, err
+}
+
+// planPush decides every command of a push against the ref rules.
+func (c *Call) planPush(model *access.Model, preq *push.Request) pushPlan {
+	req := c.Request
+	plan := pushPlan{refused: map[string]string{}, refs: make([]string, 0, len(preq.Commands))}
+	named := make(map[string]int, len(preq.Commands))
 	for _, cmd := range preq.Commands {
-		refs = append(refs, cmd.Ref)
+		named[cmd.Ref]++
+	}
+	for _, cmd := range preq.Commands {
+		if named[cmd.Ref] > 1 {
+			if _, done := plan.refused[cmd.Ref]; !done {
+				plan.refs = append(plan.refs, cmd.Ref)
+				plan.refused[cmd.Ref] = reasonDuplicate
+				c.logRefusedCommand(cmd.Ref, reasonDuplicate)
+			}
+			continue
+		}
+		plan.refs = append(plan.refs, cmd.Ref)
 		var op access.RefOp
 		switch {
 		case cmd.IsCreate() && cmd.IsDelete():
-			kept = append(kept, cmd) // invalid; receive-pack says so
+			plan.refused[cmd.Ref] = reasonZeroCommand
+			c.logRefusedCommand(cmd.Ref, reasonZeroCommand)
 			continue
 		case cmd.IsDelete():
 			op = access.OpDelete
@@ -102,93 +220,110 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 			op = access.OpPush
 		}
 		d := model.DecideRef(req.Principal, c.Repo.Name, cmd.Ref, op)
-		if d.Allowed && op == access.OpPush {
-			force := model.DecideRef(req.Principal, c.Repo.Name, cmd.Ref, access.OpForce)
-			if force.Allowed {
-				forceAllow[cmd.Ref] = true
-			} else {
-				ffOnly[cmd.Ref] = true
-			}
-		}
 		if !d.Allowed {
-			anyRefusals = true
-			refused[cmd.Ref] = refusedReason(op)
+			plan.refused[cmd.Ref] = refusedReason(op)
 			c.logRefusedRef(cmd.Ref, op, d)
 			continue
 		}
-		kept = append(kept, cmd)
+		if op == access.OpPush && !model.DecideRef(req.Principal, c.Repo.Name, cmd.Ref, access.OpForce).Allowed {
+			plan.ffOnly = append(plan.ffOnly, cmd.Ref)
+		}
+		plan.kept = append(plan.kept, cmd)
 	}
+	return plan
+}
 
-	atomic := preq.HasCap("atomic")
-	if atomic && anyRefusals {
-		for _, cmd := range kept {
-			refused[cmd.Ref] = reasonAtomic
+// refuseWholePush answers a push in which no command reaches receive-pack:
+// the pack the client sends anyway is read to its end (its trailer, not
+// EOF: some clients keep their side open until they have the report) and
+// dropped, then packwire sends the report itself.
+func (c *Call) refuseWholePush(ctx context.Context, preq *push.Request, in *bufio.Reader, activity *activityReader, rewrite *push.Rewrite, sideband int, stdout io.Writer) (gitexec.Result, error) {
+	p := c.p
+	var res gitexec.Result
+	var report []string
+	if preq.NeedsPack() {
+		var n int64
+		err := watched(ctx, p.Runner.IdleTimeout, activity, func() error {
+			var err error
+			n, err = push.SkipPack(in, len(preq.Commands[0].Old)/2, maxSkippedInflate)
+			return err
+		})
+		res.BytesIn += n
+		switch {
+		case ctx.Err() != nil || errors.Is(err, gitexec.ErrIdle):
+			return res, err
+		case err != nil:
+			// As receive-pack reports a pack it could not take.
+			report = append(report, "unpack "+oneLine(err.Error())+"\n")
+			c.pushOutcome = pushOutcome{result: governor.ResultGitError, err: err.Error()}
 		}
-		kept = nil
-		p.log().Info("refused", "id", c.ID, "transport", req.Transport, "repo", c.Repo.Name, "user", req.Principal.String(),
-			"reason", "atomic push with refused refs: nothing written")
 	}
-	rewrite := &push.Rewrite{Refs: refs, Refused: refused, Reason: func(ref, reason string) string {
-		if reason == "non-fast-forward" && ffOnly[ref] {
-			c.logRefusedRef(ref, access.OpForce, model.DecideRef(req.Principal, c.Repo.Name, ref, access.OpForce))
-			return reasonForceDenied
+	if c.pushOutcome.result == "" {
+		c.pushOutcome = pushOutcome{result: governor.ResultRefused, err: "every ref refused"}
+		if c.pushBusy {
+			c.pushOutcome.err = "server busy"
 		}
-		if reason == "non-fast-forward" && forceAllow[ref] && len(ffOnly) > 0 {
-			return reasonForceMixed
-		}
-		return reason
-	}}
-	sideband := preq.Sideband()
-
-	if len(kept) == 0 {
-		// Every ref refused: receive-pack is not spawned. The pack the
-		// client sends anyway is read and dropped so that it never blocks.
-		if preq.NeedsPack() {
-			var n int64
-			err := watched(ctx, p.Runner.IdleTimeout, activity, func() error {
-				var err error
-				n, err = io.Copy(io.Discard, in)
-				return err
-			})
-			total.BytesIn += n
-			if ctx.Err() != nil || errors.Is(err, gitexec.ErrIdle) {
-				return total, err
-			}
-		}
-		if preq.Reports() {
-			out := push.Encode(rewrite.Apply(nil), sideband)
-			n, err := stdout.Write(out)
-			total.BytesOut += int64(n)
-			if err != nil {
-				return total, gitexec.ErrClientGone
-			}
-		}
-		return total, nil
 	}
-
-	if len(ffOnly) > 0 {
-		// git checks fast-forward itself, per ref, once the pack is in.
-		spec.Config = append(spec.Config, "receive.denyNonFastForwards=true")
-	}
-	var out io.Writer = stdout
-	var rw *push.ReportWriter
 	if preq.Reports() {
-		rw = push.NewReportWriter(stdout, sideband, rewrite)
-		out = rw
-	}
-	body := io.MultiReader(bytes.NewReader(preq.Encode(kept)), in)
-	res, err := p.Runner.Run(ctx, spec, body, out, stderr)
-	if rw != nil && err == nil {
-		if ferr := rw.Finish(); ferr != nil {
-			err = gitexec.ErrClientGone
+		out := push.Encode(rewrite.Apply(report), sideband)
+		n, err := stdout.Write(out)
+		res.BytesOut += int64(n)
+		if err != nil {
+			return res, gitexec.ErrClientGone
 		}
 	}
-	res.BytesIn += total.BytesIn
-	res.BytesOut += total.BytesOut
-	res.UserCPU += total.UserCPU
-	res.SysCPU += total.SysCPU
-	res.MaxRSS = max(res.MaxRSS, total.MaxRSS)
-	return res, err
+	return res, nil
+}
+
+// pushOutcome is how a push ended as far as its report tells; empty
+// result: as git's exit says.
+type pushOutcome struct {
+	result string
+	err    string
+}
+
+// judgeReport reads the report the client got: a pack git could not take,
+// or refs git itself failed to write (a full disk: "failed to update
+// ref"), make the push a git error even when receive-pack exits 0; a push
+// whose every ref packwire refused is a refusal.
+func judgeReport(lines []string, refused map[string]string, ffOnly map[string]bool) pushOutcome {
+	var ok, ours int
+	var gitFailure string
+	for _, l := range lines {
+		l = strings.TrimSuffix(l, "\n")
+		switch {
+		case strings.HasPrefix(l, "unpack "):
+			if status := strings.TrimPrefix(l, "unpack "); status != "ok" {
+				return pushOutcome{result: governor.ResultGitError, err: "unpack: " + status}
+			}
+		case strings.HasPrefix(l, "ok "):
+			ok++
+		case strings.HasPrefix(l, "ng "):
+			ref, reason, _ := strings.Cut(l[3:], " ")
+			_, byRule := refused[ref]
+			if byRule || reason == reasonForceDenied && ffOnly[ref] || reason == reasonAtomic {
+				ours++
+			} else if gitFailure == "" {
+				gitFailure = ref + ": " + reason
+			}
+		}
+	}
+	switch {
+	case gitFailure != "":
+		return pushOutcome{result: governor.ResultGitError, err: gitFailure}
+	case ok == 0 && ours > 0:
+		return pushOutcome{result: governor.ResultRefused, err: "every ref refused"}
+	}
+	return pushOutcome{}
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func (p *Pipeline) maxPushRefs() int {
+	if p.MaxPushRefs > 0 {
+		return p.MaxPushRefs
+	}
+	return DefaultMaxPushRefs
 }
 
 // logRefusedRef logs one refused ref with the rule that decided it.
@@ -200,6 +335,13 @@ func (c *Call) logRefusedRef(ref string, op access.RefOp, d access.RefDecision) 
 		attrs = append(attrs, "rule_index", d.Rule.Position, "rule", access.RuleText(*d.Rule))
 	}
 	c.p.log().Info("ref refused", attrs...)
+}
+
+// logRefusedCommand logs a command refused for what it is, before any rule.
+func (c *Call) logRefusedCommand(ref, reason string) {
+	req := c.Request
+	c.p.log().Info("ref refused", "id", c.ID, "transport", req.Transport, "repo", c.Repo.Name, "user", req.Principal.String(),
+		"ref", printable(ref), "reason", reason)
 }
 
 // watched runs fn, which reads the client's stream through activity,

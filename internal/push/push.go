@@ -8,7 +8,6 @@ package push
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -83,12 +82,15 @@ var ErrNoCommands = errors.New("push: no commands")
 // ErrMalformed is wrapped by every protocol error.
 var ErrMalformed = errors.New("malformed push request")
 
-// MaxCommands bounds how many commands one push may carry.
-const MaxCommands = 1 << 20
+// ErrTooManyCommands is returned for a push with more ref updates than the
+// reader was told to take.
+var ErrTooManyCommands = errors.New("too many ref updates in one push")
 
 // ReadRequest reads the command list, and the push options when the
-// capability was asked for, leaving r at the first byte of the pack.
-func ReadRequest(r io.Reader) (*Request, error) {
+// capability was asked for, leaving r at the first byte of the pack. A
+// request with more than maxCommands commands is refused as it is read,
+// so that its size costs no memory (0: no bound).
+func ReadRequest(r io.Reader, maxCommands int) (*Request, error) {
 	pr := pktline.NewReader(r)
 	req := &Request{}
 	for {
@@ -130,8 +132,8 @@ func ReadRequest(r io.Reader) (*Request, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(req.Commands) >= MaxCommands {
-			return nil, fmt.Errorf("%w: too many commands", ErrMalformed)
+		if maxCommands > 0 && len(req.Commands) >= maxCommands {
+			return nil, fmt.Errorf("%w (max %d): push them in several parts", ErrTooManyCommands, maxCommands)
 		}
 		req.Commands = append(req.Commands, c)
 	}
@@ -204,16 +206,6 @@ func (r *Request) Encode(cmds []Command) []byte {
 	return b
 }
 
-// Discard reads and drops the rest of a request (the pack) until EOF, for
-// pushes packwire answers itself.
-func Discard(r io.Reader) error {
-	_, err := io.Copy(io.Discard, r)
-	return err
-}
-
 // BufferedReader is the reader ReadRequest should be given so that the
 // pack after the request can be relayed with no byte lost.
 func BufferedReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 64<<10) }
-
-// Ensure bytes is used (Report uses it).
-var _ = bytes.MinRead

@@ -39,7 +39,7 @@ func TestReadRequestAndEncode(t *testing.T) {
 	)
 	in = append(in, "PACKDATA"...)
 	r := bytes.NewReader(in)
-	req, err := ReadRequest(r)
+	req, err := ReadRequest(r, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestReadRequestAndEncode(t *testing.T) {
 	}
 	// Dropping the first command moves the capabilities to the next one.
 	enc := req.Encode(req.Commands[1:])
-	again, err := ReadRequest(bytes.NewReader(enc))
+	again, err := ReadRequest(bytes.NewReader(enc), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,10 +68,10 @@ func TestReadRequestAndEncode(t *testing.T) {
 }
 
 func TestReadRequestErrors(t *testing.T) {
-	if _, err := ReadRequest(bytes.NewReader(nil)); err != ErrNoCommands {
+	if _, err := ReadRequest(bytes.NewReader(nil), 0); err != ErrNoCommands {
 		t.Fatalf("EOF: %v", err)
 	}
-	if _, err := ReadRequest(bytes.NewReader([]byte("0000"))); err != ErrNoCommands {
+	if _, err := ReadRequest(bytes.NewReader([]byte("0000")), 0); err != ErrNoCommands {
 		t.Fatalf("flush: %v", err)
 	}
 	for _, bad := range [][]byte{
@@ -84,7 +84,7 @@ func TestReadRequestErrors(t *testing.T) {
 		pkts(zero+" "+idA+" refs/heads/x\x00push-options", "", "opt"),
 		pkts(zero+" "+idA+" refs/heads/x", idA+" "+idB+" refs/heads/y\x00caps", ""),
 	} {
-		if _, err := ReadRequest(bytes.NewReader(bad)); err == nil || err == ErrNoCommands {
+		if _, err := ReadRequest(bytes.NewReader(bad), 0); err == nil || err == ErrNoCommands {
 			t.Errorf("accepted %q: %v", bad, err)
 		}
 	}
@@ -153,12 +153,12 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add(pkts("shallow "+idA, zero+" "+idA+" refs/heads/new", ""))
 	f.Add([]byte("0000"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		req, err := ReadRequest(bytes.NewReader(data))
+		req, err := ReadRequest(bytes.NewReader(data), 0)
 		if err != nil {
 			return
 		}
 		// Whatever parses must re-encode to something that parses the same.
-		again, err := ReadRequest(bytes.NewReader(req.Encode(req.Commands)))
+		again, err := ReadRequest(bytes.NewReader(req.Encode(req.Commands)), 0)
 		if err != nil {
 			t.Fatalf("re-encoded request does not parse: %v", err)
 		}

@@ -20,6 +20,8 @@ type Rewrite struct {
 	// ("non-fast-forward" -> "protected: force-push denied"). It returns
 	// the reason unchanged when it does not own it.
 	Reason func(ref, reason string) string
+	// Final is the report as Apply last rewrote it: what the client got.
+	Final []string
 }
 
 // group is one ref's lines in a report: "ok REF" or "ng REF REASON", then
@@ -83,6 +85,7 @@ func (rw *Rewrite) Apply(lines []string) []string {
 			out = append(out, g.lines...)
 		}
 	}
+	rw.Final = out
 	return out
 }
 

@@ -14,10 +14,10 @@ import (
 )
 
 // TestLimiterOverEachTransport holds the only pack slot with a git://
-// connection that never finishes negotiating, then checks that a clone over
+// clone that never reads its pack, then checks that a clone over
 // each transport waits, is refused in git's words, and is recorded, while
 // ls-remote over every transport goes through: a session takes its slot at
-// its first want, not at connect.
+// its "done", not at connect.
 func TestLimiterOverEachTransport(t *testing.T) {
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, func(c *Config) {
@@ -25,14 +25,16 @@ func TestLimiterOverEachTransport(t *testing.T) {
 		c.MaxPackJobs, c.MaxPackJobsPerRepo, c.MaxQueueWait = 1, 1, 300*time.Millisecond
 	})
 	sshEnv := sshEnvFor(s)
-	s.seed(t, "team/app")
+	teamHead := s.env.RevParse(s.seed(t, "team/app"), "HEAD")
+	s.bigRepo(t, "big")
 
+	// A clone of another repository that stops reading holds the one slot.
 	hold, err := net.Dial("tcp", s.GitAddr.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hold.Close()
-	hold.Write(request("git-upload-pack", "/team/app", ""))
+	hold.Write(request("git-upload-pack", "/big", ""))
 	pr := pktline.NewReader(hold)
 	var head string
 	for { // the advertisement, to its flush: no slot yet
@@ -58,13 +60,16 @@ func TestLimiterOverEachTransport(t *testing.T) {
 		}
 	}
 	waitRunning(0)
-	pktline.Write(hold, []byte("want "+head+"\n")) // the first want takes the slot; no flush: git waits
+	pktline.Write(hold, []byte("want "+head+"\n"))
+	pktline.WriteFlush(hold)
+	waitRunning(0) // wants alone take no slot: no pack yet
+	pktline.Write(hold, []byte("done\n")) // the pack starts here, and this client never reads it
 	waitRunning(1)
 
 	// ls-remote needs no pack slot over any transport.
 	for _, url := range []string{s.gitURL("team/app"), s.httpURL("team/app"), s.sshURL("team/app")} {
 		for _, proto := range []string{"0", "2"} {
-			if out, err := s.env.Run("", sshEnv, "-c", "protocol.version="+proto, "ls-remote", url); err != nil || !strings.Contains(out, head) {
+			if out, err := s.env.Run("", sshEnv, "-c", "protocol.version="+proto, "ls-remote", url); err != nil || !strings.Contains(out, teamHead) {
 				t.Fatalf("ls-remote v%s %s while the slot is held: %v\n%s", proto, url, err, out)
 			}
 		}

@@ -32,6 +32,7 @@ import (
 	"packwire/internal/maintain"
 	"packwire/internal/packcache"
 	"packwire/internal/pipeline"
+	"packwire/internal/pushguard"
 	"packwire/internal/transport/daemon"
 	httptransport "packwire/internal/transport/http"
 	sshtransport "packwire/internal/transport/ssh"
@@ -69,6 +70,18 @@ type Config struct {
 	MaxQueue           int           // requests waiting for a slot; more are refused at once
 	MaxQueueWait       time.Duration // a queued request is refused after this long
 
+	MaxPushJobs int // concurrent pushes that write (receive-pack running), in all (0: no limit)
+	MaxPushRefs int // ref updates one push may carry (0: pipeline.DefaultMaxPushRefs)
+
+	// A fetch request (an HTTP body, a git:// or SSH fetch command) must
+	// arrive at RequestMinRate bytes/s on average after InitTimeout, and
+	// whole within RequestTimeout, before it takes a slot (0: no bound).
+	RequestMinRate int64
+	RequestTimeout time.Duration
+	// MaxRequestsPerClient bounds the requests (git processes) one user, or
+	// one anonymous address, runs at once (0: no bound).
+	MaxRequestsPerClient int
+
 	MetricsAddr     string        // separate listener for /metrics; empty: /metrics on the HTTP listener
 	RecordsMaxAge   time.Duration // governor retention by age (0: keep)
 	RecordsMaxCount int           // governor retention by count (0: no bound)
@@ -101,6 +114,12 @@ var Defaults = Config{
 	MaxPackJobsPerRepo: max(2, runtime.NumCPU()),
 	MaxQueue:           256,
 	MaxQueueWait:       60 * time.Second,
+	MaxPushJobs:        max(4, 2*runtime.NumCPU()),
+	MaxPushRefs:        pipeline.DefaultMaxPushRefs,
+
+	RequestMinRate:       1024,
+	RequestTimeout:       5 * time.Minute,
+	MaxRequestsPerClient: 64,
 
 	PackCache:             false, // opt-in: see README "Clone storms" for the measurement
 	PackCacheMaxBytes:     2 << 30,
@@ -192,6 +211,26 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			MaxQueue: cfg.MaxQueue,
 			MaxWait:  cfg.MaxQueueWait,
 		},
+		Pushes:      &limiter.Limiter{Global: cfg.MaxPushJobs, MaxQueue: cfg.MaxQueue, MaxWait: cfg.MaxQueueWait},
+		MaxPushRefs: cfg.MaxPushRefs,
+		HooksDir:    filepath.Join(data.Dir, "run", "hooks"),
+		TempDir:     filepath.Join(data.Dir, "tmp"),
+		RequestPace: pipeline.Pace{Grace: cfg.InitTimeout, MinRate: cfg.RequestMinRate, Max: cfg.RequestTimeout},
+
+		MaxPerClient: cfg.MaxRequestsPerClient,
+	}
+	// Request bodies left by a crash are of no use.
+	os.RemoveAll(s.Pipeline.TempDir)
+	if err = os.MkdirAll(s.Pipeline.TempDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	// receive-pack's proc-receive hook is this binary (internal/pushguard).
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find this binary for git's hooks: %w", err)
+	}
+	if err = pushguard.InstallHook(s.Pipeline.HooksDir, exe); err != nil {
+		return nil, fmt.Errorf("hooks directory: %w", err)
 	}
 	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance})
 	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })

@@ -6,7 +6,7 @@
 package http
 
 import (
-	"bytes"
+	"compress/flate"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -16,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"packwire/internal/access"
@@ -63,6 +64,21 @@ func Route(path string) (repoPath, endpoint string, ok bool) {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.ProtoMajor == 1 {
+		// Every answer to a request whose body was not read to its end
+		// closes the connection, and the handler does not wait for the rest:
+		// net/http would otherwise read it (up to 256 KiB) before replying,
+		// or after, and a client that trickles or never ends its body would
+		// hold the connection forever. (HTTP/2 resets the stream instead.)
+		body := &trackedBody{ReadCloser: r.Body}
+		r.Body = body
+		w = &unreadBodyWriter{ResponseWriter: w, body: body}
+		defer func() {
+			if !body.eof.Load() {
+				http.NewResponseController(w).SetReadDeadline(time.Now())
+			}
+		}()
+	}
 	repoPath, endpoint, ok := Route(r.URL.Path)
 	if !ok {
 		plainError(w, http.StatusNotFound, "not found")
@@ -122,6 +138,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var body io.Reader = http.NoBody
 	var limited *limitReader
+	var gz *lazyGzip
 	if !advertise {
 		if ct := r.Header.Get("Content-Type"); ct != "application/x-"+string(service)+"-request" {
 			plainError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("expected Content-Type application/x-%s-request", service))
@@ -131,11 +148,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch enc := r.Header.Get("Content-Encoding"); enc {
 		case "", "identity":
 		case "gzip", "x-gzip":
-			gz, err := gzip.NewReader(r.Body)
-			if err != nil {
-				plainError(w, http.StatusBadRequest, "malformed gzip request body")
-				return
-			}
+			// Its header is read with the body, under the pipeline's bounds.
+			gz = &lazyGzip{r: r.Body}
 			defer gz.Close()
 			raw = gz
 		default:
@@ -151,9 +165,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		limited = &limitReader{r: raw, max: max, remaining: max, unlimited: max <= 0}
 		body = limited
-		if service == gitexec.UploadPack && protocol.Version(req.Protocol) == 2 {
-			body, req.RefsOnly = peekRefsOnly(body)
-		}
 	}
 
 	call, err := h.Pipeline.Prepare(r.Context(), req)
@@ -177,7 +188,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, runErr := call.Run(r.Context(), body, out, nil)
-	if limited != nil && limited.exceeded && !out.started {
+	if gz != nil && gz.malformed.Load() && !out.started {
+		plainError(w, http.StatusBadRequest, "malformed gzip request body")
+		return
+	}
+	if limited != nil && limited.exceeded.Load() && !out.started {
 		plainError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body too large (limit %d bytes after decoding)", limited.max))
 		return
 	}
@@ -190,24 +205,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var refusal *pipeline.Error
 	if !out.started && errors.As(runErr, &refusal) {
-		// Admitted only once the body was read (the fetch cache), and refused then.
+		// Admitted only once the body was read, and refused then (too slow,
+		// busy, a malformed push).
 		writePipelineError(w, runErr)
 		return
 	}
-	if !out.started {
-		// git wrote nothing: a request it rejected. Say so rather than send an empty 200.
-		plainError(w, http.StatusBadRequest, "git could not process the request")
+	if !out.started && errors.Is(runErr, gitexec.ErrIdle) {
+		plainError(w, http.StatusRequestTimeout, "request timed out: no data moved for the idle timeout")
+		return
 	}
-}
-
-// peekRefsOnly reads the first pkt-line of a v2 request: "command=ls-refs"
-// asks for refs only and needs no pack generation slot. The bytes read are
-// handed on to git unchanged.
-func peekRefsOnly(body io.Reader) (io.Reader, bool) {
-	var first bytes.Buffer
-	_, line, err := pktline.NewReader(io.TeeReader(body, &first)).Read()
-	refsOnly := err == nil && string(line) == "command=ls-refs\n"
-	return io.MultiReader(&first, body), refsOnly
+	if !out.started {
+		// git wrote nothing: a request it rejected. Say so, with git's
+		// reason, rather than send an empty 200.
+		msg := "git could not process the request"
+		if reason := gitReason(res.Stderr); reason != "" {
+			msg += ": " + reason
+		}
+		plainError(w, http.StatusBadRequest, msg)
+	}
 }
 
 func resultSuffix(advertise bool) string {
@@ -249,6 +264,8 @@ func writePipelineError(w http.ResponseWriter, err error) {
 		status = http.StatusUnauthorized
 	case pipeline.CodeForbidden:
 		status = http.StatusForbidden
+	case pipeline.CodeTimeout:
+		status = http.StatusRequestTimeout
 	case pipeline.CodeUnavailable:
 		retry := max(int(pe.RetryAfter.Round(time.Second)/time.Second), 1)
 		w.Header().Set("Retry-After", strconv.Itoa(retry))
@@ -380,7 +397,9 @@ type limitReader struct {
 	remaining int64
 	read      int64
 	unlimited bool
-	exceeded  bool
+	// Read by the handler after Run, while a relay goroutine may still be
+	// reading the body.
+	exceeded atomic.Bool
 }
 
 func (l *limitReader) Read(p []byte) (int, error) {
@@ -393,7 +412,7 @@ func (l *limitReader) Read(p []byte) (int, error) {
 		// One byte more tells "exactly at the limit" from "over it".
 		var one [1]byte
 		if n, _ := l.r.Read(one[:]); n > 0 {
-			l.exceeded = true
+			l.exceeded.Store(true)
 			return 0, errors.New("request body too large")
 		}
 		return 0, io.EOF
@@ -406,3 +425,100 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	l.read += int64(n)
 	return n, err
 }
+
+// gitReason is the last line git wrote to stderr ("fatal: Invalid deepen:
+// deepen -1"), without its "fatal: ", made printable and short.
+func gitReason(stderr string) string {
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	last := strings.TrimPrefix(strings.TrimSpace(lines[len(lines)-1]), "fatal: ")
+	last = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, last)
+	if len(last) > 300 {
+		last = last[:300]
+	}
+	return last
+}
+
+// lazyGzip decodes a gzip body, reading its header only on the first Read
+// (so a client that trickles even that is bounded where the body is).
+type lazyGzip struct {
+	r         io.Reader
+	z         *gzip.Reader
+	malformed atomic.Bool
+}
+
+func (l *lazyGzip) Read(p []byte) (int, error) {
+	if l.z == nil {
+		z, err := gzip.NewReader(l.r)
+		if err != nil {
+			l.check(err)
+			return 0, err
+		}
+		l.z = z
+	}
+	n, err := l.z.Read(p)
+	l.check(err)
+	return n, err
+}
+
+// check records an error of the encoding itself (not of the stream under it).
+func (l *lazyGzip) check(err error) {
+	var corrupt flate.CorruptInputError
+	if errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.As(err, &corrupt) {
+		l.malformed.Store(true)
+	}
+}
+
+func (l *lazyGzip) Close() error {
+	if l.z != nil {
+		return l.z.Close()
+	}
+	return nil
+}
+
+// trackedBody knows whether a request body was read to its end.
+type trackedBody struct {
+	io.ReadCloser
+	eof atomic.Bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
+// unreadBodyWriter adds "Connection: close" to a response sent before its
+// request's body was read to the end (see ServeHTTP).
+type unreadBodyWriter struct {
+	http.ResponseWriter
+	body *trackedBody
+}
+
+func (u *unreadBodyWriter) WriteHeader(status int) {
+	if !u.body.eof.Load() {
+		u.Header().Set("Connection", "close")
+	}
+	u.ResponseWriter.WriteHeader(status)
+}
+
+func (u *unreadBodyWriter) Write(p []byte) (int, error) {
+	if !u.body.eof.Load() && u.Header().Get("Connection") == "" {
+		u.Header().Set("Connection", "close") // no effect once the header is out
+	}
+	return u.ResponseWriter.Write(p)
+}
+
+// ReadFrom keeps net/http's sendfile path for files the pipeline serves.
+func (u *unreadBodyWriter) ReadFrom(r io.Reader) (int64, error) {
+	return u.ResponseWriter.(io.ReaderFrom).ReadFrom(r)
+}
+
+// Unwrap lets http.ResponseController reach net/http's writer.
+func (u *unreadBodyWriter) Unwrap() http.ResponseWriter { return u.ResponseWriter }

@@ -1,0 +1,32 @@
+// Package hookmode runs this binary as one of the hooks git calls back
+// into packwire: upload-pack's pack-objects hook (internal/packcache) and
+// receive-pack's proc-receive hook (internal/pushguard). git starts the
+// hook with the environment packwire gave it, so the choice is made from
+// PACKWIRE_HOOK as the process starts, in init: any binary that links the
+// pipeline (packwire itself, and every test binary that starts a server)
+// is then a working hook, and the hook's start-up does nothing else.
+package hookmode
+
+import (
+	"os"
+
+	"packwire/internal/packcache"
+	"packwire/internal/pushguard"
+)
+
+// Env names the hook the binary is started as; PackObjects and
+// ProcReceive are its values.
+const (
+	Env         = "PACKWIRE_HOOK"
+	PackObjects = "pack-objects"
+	ProcReceive = "proc-receive"
+)
+
+func init() {
+	switch os.Getenv(Env) {
+	case PackObjects:
+		os.Exit(packcache.RunHook(os.Args[1:]))
+	case ProcReceive:
+		os.Exit(pushguard.RunHook(os.Stdin, os.Stdout, os.Stderr))
+	}
+}

@@ -1,0 +1,200 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"packwire/internal/gitexec"
+	"packwire/internal/pktline"
+	"packwire/internal/protocol"
+)
+
+// Pace is how fast a client must send its request before packwire spends
+// a git process slot or a pack generation slot on it: an HTTP fetch body,
+// or the pack request of a git:// or SSH session. A client that trickles
+// (a byte every few seconds keeps any idle timer alive) is cut off once it
+// falls behind. The zero Pace sets no bound.
+type Pace struct {
+	// Grace is how long a request may take whatever its size.
+	Grace time.Duration
+	// MinRate, in bytes per second, is what a request must average after
+	// Grace (0: no rate bound).
+	MinRate int64
+	// Max bounds the whole request, however fast (0: no bound).
+	Max time.Duration
+}
+
+// deadline is when a request that started at start and has n bytes so far
+// falls behind; zero: never.
+func (p Pace) deadline(start time.Time, n int64) time.Time {
+	var d time.Time
+	if p.MinRate > 0 {
+		d = start.Add(p.Grace + time.Duration(float64(n)/float64(p.MinRate)*float64(time.Second)))
+	}
+	if p.Max > 0 {
+		if end := start.Add(p.Max); d.IsZero() || end.Before(d) {
+			d = end
+		}
+	}
+	return d
+}
+
+// ErrTooSlow is the cause of a request cut off for falling behind its Pace.
+var ErrTooSlow = errors.New("request too slow")
+
+// slowError is the refusal of a request that fell behind.
+func (p Pace) slowError(n int64, took time.Duration) *Error {
+	msg := fmt.Sprintf("request too slow: %d bytes in %s", n, took.Round(time.Second))
+	switch {
+	case p.MinRate > 0 && p.Max > 0:
+		msg += fmt.Sprintf(" (a request must average %d bytes/s after %s and end within %s)", p.MinRate, p.Grace, p.Max)
+	case p.MinRate > 0:
+		msg += fmt.Sprintf(" (a request must average %d bytes/s after %s)", p.MinRate, p.Grace)
+	default:
+		msg += fmt.Sprintf(" (a request must end within %s)", p.Max)
+	}
+	return &Error{Code: CodeTimeout, Message: msg, Err: ErrTooSlow}
+}
+
+// paceWatch cancels the request (cancel, with ErrTooSlow as its cause)
+// once the bytes counted by n fall behind pace. Reads blocked on the
+// client end with the request's context, so no transport needs read
+// deadlines of its own. stop ends the watch; it returns whether the
+// request was cut off.
+func paceWatch(pace Pace, start time.Time, n *atomic.Int64, cancel context.CancelCauseFunc) (stop func() bool) {
+	if pace.MinRate <= 0 && pace.Max <= 0 {
+		return func() bool { return false }
+	}
+	done := make(chan struct{})
+	fired := make(chan bool, 1)
+	go func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fired <- false
+				return
+			case now := <-t.C:
+				if d := pace.deadline(start, n.Load()); !d.IsZero() && now.After(d) {
+					cancel(ErrTooSlow)
+					fired <- true
+					return
+				}
+			}
+		}
+	}()
+	return func() bool {
+		close(done)
+		return <-fired
+	}
+}
+
+// countingReader counts what passes, for paceWatch.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// requestBody is a stateless request read whole: in memory up to
+// MaxCachedBody, in a temporary file beyond.
+type requestBody struct {
+	mem  []byte
+	file *os.File
+	size int64
+}
+
+// reader returns the body from its start.
+func (b *requestBody) reader() io.Reader {
+	if b.file == nil {
+		return bytes.NewReader(b.mem)
+	}
+	return io.NewSectionReader(b.file, 0, b.size)
+}
+
+func (b *requestBody) close() {
+	if b.file != nil {
+		b.file.Close()
+		os.Remove(b.file.Name())
+	}
+}
+
+// readRequest reads a stateless request body to its end, under the
+// pipeline's Pace and the idle timeout, before the request takes any slot
+// or spawns git: a client that trickles its body costs a goroutine, not a
+// git process. It returns an *Error for a client that fell behind; other
+// errors are the body's (a body over the transport's bound, a client gone).
+func (c *Call) readRequest(ctx context.Context, stdin io.Reader, stdout io.Writer) (*requestBody, error) {
+	p := c.p
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	counted := &countingReader{r: stdin}
+	start := time.Now()
+	stopPace := paceWatch(p.RequestPace, start, &counted.n, cancel)
+	body, complete, err := readBody(ctx, counted, stdout, MaxCachedBody, p.Runner.IdleTimeout)
+	b := &requestBody{mem: body, size: int64(len(body))}
+	if err == nil && !complete {
+		b.mem = nil
+		b.file, err = os.CreateTemp(p.TempDir, "request-*")
+		if err == nil {
+			var n int64
+			n, err = io.Copy(b.file, io.MultiReader(bytes.NewReader(body), counted))
+			b.size = n
+			if err == nil && ctx.Err() != nil {
+				err = context.Cause(ctx)
+			}
+		}
+	}
+	if stopPace() {
+		b.close()
+		return nil, p.RequestPace.slowError(counted.n.Load(), time.Since(start))
+	}
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// runStateless serves one smart HTTP upload-pack POST (a v0/v1 negotiation
+// round, a v2 ls-refs or fetch): the body is read whole first, then the
+// request is admitted (only if it may generate a pack) and git runs on it.
+func (c *Call) runStateless(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
+	p := c.p
+	body, err := c.readRequest(ctx, stdin, stdout)
+	if err != nil {
+		return gitexec.Result{}, err
+	}
+	defer body.close()
+	switch {
+	case protocol.Version(c.Request.Protocol) == 2 && isLsRefs(body.mem):
+		// Refs only: no pack, no slot.
+		kind := protocol.Refs
+		c.running.kind.Store(&kind)
+	case p.usesFetchCache(c.Request) && body.file == nil:
+		return c.runFetch(ctx, spec, body.mem, stdout, stderr)
+	default:
+		if err := c.admitNow(ctx, p.Limiter); err != nil {
+			return gitexec.Result{}, err
+		}
+	}
+	return p.Runner.Run(ctx, spec, body.reader(), stdout, stderr)
+}
+
+// isLsRefs tells a v2 request whose first packet is "command=ls-refs".
+func isLsRefs(body []byte) bool {
+	_, line, err := pktline.NewReader(bytes.NewReader(body)).Read()
+	return err == nil && string(line) == "command=ls-refs\n"
+}
