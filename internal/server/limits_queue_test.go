@@ -62,7 +62,7 @@ func TestLimiterOverEachTransport(t *testing.T) {
 	waitRunning(0)
 	pktline.Write(hold, []byte("want "+head+"\n"))
 	pktline.WriteFlush(hold)
-	waitRunning(0) // wants alone take no slot: no pack yet
+	waitRunning(0)                        // wants alone take no slot: no pack yet
 	pktline.Write(hold, []byte("done\n")) // the pack starts here, and this client never reads it
 	waitRunning(1)
 

@@ -20,7 +20,10 @@ func TestMalformedV2FetchErrors(t *testing.T) {
 		t.Run(fmt.Sprintf("fetch-cache=%v", cache), func(t *testing.T) {
 			s := startServer(t, func(c *Config) { c.FetchCache = cache })
 			head := s.env.RevParse(s.seed(t, "team/app"), "HEAD")
-			cases := []struct{ args []string; want string }{
+			cases := []struct {
+				args []string
+				want string
+			}{
 				{[]string{"want " + head, "deepen -1"}, "Invalid deepen"},
 				{[]string{"want " + head, "filter tree:-1"}, "expected 'tree:<depth>'"},
 				{[]string{"want-ref refs/heads/main"}, "unexpected line: 'want-ref refs/heads/main'"},
