@@ -25,23 +25,29 @@ import (
 // command, which the gate holds whole (to its flush) before admitting it,
 // under the pipeline's Pace: a client that trickles its request never
 // holds a slot, and one that falls behind is refused. Negotiation before
-// that (wants, haves) goes straight through: it costs git little.
+// that (haves) goes straight through: it costs git little.
+//
+// The wants are checked before git sees them (check, internal/reach): in
+// v0/v1 the gate holds the want section to its flush, in v2 they are in
+// the fetch command it holds anyway.
 type admissionGate struct {
 	r      io.Reader
 	watch  io.Writer // the classifier's tap: every byte read, as read
 	v2     bool
 	admit  func() error
-	client io.Writer // where a refusal goes, as an ERR pkt-line git shows as "remote error"
+	check  func(wantLines []string) error // nil: every want may be served
+	client io.Writer                      // where a refusal goes, as an ERR pkt-line git shows as "remote error"
 	pace   Pace
 	cancel context.CancelCauseFunc // ends the request when it falls behind
 
 	scan    []byte // read, not yet parsed into whole packets
 	out     []byte // parsed, for git
-	held    []byte // the pack request held until admitted
-	holding bool
-	noDone  bool // v0: the client asked for no-done
-	haves   bool // v0: haves since the last flush
-	wants   bool // v0: the first want (with the capabilities) was seen
+	held    []byte // what git must not see yet: v0's wants, the pack request
+	holding holdKind
+	lines   []string // payloads of the held packets
+	noDone  bool     // v0: the client asked for no-done
+	haves   bool     // v0: haves since the last flush
+	wants   bool     // v0: the want section was seen
 	decided bool
 	rerr    error // the client stream's error, returned once out is empty
 
@@ -54,8 +60,17 @@ type admissionGate struct {
 	refusedC chan struct{} // closed on refusal: git's stderr goes quiet
 }
 
-func newAdmissionGate(r io.Reader, watch io.Writer, v2 bool, admit func() error, client io.Writer, pace Pace, cancel context.CancelCauseFunc) *admissionGate {
-	return &admissionGate{r: r, watch: watch, v2: v2, admit: admit, client: client, pace: pace, cancel: cancel, refusedC: make(chan struct{})}
+// holdKind is what the gate is holding.
+type holdKind int
+
+const (
+	holdNothing holdKind = iota
+	holdWants            // v0: the want section, to be checked at its flush
+	holdRequest          // the pack request, to be checked (v2) and admitted
+)
+
+func newAdmissionGate(r io.Reader, watch io.Writer, v2 bool, admit func() error, check func([]string) error, client io.Writer, pace Pace, cancel context.CancelCauseFunc) *admissionGate {
+	return &admissionGate{r: r, watch: watch, v2: v2, admit: admit, check: check, client: client, pace: pace, cancel: cancel, refusedC: make(chan struct{})}
 }
 
 func (g *admissionGate) Read(p []byte) (int, error) {
@@ -111,21 +126,33 @@ func (g *admissionGate) feed(b []byte) error {
 		}
 		pkt := g.scan[:size:size]
 		g.scan = g.scan[size:]
-		start := g.packet(n, strings.TrimSuffix(string(pkt[4:]), "\n"))
-		if start && !g.holding {
-			g.holding = true
-			if g.v2 {
+		line := strings.TrimSuffix(string(pkt[4:]), "\n")
+		if hold := g.packet(n, line); hold > g.holding {
+			if g.holding == holdNothing && g.v2 {
 				g.holdStart = time.Now()
 				g.stopPace = paceWatch(g.pace, g.holdStart, &g.heldBytes, g.tooSlow)
 			}
+			g.holding = hold
 		}
-		if g.holding {
-			g.held = append(g.held, pkt...)
-			g.heldBytes.Add(int64(size))
-		} else {
+		if g.holding == holdNothing {
 			g.out = append(g.out, pkt...)
+			continue
 		}
-		if g.holding && (!g.v2 || n == 0 || len(g.held) > MaxCachedBody) {
+		g.held = append(g.held, pkt...)
+		g.heldBytes.Add(int64(size))
+		if n > 4 {
+			g.lines = append(g.lines, line)
+		}
+		switch {
+		case g.holding == holdWants && n == 0:
+			// v0: the want section ends; its wants are checked, the
+			// negotiation that follows needs no slot.
+			if err := g.checkWants(); err != nil {
+				return err
+			}
+			g.out = append(g.out, g.held...)
+			g.held, g.lines, g.holding = nil, nil, holdNothing
+		case g.holding == holdRequest && (!g.v2 || n == 0 || len(g.held) > MaxCachedBody):
 			// v0: the done (or no-done flush) is the last of it; v2: the
 			// command's flush ends it (a very large one is admitted early).
 			return g.decide()
@@ -134,29 +161,49 @@ func (g *admissionGate) feed(b []byte) error {
 	return nil
 }
 
+// checkWants refuses the request if it wants objects it may not have.
+func (g *admissionGate) checkWants() error {
+	if g.check == nil || len(g.lines) == 0 {
+		return nil
+	}
+	if err := g.check(g.lines); err != nil {
+		g.decided = true
+		g.stopHolding()
+		g.refuse(err)
+		return err
+	}
+	return nil
+}
+
 // packet looks at one packet (n its length, line its payload) and tells
-// whether a pack request starts with it.
-func (g *admissionGate) packet(n int, line string) bool {
+// what to hold from it on.
+func (g *admissionGate) packet(n int, line string) holdKind {
 	if g.v2 {
-		return n > 4 && line == "command=fetch"
+		if n > 4 && line == "command=fetch" {
+			return holdRequest
+		}
+		return holdNothing
 	}
 	switch {
 	case n == 0: // flush
 		start := g.noDone && g.haves
 		g.haves = false
-		return start
+		if start {
+			return holdRequest
+		}
 	case strings.HasPrefix(line, "want ") && !g.wants:
 		g.wants = true
 		_, caps, _ := strings.Cut(line[len("want "):], " ")
 		for _, c := range strings.Fields(caps) {
 			g.noDone = g.noDone || c == "no-done"
 		}
+		return holdWants
 	case strings.HasPrefix(line, "have "):
 		g.haves = true
 	case line == "done":
-		return true
+		return holdRequest
 	}
-	return false
+	return holdNothing
 }
 
 // decide admits the request (waiting in the limiter's queue) and releases
@@ -166,6 +213,9 @@ func (g *admissionGate) decide() error {
 	g.decided = true
 	if g.stopHolding() {
 		return g.Refusal()
+	}
+	if err := g.checkWants(); err != nil {
+		return err
 	}
 	if err := g.admit(); err != nil {
 		g.refuse(err)

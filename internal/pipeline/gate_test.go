@@ -31,6 +31,10 @@ func pkts(lines ...string) []byte {
 // gateRun feeds stream to a gate in chunks, records what git was given at
 // the moment of each admission, and returns what git got in all.
 func gateRun(t *testing.T, v2 bool, stream []byte, admitErr error) (passed string, beforeAdmit []string, client string, err error) {
+	return gateRunChecked(t, v2, stream, admitErr, nil)
+}
+
+func gateRunChecked(t *testing.T, v2 bool, stream []byte, admitErr error, check func([]string) error) (passed string, beforeAdmit []string, client string, err error) {
 	t.Helper()
 	var given bytes.Buffer
 	var cl bytes.Buffer
@@ -38,7 +42,7 @@ func gateRun(t *testing.T, v2 bool, stream []byte, admitErr error) (passed strin
 	g = newAdmissionGate(bytes.NewReader(stream), io.Discard, v2, func() error {
 		beforeAdmit = append(beforeAdmit, given.String())
 		return admitErr
-	}, &cl, Pace{}, func(error) {})
+	}, check, &cl, Pace{}, func(error) {})
 	buf := make([]byte, 7) // small reads: packets span several
 	for {
 		n, rerr := g.Read(buf)
@@ -107,7 +111,7 @@ func TestAdmissionGatePace(t *testing.T) {
 	var client bytes.Buffer
 	admitted := false
 	ctx, cancel := context.WithCancelCause(context.Background())
-	g := newAdmissionGate(pr, io.Discard, true, func() error { admitted = true; return nil }, &client,
+	g := newAdmissionGate(pr, io.Discard, true, func() error { admitted = true; return nil }, nil, &client,
 		Pace{Grace: 300 * time.Millisecond, MinRate: 1000}, cancel)
 	go func() {
 		pw.Write(pkts("command=fetch"))
@@ -137,12 +141,49 @@ func TestAdmissionGatePace(t *testing.T) {
 // TestAdmissionGateRefusedQuiet: git's complaint that its client hung up
 // is dropped after a refusal.
 func TestAdmissionGateRefusedQuiet(t *testing.T) {
-	g := newAdmissionGate(bytes.NewReader(nil), io.Discard, true, nil, io.Discard, Pace{}, func(error) {})
+	g := newAdmissionGate(bytes.NewReader(nil), io.Discard, true, nil, nil, io.Discard, Pace{}, func(error) {})
 	g.refuse(errors.New("busy"))
 	var stderr bytes.Buffer
 	q := quietAfterRefusal{w: &stderr, refused: g.refusedC}
 	q.Write([]byte("fatal: the remote end hung up unexpectedly\n"))
 	if stderr.Len() != 0 {
 		t.Fatalf("git's stderr after a refusal: %q", stderr.String())
+	}
+}
+
+// TestAdmissionGateChecksWants: the wants reach the check before git sees
+// them (v0: the want section is held to its flush; v2: inside the held
+// fetch command); a refused want never reaches git and the client gets
+// git's ERR line.
+func TestAdmissionGateChecksWants(t *testing.T) {
+	const oidB = "2222222222222222222222222222222222222222"
+	notOurs := &Error{Code: CodeForbidden, Message: "upload-pack: not our ref " + oidB}
+	check := func(lines []string) error {
+		for _, l := range lines {
+			if strings.Contains(l, oidB) {
+				return notOurs
+			}
+		}
+		return nil
+	}
+	for _, v2 := range []bool{false, true} {
+		var stream []byte
+		if v2 {
+			stream = pkts("command=fetch", "DELIM", "want "+oidA, "want "+oidB, "done", "")
+		} else {
+			stream = pkts("want "+oidA+" side-band-64k", "want "+oidB, "", "done")
+		}
+		passed, before, client, err := gateRunChecked(t, v2, stream, nil, check)
+		if !errors.Is(err, notOurs) || strings.Contains(passed, "want") || len(before) != 0 {
+			t.Fatalf("v2=%v: err %v, admitted %d times, git got %q", v2, err, len(before), passed)
+		}
+		if !strings.Contains(client, "ERR upload-pack: not our ref "+oidB) {
+			t.Fatalf("v2=%v: client got %q", v2, client)
+		}
+		// Allowed wants pass whole.
+		stream = bytes.ReplaceAll(stream, []byte(oidB), []byte(oidA))
+		if passed, _, _, err := gateRunChecked(t, v2, stream, nil, check); err != nil || passed != string(stream) {
+			t.Fatalf("v2=%v: allowed request: err %v, git got %q", v2, err, passed)
+		}
 	}
 }

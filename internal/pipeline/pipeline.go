@@ -26,6 +26,7 @@ import (
 	"packwire/internal/limiter"
 	"packwire/internal/packcache"
 	"packwire/internal/protocol"
+	"packwire/internal/reach"
 	"packwire/internal/repo"
 )
 
@@ -98,6 +99,9 @@ type Pipeline struct {
 	// MaxPerClient bounds the requests one client runs at once: a user, or
 	// an anonymous client by its address (0: no bound).
 	MaxPerClient int
+	// Reach refuses wants of objects no visible ref reaches; nil: git's
+	// own rules (protocol v2 serves any object by id).
+	Reach *reach.Checker
 	// TempDir holds request bodies too large to keep in memory ("": the
 	// system's).
 	TempDir string
@@ -144,9 +148,11 @@ type Call struct {
 	model     *access.Model // the access model read at Prepare, for push rules
 	outcome   string        // how the fetch cache served the request, if it did
 
-	running     *runningCall // set by Run, for views of running requests
-	pushOutcome pushOutcome  // what a push's report says, when it says more than git's exit
-	pushBusy    bool         // the push found no slot
+	running *runningCall // set by Run, for views of running requests
+	// CPU (ns) of the checks of wanted objects: git run outside the relay.
+	checkUser, checkSys atomic.Int64
+	pushOutcome         pushOutcome // what a push's report says, when it says more than git's exit
+	pushBusy            bool        // the push found no slot
 }
 
 func (p *Pipeline) log() *slog.Logger {
@@ -384,7 +390,8 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		if watch == nil {
 			watch = classifier
 		}
-		gate = newAdmissionGate(stdin, watch, v2, func() error { return c.admitNow(ctx, p.Limiter) }, stdout, p.RequestPace, cancel)
+		gate = newAdmissionGate(stdin, watch, v2, func() error { return c.admitNow(ctx, p.Limiter) },
+			func(lines []string) error { return c.checkWants(ctx, lines) }, stdout, p.RequestPace, cancel)
 		stdin = gate
 		if stderr != nil {
 			stderr = quietAfterRefusal{w: stderr, refused: gate.refusedC}
@@ -418,6 +425,8 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	rec.Wall = governor.Duration(time.Since(c.started))
 	rec.QueueWait = governor.Duration(c.waited())
 	rec.UserCPU, rec.SysCPU = governor.Duration(res.UserCPU), governor.Duration(res.SysCPU)
+	rec.UserCPU += governor.Duration(c.checkUser.Load())
+	rec.SysCPU += governor.Duration(c.checkSys.Load())
 	rec.MaxRSS, rec.ExitCode = res.MaxRSS, res.ExitCode
 	if p.PackCache != nil {
 		taken := p.PackCache.TakeOutcome(c.RecordID)

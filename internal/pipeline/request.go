@@ -13,6 +13,7 @@ import (
 	"packwire/internal/gitexec"
 	"packwire/internal/pktline"
 	"packwire/internal/protocol"
+	"packwire/internal/reach"
 )
 
 // Pace is how fast a client must send its request before packwire spends
@@ -178,8 +179,17 @@ func (c *Call) runStateless(ctx context.Context, spec gitexec.Spec, stdin io.Rea
 		return gitexec.Result{}, err
 	}
 	defer body.close()
+	refsOnly := protocol.Version(c.Request.Protocol) == 2 && isLsRefs(body.mem)
+	if !refsOnly {
+		if err := c.checkWants(ctx, pktLines(body.reader())); err != nil {
+			var perr *Error
+			errors.As(err, &perr)
+			pktline.WriteError(stdout, perr.Message)
+			return gitexec.Result{BytesIn: body.size}, err
+		}
+	}
 	switch {
-	case protocol.Version(c.Request.Protocol) == 2 && isLsRefs(body.mem):
+	case refsOnly:
 		// Refs only: no pack, no slot.
 		kind := protocol.Refs
 		c.running.kind.Store(&kind)
@@ -197,4 +207,45 @@ func (c *Call) runStateless(ctx context.Context, spec gitexec.Spec, stdin io.Rea
 func isLsRefs(body []byte) bool {
 	_, line, err := pktline.NewReader(bytes.NewReader(body)).Read()
 	return err == nil && string(line) == "command=ls-refs\n"
+}
+
+// checkWants refuses (with git's words) a request that wants an object no
+// visible ref reaches (internal/reach).
+func (c *Call) checkWants(ctx context.Context, lines []string) error {
+	p := c.p
+	if p.Reach == nil {
+		return nil
+	}
+	unreachable, usage, err := p.Reach.Unreachable(ctx, c.Repo.Path, reach.Wants(lines))
+	c.checkUser.Add(int64(usage.User))
+	c.checkSys.Add(int64(usage.Sys))
+	if err != nil {
+		return &Error{Code: CodeInternal, Message: "internal error checking wanted objects", Err: err}
+	}
+	if len(unreachable) > 0 {
+		c.p.log().Info("refused", "id", c.ID, "transport", c.Request.Transport, "repo", c.Repo.Name, "user", c.Request.Principal.String(),
+			"reason", "wants an object no visible ref reaches", "object", unreachable[0], "count", len(unreachable))
+		// upload-pack's own words for a want it will not serve.
+		return &Error{Code: CodeForbidden, Message: "upload-pack: not our ref " + unreachable[0], Err: ErrUnreachableWant}
+	}
+	return nil
+}
+
+// ErrUnreachableWant is the cause of a refused want.
+var ErrUnreachableWant = errors.New("want of an object no visible ref reaches")
+
+// pktLines returns the data payloads of a pkt-line stream, up to its end
+// or the first malformed packet.
+func pktLines(r io.Reader) []string {
+	var lines []string
+	pr := pktline.NewReader(r)
+	for {
+		kind, p, err := pr.Read()
+		if err != nil {
+			return lines
+		}
+		if kind == pktline.Data {
+			lines = append(lines, string(p))
+		}
+	}
 }

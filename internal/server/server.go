@@ -33,6 +33,7 @@ import (
 	"packwire/internal/packcache"
 	"packwire/internal/pipeline"
 	"packwire/internal/pushguard"
+	"packwire/internal/reach"
 	"packwire/internal/transport/daemon"
 	httptransport "packwire/internal/transport/http"
 	sshtransport "packwire/internal/transport/ssh"
@@ -81,6 +82,9 @@ type Config struct {
 	// MaxRequestsPerClient bounds the requests (git processes) one user, or
 	// one anonymous address, runs at once (0: no bound).
 	MaxRequestsPerClient int
+	// AllowUnreachableWants serves any object by id, as git's protocol v2
+	// does; off: only objects a visible ref reaches (internal/reach).
+	AllowUnreachableWants bool
 
 	MetricsAddr     string        // separate listener for /metrics; empty: /metrics on the HTTP listener
 	RecordsMaxAge   time.Duration // governor retention by age (0: keep)
@@ -218,6 +222,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		RequestPace: pipeline.Pace{Grace: cfg.InitTimeout, MinRate: cfg.RequestMinRate, Max: cfg.RequestTimeout},
 
 		MaxPerClient: cfg.MaxRequestsPerClient,
+	}
+	if !cfg.AllowUnreachableWants {
+		s.Pipeline.Reach = &reach.Checker{}
 	}
 	// Request bodies left by a crash are of no use.
 	os.RemoveAll(s.Pipeline.TempDir)

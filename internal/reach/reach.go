@@ -1,0 +1,279 @@
+// Package reach decides whether the objects a fetch wants may be served:
+// only objects reachable from the refs a client can see. git's own
+// upload-pack serves any object by id in protocol v2 (and in v0 a blob
+// with uploadpack.allowReachableSHA1InWant), so a deleted branch that held
+// a secret would stay fetchable by its id until gc removed its objects.
+//
+// Wants that are ref tips (what clones and most fetches ask for) are
+// decided from the repository's ref files, without git. The others (the
+// blobs a partial clone fetches lazily, a commit fetched by id) are asked
+// of git in one rev-list: exact and cheap with a reachability bitmap,
+// which maintenance keeps on every repository, and a full walk of the
+// repository's objects without one.
+package reach
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"packwire/internal/gitexec"
+	"packwire/internal/oid"
+)
+
+// Hidden is the ref namespace that is neither shown to clients nor a
+// source of reachability (gitexec.ServedConfig hides it).
+const Hidden = "refs/packwire/"
+
+// Checker answers for one repository.
+type Checker struct {
+	GitPath string // default "git"
+}
+
+// Usage is the CPU the git processes of a check took, for the request's
+// record.
+type Usage struct{ User, Sys time.Duration }
+
+func (u *Usage) add(st *os.ProcessState) {
+	if st != nil {
+		u.User += st.UserTime()
+		u.Sys += st.SystemTime()
+	}
+}
+
+// Unreachable returns the wants that no visible ref reaches, in their
+// order (nil when all may be served), and what asking git cost.
+func (c *Checker) Unreachable(ctx context.Context, repoPath string, wants []string) ([]string, Usage, error) {
+	var u Usage
+	if len(wants) == 0 {
+		return nil, u, nil
+	}
+	tips, err := Tips(repoPath)
+	if err != nil {
+		return nil, u, err
+	}
+	var others []string
+	for _, w := range wants {
+		if !tips[w] {
+			others = append(others, w)
+		}
+	}
+	if len(others) == 0 {
+		return nil, u, nil
+	}
+	unreachable, err := c.revList(ctx, repoPath, others, &u)
+	if err != nil {
+		return nil, u, err
+	}
+	var out []string
+	for _, w := range others {
+		if unreachable[w] {
+			out = append(out, w)
+		}
+	}
+	return out, u, nil
+}
+
+// revList asks git which of ids visible refs do not reach. With a bitmap
+// (a pack's, or the multi-pack-index's) "rev-list --objects
+// --use-bitmap-index IDS --not --all" prints exactly those objects (and
+// what only they reach). Without one, rev-list's object walk only marks
+// what the boundary commits' trees hold, so trees and blobs deeper in
+// history would look unreachable: then the whole object graph is walked
+// instead.
+func (c *Checker) revList(ctx context.Context, repoPath string, ids []string, u *Usage) (map[string]bool, error) {
+	git := c.GitPath
+	if git == "" {
+		git = "git"
+	}
+	exclude := "--exclude=" + Hidden + "*"
+	var args []string
+	var stdin bytes.Buffer
+	bitmap := hasBitmap(repoPath)
+	if bitmap {
+		args = []string{"rev-list", "--objects", "--use-bitmap-index", "--no-object-names", "--not", exclude, "--all", "--stdin"}
+		for _, id := range ids {
+			stdin.WriteString(id + "\n")
+		}
+	} else {
+		args = []string{"rev-list", "--objects", "--no-object-names", exclude, "--all"}
+	}
+	cmd := exec.CommandContext(ctx, git, append([]string{"-c", "safe.directory=*"}, args...)...)
+	cmd.Dir = repoPath
+	cmd.Env = append(gitexec.Environ(), "GIT_DIR="+repoPath)
+	cmd.Stdin = &stdin
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	printed := map[string]bool{}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		id := sc.Text()
+		if want[id] {
+			printed[id] = true
+		}
+	}
+	err = cmd.Wait()
+	u.add(cmd.ProcessState)
+	if err != nil {
+		// An id git does not have at all is not reachable either.
+		if msg := stderr.String(); strings.Contains(msg, "bad object") || strings.Contains(msg, "bad revision") {
+			return c.missingOrUnreachable(ctx, git, repoPath, ids, u)
+		}
+		return nil, fmt.Errorf("rev-list: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	if bitmap {
+		return printed, nil // printed: unreachable
+	}
+	unreachable := map[string]bool{}
+	for _, id := range ids {
+		if !printed[id] { // printed: reachable
+			unreachable[id] = true
+		}
+	}
+	return unreachable, nil
+}
+
+// missingOrUnreachable splits off the ids the repository lacks (which git
+// will refuse as well) and asks again about the rest.
+func (c *Checker) missingOrUnreachable(ctx context.Context, git, repoPath string, ids []string, u *Usage) (map[string]bool, error) {
+	cmd := exec.CommandContext(ctx, git, "-c", "safe.directory=*", "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	cmd.Dir = repoPath
+	cmd.Env = append(gitexec.Environ(), "GIT_DIR="+repoPath)
+	cmd.Stdin = strings.NewReader(strings.Join(ids, "\n") + "\n")
+	out, err := cmd.Output()
+	u.add(cmd.ProcessState)
+	if err != nil {
+		return nil, fmt.Errorf("cat-file: %w", err)
+	}
+	unreachable := map[string]bool{}
+	var present []string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) != 2:
+		case f[1] == "missing":
+			unreachable[f[0]] = true
+		default:
+			present = append(present, f[0])
+		}
+	}
+	if len(present) == 0 || len(present) == len(ids) {
+		if len(present) == len(ids) {
+			return nil, errors.New("rev-list refused objects the repository has")
+		}
+		return unreachable, nil
+	}
+	rest, err := c.revList(ctx, repoPath, present, u)
+	if err != nil {
+		return nil, err
+	}
+	for id := range rest {
+		unreachable[id] = true
+	}
+	return unreachable, nil
+}
+
+// hasBitmap tells whether the repository has a reachability bitmap.
+func hasBitmap(repoPath string) bool {
+	entries, err := os.ReadDir(filepath.Join(repoPath, "objects", "pack"))
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".bitmap") {
+			return true
+		}
+	}
+	return false
+}
+
+// Tips returns the object ids of the repository's visible refs, from its
+// files: packed-refs (with the peeled ids of annotated tags) and loose
+// refs, and HEAD. A loose annotated tag's peeled commit is not known here;
+// a want of it is asked of git.
+func Tips(repoPath string) (map[string]bool, error) {
+	tips := map[string]bool{}
+	b, err := os.ReadFile(filepath.Join(repoPath, "packed-refs"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	visible := false
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "#") || line == "":
+		case strings.HasPrefix(line, "^"):
+			if id := line[1:]; visible && oid.Valid(id) {
+				tips[id] = true
+			}
+		default:
+			id, name, _ := strings.Cut(line, " ")
+			visible = oid.Valid(id) && !strings.HasPrefix(name, Hidden)
+			if visible {
+				tips[id] = true
+			}
+		}
+	}
+	readLoose := func(path string) {
+		b, err := os.ReadFile(path)
+		if id := strings.TrimSpace(string(b)); err == nil && oid.Valid(id) {
+			tips[id] = true
+		}
+	}
+	readLoose(filepath.Join(repoPath, "HEAD")) // detached; a symref names a ref read below
+	refs := filepath.Join(repoPath, "refs")
+	err = filepath.WalkDir(refs, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			if rel, _ := filepath.Rel(repoPath, p); filepath.ToSlash(rel)+"/" == Hidden {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Type().IsRegular() && !strings.HasSuffix(d.Name(), ".lock") {
+			readLoose(p)
+		}
+		return nil
+	})
+	return tips, err
+}
+
+// Wants returns the object ids of the "want" lines in pkt-line payloads
+// (v0's "want <id> <capabilities>", v2's "want <id>").
+func Wants(lines []string) []string {
+	var ids []string
+	for _, l := range lines {
+		rest, ok := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "want ")
+		if !ok {
+			continue
+		}
+		id, _, _ := strings.Cut(rest, " ")
+		if oid.Valid(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

@@ -1,0 +1,37 @@
+package reach
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestTipsFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	a, b, c, d, e := "1111111111111111111111111111111111111111", "2222222222222222222222222222222222222222",
+		"3333333333333333333333333333333333333333", "4444444444444444444444444444444444444444", "5555555555555555555555555555555555555555"
+	os.WriteFile(filepath.Join(dir, "packed-refs"), []byte("# pack-refs with: peeled fully-peeled sorted\n"+
+		a+" refs/heads/main\n"+b+" refs/tags/v1\n^"+c+"\n"+d+" refs/packwire/hidden\n^"+e+"\n"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "refs", "heads", "x"), 0o755)
+	os.MkdirAll(filepath.Join(dir, "refs", "packwire"), 0o755)
+	os.WriteFile(filepath.Join(dir, "refs", "heads", "x", "y"), []byte(e+"\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "refs", "packwire", "z"), []byte(d+"\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "HEAD"), []byte("ref: refs/heads/main\n"), 0o644)
+	tips, err := Tips(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]bool{a: true, b: true, c: true, e: true, d: false} {
+		if tips[id] != want {
+			t.Errorf("%s: tip %v, want %v", id[:1], tips[id], want)
+		}
+	}
+}
+
+func TestWants(t *testing.T) {
+	got := Wants([]string{"want 1111111111111111111111111111111111111111 multi_ack side-band-64k\n", "want 2222222222222222222222222222222222222222\n",
+		"want-ref refs/heads/main\n", "have 3333333333333333333333333333333333333333\n", "want zz\n"})
+	if len(got) != 2 || got[1] != "2222222222222222222222222222222222222222" {
+		t.Fatalf("wants %v", got)
+	}
+}
