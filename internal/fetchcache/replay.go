@@ -98,6 +98,12 @@ func (r *Reader) Replay(ctx context.Context, out io.Writer, idle time.Duration) 
 // copy sends [off, end) of the file to out: whole with ServeFile when that
 // is the entire response and nothing went out yet, else in chunks.
 func (r *Reader) copy(ctx context.Context, out io.Writer, off, end int64, d gitexec.WriteDeadliner, idle time.Duration) (int64, error) {
+	if end <= off {
+		// Nothing to send: a transport's StreamFile would start its
+		// response (HTTP 200) with nothing in it, and a run that failed
+		// before writing a byte must leave the transport free to say so.
+		return 0, nil
+	}
 	if off == 0 && end > 0 && r.complete(end) {
 		if fs, ok := out.(FileServer); ok {
 			n, err := fs.ServeFile(r.f, end)

@@ -290,7 +290,8 @@ func TestFetchCacheKeys(t *testing.T) {
 		t.Fatalf("fetch of a deleted branch's commit: %v %s", err, out)
 	}
 	rec = s.fetchRecords(t, seq, "full-clone", 1)[0]
-	if rec.PackCache == fetchcache.Replayed || rec.Result != governor.ResultGitError {
+	// Refused by packwire before git (internal/reach), never replayed.
+	if rec.PackCache == fetchcache.Replayed || rec.Result != governor.ResultRefused || !strings.Contains(rec.Error, "not our ref") {
 		t.Fatalf("fetch of a deleted branch's commit: %+v", rec)
 	}
 }

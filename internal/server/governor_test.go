@@ -132,8 +132,9 @@ func TestGovernorKinds(t *testing.T) {
 						}
 					}
 					for _, other := range recs {
-						// git tries a push over HTTP without credentials first and gets a 401.
-						authProbe := other.Result == "refused" && transport == "http" && strings.Contains(other.Error, "requires authentication")
+						// git tries a push over HTTP without credentials first and gets a
+						// 401: a challenge, not an error.
+						authProbe := other.Result == governor.ResultChallenged && transport == "http" && strings.Contains(other.Error, "requires authentication")
 						if other.Kind == "unknown" || other.Result != "ok" && !authProbe {
 							t.Errorf("%s: unexpected record %+v", what, other)
 						}

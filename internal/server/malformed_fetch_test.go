@@ -19,7 +19,9 @@ func TestMalformedV2FetchErrors(t *testing.T) {
 	for _, cache := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fetch-cache=%v", cache), func(t *testing.T) {
 			s := startServer(t, func(c *Config) { c.FetchCache = cache })
-			head := s.env.RevParse(s.seed(t, "team/app"), "HEAD")
+			bare := s.seed(t, "team/app")
+			head := s.env.RevParse(bare, "HEAD")
+			settle(t, bare) // else the fetch cache stands aside for a racy stamp
 			cases := []struct {
 				args []string
 				want string

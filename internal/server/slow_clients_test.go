@@ -168,12 +168,12 @@ func TestTrickledLsRefsSpawnNothing(t *testing.T) {
 	body := pkts("command=ls-refs", "agent=x", "DELIM", "peel", "")
 	var refused int
 	for i := 0; i < 20; i++ {
+		if i == 8 {
+			waitActive(t, s, 8) // the first 8 run before the ninth comes
+		}
 		conn := rawHTTP(t, s.HTTPAddr.String(), "POST", "/team/app/git-upload-pack", "Git-Protocol: version=2",
 			"Content-Type: application/x-git-upload-pack-request", "Transfer-Encoding: chunked")
 		conn.Write([]byte("4\r\n0014\r\n")) // the first bytes of the body
-		if i == 8 {
-			waitActive(t, s, 8)
-		}
 		if i >= 8 {
 			status, text, err := response(conn, 10*time.Second)
 			if err != nil || status != http.StatusServiceUnavailable || !strings.Contains(text, "too many concurrent requests from anonymous@127.0.0.1 (max 8)") {
