@@ -12,14 +12,17 @@ import (
 	"syscall"
 	"time"
 
+	gossh "golang.org/x/crypto/ssh"
+
 	"packwire/internal/server"
 )
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d := server.Defaults
 	fs := newFlagSet("serve", "serve [FLAGS]", `Serve every bare repository under DATA/repos over git://, smart HTTP and SSH.
-The data directory is created on first start, with its SQLite store and an
-ed25519 SSH host key that persists. An empty address turns a transport off.
+The data directory is created on first start, with its SQLite store and SSH
+host keys that persist (ed25519, ECDSA P-256, RSA 3072; an older data
+directory gains the keys it lacks). An empty address turns a transport off.
 SIGINT or SIGTERM stops accepting, lets running requests finish within --grace,
 then exits 0.`, stderr)
 	cfg := d
@@ -107,6 +110,9 @@ then exits 0.`, stderr)
 	}
 	if srv.SSHAddr != nil {
 		fmt.Fprintf(stdout, "  ssh://   listening on %s, host key %s %s\n", srv.SSHAddr, srv.HostKey.PublicKey().Type(), srv.HostKeyFingerprint())
+		for _, key := range srv.HostKeys[1:] {
+			fmt.Fprintf(stdout, "           host key %s %s\n", key.PublicKey().Type(), gossh.FingerprintSHA256(key.PublicKey()))
+		}
 	}
 
 	<-sigCtx.Done()

@@ -124,7 +124,8 @@ type Server struct {
 	Data     *datadir.Data
 	Pipeline *pipeline.Pipeline
 	Governor *governor.Governor
-	HostKey  gossh.Signer
+	HostKey  gossh.Signer   // the ed25519 host key, the one fingerprint to pin
+	HostKeys []gossh.Signer // every host key offered: ed25519, ECDSA, RSA
 	// Maintainer keeps repositories in the serving layout; its scheduler
 	// runs in the background from Start to Shutdown.
 	Maintainer *maintain.Maintainer
@@ -217,9 +218,10 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		go s.expireCaches(s.stopCache)
 	}
 	if cfg.SSHAddr != "" {
-		if s.HostKey, err = data.HostKey(); err != nil {
+		if s.HostKeys, err = data.HostKeys(); err != nil {
 			return nil, err
 		}
+		s.HostKey = s.HostKeys[0]
 	}
 	return s, nil
 }
@@ -340,7 +342,7 @@ func (s *Server) Start() error {
 		s.ssh = &sshtransport.Server{
 			Pipeline:       s.Pipeline,
 			Access:         s.Data.Access,
-			HostKey:        s.HostKey,
+			HostKeys:       s.HostKeys,
 			Ciphers:        cfg.SSHCiphers,
 			InitTimeout:    cfg.InitTimeout,
 			KeepAlive:      cfg.SSHKeepAlive,
@@ -481,7 +483,8 @@ func exactRoutes(routes map[string]nethttp.Handler, fallback nethttp.Handler) ne
 	})
 }
 
-// HostKeyFingerprint is the SHA256 fingerprint clients see for the SSH host key.
+// HostKeyFingerprint is the SHA256 fingerprint of the ed25519 SSH host key,
+// the one OpenSSH clients choose first.
 func (s *Server) HostKeyFingerprint() string {
 	if s.HostKey == nil {
 		return ""

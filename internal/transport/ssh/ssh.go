@@ -25,11 +25,11 @@ import (
 type Server struct {
 	Pipeline       *pipeline.Pipeline
 	Access         *access.Controller
-	HostKey        gossh.Signer
-	Ciphers        []string      // preference order offered; nil: DefaultCiphers
-	InitTimeout    time.Duration // handshake + first exec must finish within this
-	KeepAlive      time.Duration // interval of keepalive@openssh.com probes; 0: off
-	MaxConnections int           // 0: no limit
+	HostKeys       []gossh.Signer // one per key type; see offeredHostKey for RSA
+	Ciphers        []string       // preference order offered; nil: DefaultCiphers
+	InitTimeout    time.Duration  // handshake + first exec must finish within this
+	KeepAlive      time.Duration  // interval of keepalive@openssh.com probes; 0: off
+	MaxConnections int            // 0: no limit
 	Log            *slog.Logger
 
 	mu       sync.Mutex
@@ -64,7 +64,7 @@ const keepAliveMisses = 3
 
 // Serve accepts connections on l until Close.
 func (s *Server) Serve(l net.Listener) error {
-	if s.HostKey == nil {
+	if len(s.HostKeys) == 0 {
 		return errors.New("ssh: no host key")
 	}
 	config := s.serverConfig()
@@ -160,8 +160,27 @@ func (s *Server) serverConfig() *gossh.ServerConfig {
 	if len(config.Ciphers) == 0 {
 		config.Ciphers = DefaultCiphers
 	}
-	config.AddHostKey(s.HostKey)
+	for _, key := range s.HostKeys {
+		config.AddHostKey(offeredHostKey(key))
+	}
 	return config
+}
+
+// offeredHostKey restricts an RSA host key to SHA-2 signatures. For an RSA
+// key x/crypto/ssh (v0.58) offers rsa-sha2-256, rsa-sha2-512 and ssh-rsa
+// (SHA-1 signatures); packwire offers rsa-sha2-512 and rsa-sha2-256 only, as
+// OpenSSH's sshd does since 8.8. A client that knows only ssh-rsa can take
+// the ECDSA key. Other keys are offered as they are.
+func offeredHostKey(key gossh.Signer) gossh.Signer {
+	rsaKey, ok := key.(gossh.AlgorithmSigner)
+	if !ok || key.PublicKey().Type() != gossh.KeyAlgoRSA {
+		return key
+	}
+	sha2Only, err := gossh.NewSignerWithAlgorithms(rsaKey, []string{gossh.KeyAlgoRSASHA512, gossh.KeyAlgoRSASHA256})
+	if err != nil {
+		return key // cannot happen for an RSA key
+	}
+	return sha2Only
 }
 
 func permissionsFor(p access.Principal, fingerprint string) *gossh.Permissions {
