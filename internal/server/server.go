@@ -52,6 +52,8 @@ type Config struct {
 	MaxRequestBody int64         // decoded HTTP fetch request bound
 	SSHCiphers     []string
 	SSHKeepAlive   time.Duration
+	SSHIdleTimeout time.Duration // close an SSH connection with no command running for this long (0: never)
+	SSHMaxSessions int           // session channels open at once per SSH connection (0: no limit)
 
 	PackCache             bool          // share identical pack-objects runs between fetches
 	PackCacheMaxBytes     int64         // finished packs kept on disk, in total
@@ -94,6 +96,8 @@ var Defaults = Config{
 	MaxConnections:  1024,
 	MaxRequestBody:  httptransport.DefaultMaxRequestBody,
 	SSHKeepAlive:    30 * time.Second,
+	SSHIdleTimeout:  10 * time.Minute,
+	SSHMaxSessions:  10,
 	RecordsMaxAge:   30 * 24 * time.Hour,
 	RecordsMaxCount: 1_000_000,
 
@@ -346,7 +350,9 @@ func (s *Server) Start() error {
 			Ciphers:        cfg.SSHCiphers,
 			InitTimeout:    cfg.InitTimeout,
 			KeepAlive:      cfg.SSHKeepAlive,
+			IdleTimeout:    cfg.SSHIdleTimeout,
 			MaxConnections: cfg.MaxConnections,
+			MaxSessions:    cfg.SSHMaxSessions,
 			Log:            cfg.Log,
 		}
 		s.serve("ssh", func() error { return s.ssh.Serve(sshL) }, sshtransport.ErrServerClosed)

@@ -29,7 +29,9 @@ type Server struct {
 	Ciphers        []string       // preference order offered; nil: DefaultCiphers
 	InitTimeout    time.Duration  // handshake + first exec must finish within this
 	KeepAlive      time.Duration  // interval of keepalive@openssh.com probes; 0: off
+	IdleTimeout    time.Duration  // close a connection with no command running for this long; 0: never
 	MaxConnections int            // 0: no limit
+	MaxSessions    int            // session channels open at once per connection; 0: no limit
 	Log            *slog.Logger
 
 	mu       sync.Mutex
@@ -226,11 +228,17 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log}
+	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log, lastActive: time.Now()}
 	if !s.track(c) {
 		return
 	}
 	defer s.untrack(c)
+	if s.IdleTimeout > 0 {
+		c.mu.Lock()
+		c.idleTimer = time.AfterFunc(s.IdleTimeout, c.expireIdle)
+		c.mu.Unlock()
+		defer c.idleTimer.Stop()
+	}
 
 	// The rest of InitTimeout is for the first command: a connection that
 	// authenticates and then sits there holds a slot for nothing.
@@ -295,8 +303,11 @@ type conn struct {
 
 	mu         sync.Mutex
 	sawCommand bool
-	running    int  // sessions with a command in progress
-	draining   bool // server closed: close once running is 0
+	running    int         // sessions with a command in progress
+	sessions   int         // session channels open, counted against MaxSessions
+	lastActive time.Time   // last command end or channel open, for IdleTimeout
+	idleTimer  *time.Timer // nil without IdleTimeout
+	draining   bool        // server closed: close once running is 0
 }
 
 // expireInit closes a connection that sent no command within InitTimeout.
@@ -326,11 +337,55 @@ func (c *conn) beginCommand() {
 func (c *conn) endCommand() {
 	c.mu.Lock()
 	c.running--
+	if c.running == 0 {
+		c.lastActive = time.Now()
+		if c.idleTimer != nil {
+			c.idleTimer.Reset(c.srv.IdleTimeout)
+		}
+	}
 	idle := c.draining && c.running == 0
 	c.mu.Unlock()
 	if idle {
 		c.ssh.Close()
 	}
+}
+
+// expireIdle closes a connection on which no command ran for IdleTimeout.
+// A connection kept for reuse (OpenSSH ControlPersist) costs a goroutine set
+// and a slot of MaxConnections; its client opens a new one when it needs it.
+func (c *conn) expireIdle() {
+	c.mu.Lock()
+	if c.running > 0 {
+		c.mu.Unlock()
+		return // endCommand starts the timer again
+	}
+	if left := c.srv.IdleTimeout - time.Since(c.lastActive); left > 0 {
+		c.idleTimer.Reset(left) // a channel opened since the timer was set
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.log.Info("connection closed", "reason", "idle: no command running", "timeout", c.srv.IdleTimeout.String())
+	c.ssh.Close()
+}
+
+// openSession counts a new session channel against MaxSessions; it reports
+// false when the connection has as many open as it may.
+func (c *conn) openSession() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if limit := c.srv.MaxSessions; limit > 0 && c.sessions >= limit {
+		return false
+	}
+	c.sessions++
+	c.lastActive = time.Now() // its command comes next: not idle
+	return true
+}
+
+func (c *conn) closeSession() {
+	c.mu.Lock()
+	c.sessions--
+	c.mu.Unlock()
 }
 
 func (c *conn) drain() {
@@ -404,14 +459,21 @@ func (c *conn) openChannel(newCh gossh.NewChannel) {
 		newCh.Reject(gossh.Prohibited, "packwire: port forwarding is not supported")
 	case c.isDraining():
 		newCh.Reject(gossh.ResourceShortage, "packwire: server is shutting down, retry shortly")
+	case !c.openSession():
+		// As OpenSSH's MaxSessions: each session may run a git.
+		reason := fmt.Sprintf("too many sessions on this connection (max %d)", c.srv.MaxSessions)
+		c.log.Warn("refused", "reason", reason)
+		newCh.Reject(gossh.ResourceShortage, "packwire: "+reason)
 	default:
 		ch, reqs, err := newCh.Accept()
 		if err != nil {
+			c.closeSession()
 			return
 		}
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
+			defer c.closeSession()
 			c.serveSession(ch, reqs)
 		}()
 	}
