@@ -61,8 +61,14 @@ const (
 	extKey  = "packwire-key-fp" // SHA256 fingerprint, for logs; empty without a key
 )
 
-// keepAliveMisses is how many unanswered keepalive probes close a connection.
+// keepAliveMisses is how many unanswered keepalive probes close a connection
+// with no command running.
 const keepAliveMisses = 3
+
+// tcpKeepAlive lets the kernel find a peer that vanished without a FIN while
+// a command runs, when unanswered SSH keepalives do not count: after 30 s of
+// silence, 4 probes 15 s apart, so about 90 s.
+var tcpKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 15 * time.Second, Count: 4}
 
 // Serve accepts connections on l until Close.
 func (s *Server) Serve(l net.Listener) error {
@@ -78,6 +84,9 @@ func (s *Server) Serve(l net.Listener) error {
 	s.listener = l
 	s.mu.Unlock()
 	err := accept.Loop(l, s.isClosed, func(nc net.Conn) {
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetKeepAliveConfig(tcpKeepAlive)
+		}
 		nc = accept.QuickAck(nc)
 		// Add under the lock that Close takes, so that Wait after Close
 		// never races a handler being added.
@@ -350,6 +359,12 @@ func (c *conn) endCommand() {
 	}
 }
 
+func (c *conn) commandRunning() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running > 0
+}
+
 // expireIdle closes a connection on which no command ran for IdleTimeout.
 // A connection kept for reuse (OpenSSH ControlPersist) costs a goroutine set
 // and a slot of MaxConnections; its client opens a new one when it needs it.
@@ -416,8 +431,9 @@ func (c *conn) serveGlobalRequests(reqs <-chan *gossh.Request) {
 }
 
 // keepAlive probes the client every interval and closes the connection when
-// keepAliveMisses probes in a row went unanswered: a client that vanished
-// without a FIN would otherwise hold its git processes until TCP gives up.
+// keepAliveMisses probes in a row went unanswered while no command ran: a
+// client that vanished without a FIN would otherwise hold the connection
+// until TCP gives up.
 func (c *conn) keepAlive(interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -441,7 +457,15 @@ func (c *conn) keepAlive(interval time.Duration) {
 					answered <- struct{}{}
 				}
 			}()
-		default:
+		default: // the last probe is still unanswered
+			if c.commandRunning() {
+				// libssh2 reads, keepalive replies included, only when its
+				// application does, and a client may pause reading while
+				// git still has data for it: silence is no sign of a dead
+				// peer then. TCP keepalive finds a vanished one.
+				missed = 0
+				continue
+			}
 			if missed++; missed >= keepAliveMisses {
 				c.log.Info("connection closed", "reason", "keepalive unanswered", "missed", missed, "interval", interval.String())
 				c.ssh.Close()
