@@ -314,6 +314,7 @@ type conn struct {
 	sawCommand bool
 	running    int         // sessions with a command in progress
 	sessions   int         // session channels open, counted against MaxSessions
+	refusals   int         // session channels refused over MaxSessions
 	lastActive time.Time   // last command end or channel open, for IdleTimeout
 	idleTimer  *time.Timer // nil without IdleTimeout
 	draining   bool        // server closed: close once running is 0
@@ -370,9 +371,9 @@ func (c *conn) commandRunning() bool {
 // and a slot of MaxConnections; its client opens a new one when it needs it.
 func (c *conn) expireIdle() {
 	c.mu.Lock()
-	if c.running > 0 {
+	if c.running > 0 || c.ctx.Err() != nil {
 		c.mu.Unlock()
-		return // endCommand starts the timer again
+		return // endCommand starts the timer again, or the connection is gone
 	}
 	if left := c.srv.IdleTimeout - time.Since(c.lastActive); left > 0 {
 		c.idleTimer.Reset(left) // a channel opened since the timer was set
@@ -385,16 +386,18 @@ func (c *conn) expireIdle() {
 }
 
 // openSession counts a new session channel against MaxSessions; it reports
-// false when the connection has as many open as it may.
-func (c *conn) openSession() bool {
+// false when the connection has as many open as it may, and whether this is
+// the connection's first such refusal.
+func (c *conn) openSession() (ok, firstRefusal bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if limit := c.srv.MaxSessions; limit > 0 && c.sessions >= limit {
-		return false
+		c.refusals++
+		return false, c.refusals == 1
 	}
 	c.sessions++
 	c.lastActive = time.Now() // its command comes next: not idle
-	return true
+	return true, false
 }
 
 func (c *conn) closeSession() {
@@ -483,12 +486,18 @@ func (c *conn) openChannel(newCh gossh.NewChannel) {
 		newCh.Reject(gossh.Prohibited, "packwire: port forwarding is not supported")
 	case c.isDraining():
 		newCh.Reject(gossh.ResourceShortage, "packwire: server is shutting down, retry shortly")
-	case !c.openSession():
-		// As OpenSSH's MaxSessions: each session may run a git.
-		reason := fmt.Sprintf("too many sessions on this connection (max %d)", c.srv.MaxSessions)
-		c.log.Warn("refused", "reason", reason)
-		newCh.Reject(gossh.ResourceShortage, "packwire: "+reason)
 	default:
+		// As OpenSSH's MaxSessions: each session may run a git.
+		if ok, first := c.openSession(); !ok {
+			reason := fmt.Sprintf("too many sessions on this connection (max %d)", c.srv.MaxSessions)
+			level := slog.LevelWarn
+			if !first {
+				level = slog.LevelDebug // a flood of opens is not a flood of log lines
+			}
+			c.log.Log(context.Background(), level, "refused", "reason", reason)
+			newCh.Reject(gossh.ResourceShortage, "packwire: "+reason)
+			return
+		}
 		ch, reqs, err := newCh.Accept()
 		if err != nil {
 			c.closeSession()
