@@ -52,7 +52,7 @@ type Config struct {
 	MaxRequestBody int64         // decoded HTTP fetch request bound
 	SSHCiphers     []string
 	SSHKeepAlive   time.Duration
-	SSHIdleTimeout time.Duration // close an SSH connection with no command running for this long (0: never)
+	SSHIdleTimeout time.Duration // close an SSH connection once no command ran for this long after its last (0: never)
 	SSHMaxSessions int           // session channels open at once per SSH connection (0: no limit)
 
 	PackCache             bool          // share identical pack-objects runs between fetches

@@ -29,7 +29,7 @@ type Server struct {
 	Ciphers        []string       // preference order offered; nil: DefaultCiphers
 	InitTimeout    time.Duration  // handshake + first exec must finish within this
 	KeepAlive      time.Duration  // interval of keepalive@openssh.com probes; 0: off
-	IdleTimeout    time.Duration  // close a connection with no command running for this long; 0: never
+	IdleTimeout    time.Duration  // close a connection once no command ran for this long after its last; 0: never
 	MaxConnections int            // 0: no limit
 	MaxSessions    int            // session channels open at once per connection; 0: no limit
 	Log            *slog.Logger
@@ -237,17 +237,12 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log, lastActive: time.Now()}
+	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log}
 	if !s.track(c) {
 		return
 	}
 	defer s.untrack(c)
-	if s.IdleTimeout > 0 {
-		c.mu.Lock()
-		c.idleTimer = time.AfterFunc(s.IdleTimeout, c.expireIdle)
-		c.mu.Unlock()
-		defer c.idleTimer.Stop()
-	}
+	defer c.stopIdleTimer()
 
 	// The rest of InitTimeout is for the first command: a connection that
 	// authenticates and then sits there holds a slot for nothing.
@@ -316,7 +311,7 @@ type conn struct {
 	sessions   int         // session channels open, counted against MaxSessions
 	refusals   int         // session channels refused over MaxSessions
 	lastActive time.Time   // last command end or channel open, for IdleTimeout
-	idleTimer  *time.Timer // nil without IdleTimeout
+	idleTimer  *time.Timer // from the first command's end; nil without IdleTimeout
 	draining   bool        // server closed: close once running is 0
 }
 
@@ -347,10 +342,14 @@ func (c *conn) beginCommand() {
 func (c *conn) endCommand() {
 	c.mu.Lock()
 	c.running--
-	if c.running == 0 {
+	if timeout := c.srv.IdleTimeout; c.running == 0 && timeout > 0 {
+		// Before the first command InitTimeout applies: a client may be
+		// slow between authentication and its first channel.
 		c.lastActive = time.Now()
-		if c.idleTimer != nil {
-			c.idleTimer.Reset(c.srv.IdleTimeout)
+		if c.idleTimer == nil {
+			c.idleTimer = time.AfterFunc(timeout, c.expireIdle)
+		} else {
+			c.idleTimer.Reset(timeout)
 		}
 	}
 	idle := c.draining && c.running == 0
@@ -364,6 +363,14 @@ func (c *conn) commandRunning() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.running > 0
+}
+
+func (c *conn) stopIdleTimer() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+	}
 }
 
 // expireIdle closes a connection on which no command ran for IdleTimeout.
