@@ -128,20 +128,35 @@ func createHostKey(path string, generate func() (crypto.Signer, error)) ([]byte,
 		return nil, err
 	}
 	pemBytes := pem.EncodeToMemory(block)
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*") // 0600
-	if err != nil {
+	tmp := filepath.Join(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-"+rand.Text())
+	if err := writeExclusive(tmp, pemBytes); err != nil {
 		return nil, err
 	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(pemBytes)
-	if err == nil {
-		err = tmp.Sync() // a crash must not leave an empty key behind the name
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Link(tmp.Name(), path)
+	defer os.Remove(tmp)
+	if err = os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+		// No hard links on this file system (git falls back from them too):
+		// an exclusive create alone still makes racing starts agree.
+		err = writeExclusive(path, pemBytes)
 	}
 	return pemBytes, err
+}
+
+// writeExclusive creates path (0600), failing if it exists, with data synced
+// to disk: a crash must not leave an empty key behind the name.
+func writeExclusive(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/pem"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,5 +119,22 @@ func TestHostKeysRacingStarts(t *testing.T) {
 		if strings.Join(results[i], ",") != strings.Join(results[0], ",") {
 			t.Fatalf("starts disagree on the host keys:\n%v\n%v", results[0], results[i])
 		}
+	}
+}
+
+// TestWriteExclusive: what a file system without hard links falls back to
+// creates the key 0600 and never replaces an existing one.
+func TestWriteExclusive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "key")
+	if err := writeExclusive(path, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeExclusive(path, []byte("second")); !errors.Is(err, os.ErrExist) {
+		t.Fatalf("second create: %v, want ErrExist", err)
+	}
+	got, _ := os.ReadFile(path)
+	st, _ := os.Stat(path)
+	if string(got) != "first" || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file %q mode %v, want \"first\" 0600", got, st.Mode().Perm())
 	}
 }
