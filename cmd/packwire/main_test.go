@@ -129,7 +129,7 @@ func TestAdminCommands(t *testing.T) {
 
 // TestServeSignal runs the real binary on embedded defaults (in a fresh
 // directory), starts a clone, sends SIGTERM mid-clone, and checks the clone
-// completes and the server exits 0; a second start keeps the host key.
+// completes and the server exits 0; a second start keeps the host keys.
 func TestServeSignal(t *testing.T) {
 	env := gittest.New(t)
 	work := t.TempDir()
@@ -148,26 +148,29 @@ func TestServeSignal(t *testing.T) {
 			t.Fatal(err)
 		}
 		addrs := map[string]string{}
-		fingerprint := ""
+		var hostKeys []string
 		sc := bufio.NewScanner(stdout)
 		re := regexp.MustCompile(`(git|http|ssh)://\s+listening on (\S+?),?(?: host key ssh-ed25519 (\S+))?$`)
-		for len(addrs) < 3 && sc.Scan() {
+		otherKey := regexp.MustCompile(`^\s+host key (ecdsa-sha2-nistp256|ssh-rsa) (\S+)$`)
+		for (len(addrs) < 3 || len(hostKeys) < 3) && sc.Scan() {
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
 				addrs[m[1]] = m[2]
 				if m[3] != "" {
-					fingerprint = m[3]
+					hostKeys = append(hostKeys, m[3])
 				}
+			} else if m := otherKey.FindStringSubmatch(sc.Text()); m != nil {
+				hostKeys = append(hostKeys, m[1]+" "+m[2])
 			}
 		}
 		go func() {
 			for sc.Scan() {
 			}
 		}()
-		if len(addrs) < 3 || fingerprint == "" {
+		if len(addrs) < 3 || len(hostKeys) < 3 {
 			cmd.Process.Kill()
-			t.Fatalf("serve did not print its addresses: %v", addrs)
+			t.Fatalf("serve did not print its addresses and three host keys: %v %v", addrs, hostKeys)
 		}
-		return cmd, addrs, fingerprint
+		return cmd, addrs, strings.Join(hostKeys, ", ")
 	}
 
 	cmd, addrs, fp1 := start()
@@ -233,6 +236,6 @@ func TestServeSignal(t *testing.T) {
 		t.Fatalf("serve exited with %v after SIGINT", err)
 	}
 	if fp1 != fp2 {
-		t.Fatalf("host key changed across restarts: %s -> %s", fp1, fp2)
+		t.Fatalf("host keys changed across restarts: %s -> %s", fp1, fp2)
 	}
 }

@@ -12,14 +12,17 @@ import (
 	"syscall"
 	"time"
 
+	gossh "golang.org/x/crypto/ssh"
+
 	"packwire/internal/server"
 )
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d := server.Defaults
 	fs := newFlagSet("serve", "serve [FLAGS]", `Serve every bare repository under DATA/repos over git://, smart HTTP and SSH.
-The data directory is created on first start, with its SQLite store and an
-ed25519 SSH host key that persists. An empty address turns a transport off.
+The data directory is created on first start, with its SQLite store and SSH
+host keys that persist (ed25519, ECDSA P-256, RSA 3072; an older data
+directory gains the keys it lacks). An empty address turns a transport off.
 SIGINT or SIGTERM stops accepting, lets running requests finish within --grace,
 then exits 0.`, stderr)
 	cfg := d
@@ -34,7 +37,9 @@ then exits 0.`, stderr)
 	fs.IntVar(&cfg.MaxConnections, "max-connections", d.MaxConnections, "concurrent connections per git:// and SSH listener; more are refused (git://: an ERR line; SSH: closed before the handshake) and logged (0: no limit)")
 	fs.Int64Var(&cfg.MaxRequestBody, "max-request-body", d.MaxRequestBody, "bound in bytes on an HTTP fetch request body after gzip decoding")
 	ciphers := fs.String("ssh-ciphers", "", "SSH ciphers offered, comma-separated, in preference order (default: AES-GCM first, then chacha20-poly1305 and AES-CTR)")
-	fs.DurationVar(&cfg.SSHKeepAlive, "ssh-keepalive", d.SSHKeepAlive, "interval of SSH keepalive probes; 3 unanswered close the connection (0: off)")
+	fs.DurationVar(&cfg.SSHKeepAlive, "ssh-keepalive", d.SSHKeepAlive, "interval of SSH keepalive probes; 3 unanswered close a connection with no command running (0: off; TCP keepalive finds a vanished client during a command)")
+	fs.DurationVar(&cfg.SSHIdleTimeout, "ssh-idle-timeout", d.SSHIdleTimeout, "close an SSH connection once no command ran for this long after its last one, logged (before the first, --init-timeout applies); a client's kept connection (OpenSSH ControlPersist) is then opened anew when needed (0: never)")
+	fs.IntVar(&cfg.SSHMaxSessions, "ssh-max-sessions", d.SSHMaxSessions, "session channels open at once per SSH connection, as OpenSSH's MaxSessions; more are refused (resource shortage), logged once per connection (0: no limit)")
 	fs.IntVar(&cfg.MaxPackJobs, "max-pack-jobs", d.MaxPackJobs, "concurrent fetches/archives that may generate packs, in all (0: no limit); more wait in the queue")
 	fs.IntVar(&cfg.MaxPackJobsPerRepo, "max-pack-jobs-per-repo", d.MaxPackJobsPerRepo, "... per repository (0: no limit), so one repo's clone storm cannot starve the others")
 	fs.IntVar(&cfg.MaxQueue, "max-queue", d.MaxQueue, "requests waiting for a slot; more are refused at once with \"server busy\"")
@@ -113,6 +118,9 @@ then exits 0.`, stderr)
 	}
 	if srv.SSHAddr != nil {
 		fmt.Fprintf(stdout, "  ssh://   listening on %s, host key %s %s\n", srv.SSHAddr, srv.HostKey.PublicKey().Type(), srv.HostKeyFingerprint())
+		for _, key := range srv.HostKeys[1:] {
+			fmt.Fprintf(stdout, "           host key %s %s\n", key.PublicKey().Type(), gossh.FingerprintSHA256(key.PublicKey()))
+		}
 	}
 
 	<-sigCtx.Done()

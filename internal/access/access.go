@@ -246,9 +246,14 @@ func hashSecret(secret string) []byte {
 	return h[:]
 }
 
+// ownerAgnosticNames are Basic-auth user names that name no user: the token
+// alone says whose it is. "x-access-token" (GitHub) and "oauth2" (GitLab) are
+// what CI systems and credential helpers send with a token.
+var ownerAgnosticNames = map[string]bool{"": true, "token": true, "x-access-token": true, "oauth2": true}
+
 // PrincipalForToken checks an HTTP Basic username and token. The username
-// must be the token's owner (or empty, or the literal "token"), so that one
-// user's token can never be presented under another user's name.
+// must be the token's owner or one of ownerAgnosticNames, so that one user's
+// token can never be presented under another user's name.
 func (c *Controller) PrincipalForToken(ctx context.Context, username, token string) (Principal, error) {
 	id, secret, ok := splitToken(token)
 	if !ok {
@@ -270,7 +275,7 @@ func (c *Controller) PrincipalForToken(ctx context.Context, username, token stri
 	if !t.Expires.IsZero() && time.Now().After(t.Expires) {
 		return Principal{}, fmt.Errorf("%w: token expired", ErrBadCredentials)
 	}
-	if username != "" && username != "token" && username != t.User {
+	if !ownerAgnosticNames[username] && username != t.User {
 		return Principal{}, fmt.Errorf("%w: token does not belong to %q", ErrBadCredentials, username)
 	}
 	return Principal{User: t.User, Via: "token"}, nil

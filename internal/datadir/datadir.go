@@ -3,13 +3,19 @@
 //
 //	DIR/repos/                  bare repositories (team/app -> repos/team/app.git)
 //	DIR/packwire.db             the embedded SQLite store
-//	DIR/ssh_host_ed25519_key    the SSH host key (OpenSSH format, 0600)
+//	DIR/ssh_host_ed25519_key    the SSH host keys (OpenSSH format, 0600)
+//	DIR/ssh_host_ecdsa_key      (P-256)
+//	DIR/ssh_host_rsa_key        (3072 bits)
 package datadir
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -61,40 +67,48 @@ func Open(ctx context.Context, dir string) (*Data, error) {
 // Close closes the store.
 func (d *Data) Close() error { return d.Store.Close() }
 
-// HostKey loads the SSH host key, generating and saving an ed25519 key on
-// first use so that the fingerprint clients pin stays the same.
-func (d *Data) HostKey() (ssh.Signer, error) {
-	path := filepath.Join(d.Dir, "ssh_host_ed25519_key")
+// HostKeys loads the SSH host keys, ed25519 first, generating and saving
+// each one missing so that the fingerprints clients pin stay the same. A data
+// directory from before ECDSA and RSA keys gains them and keeps its ed25519
+// key. ECDSA and RSA are there for clients without ed25519 (jsch and older
+// JGit fail with "Algorithm negotiation fail" otherwise).
+func (d *Data) HostKeys() ([]ssh.Signer, error) {
+	var signers []ssh.Signer
+	for _, k := range hostKeyFiles {
+		signer, err := loadOrCreateHostKey(filepath.Join(d.Dir, k.name), k.generate)
+		if err != nil {
+			return nil, err
+		}
+		signers = append(signers, signer)
+	}
+	return signers, nil
+}
+
+// hostKeyFiles are the host keys in the order the server offers them.
+var hostKeyFiles = []struct {
+	name     string
+	generate func() (crypto.Signer, error)
+}{
+	{"ssh_host_ed25519_key", func() (crypto.Signer, error) {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		return priv, err
+	}},
+	{"ssh_host_ecdsa_key", func() (crypto.Signer, error) { return ecdsa.GenerateKey(elliptic.P256(), rand.Reader) }},
+	{"ssh_host_rsa_key", func() (crypto.Signer, error) { return rsa.GenerateKey(rand.Reader, 3072) }},
+}
+
+// loadOrCreateHostKey reads the key at path, or generates one and creates
+// path with it. The key is written to a temporary file and linked into place:
+// like O_EXCL, the link fails if path exists, so processes racing on first
+// start agree on one key, and none can read a half-written file.
+func loadOrCreateHostKey(path string, generate func() (crypto.Signer, error)) (ssh.Signer, error) {
 	pemBytes, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		_, priv, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			return nil, err
+		if pemBytes, err = createHostKey(path, generate); errors.Is(err, os.ErrExist) {
+			pemBytes, err = os.ReadFile(path)
 		}
-		block, err := ssh.MarshalPrivateKey(priv, "packwire host key")
-		if err != nil {
-			return nil, err
-		}
-		pemBytes = pem.EncodeToMemory(block)
-		// O_EXCL: if two processes race on first start, one key wins and both use it.
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err == nil {
-			_, err = f.Write(pemBytes)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				os.Remove(path)
-				return nil, err
-			}
-		} else if errors.Is(err, os.ErrExist) {
-			if pemBytes, err = os.ReadFile(path); err != nil {
-				return nil, err
-			}
-		} else {
-			return nil, err
-		}
-	} else if err != nil {
+	}
+	if err != nil {
 		return nil, err
 	}
 	signer, err := ssh.ParsePrivateKey(pemBytes)
@@ -102,4 +116,47 @@ func (d *Data) HostKey() (ssh.Signer, error) {
 		return nil, fmt.Errorf("host key %s: %w", path, err)
 	}
 	return signer, nil
+}
+
+func createHostKey(path string, generate func() (crypto.Signer, error)) ([]byte, error) {
+	priv, err := generate()
+	if err != nil {
+		return nil, err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "packwire host key")
+	if err != nil {
+		return nil, err
+	}
+	pemBytes := pem.EncodeToMemory(block)
+	tmp := filepath.Join(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-"+rand.Text())
+	if err := writeExclusive(tmp, pemBytes); err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp)
+	if err = os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+		// No hard links on this file system (git falls back from them too):
+		// an exclusive create alone still makes racing starts agree.
+		err = writeExclusive(path, pemBytes)
+	}
+	return pemBytes, err
+}
+
+// writeExclusive creates path (0600), failing if it exists, with data synced
+// to disk: a crash must not leave an empty key behind the name.
+func writeExclusive(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
 }

@@ -283,3 +283,60 @@ func countLogLines(logs string, parts ...string) int {
 	}
 	return n
 }
+
+// TestTokenConventionalUserNames: GitHub's "x-access-token" and GitLab's
+// "oauth2" user names carry a token the way "token" does: the token alone
+// says who it is, and a wrong token is still 401.
+func TestTokenConventionalUserNames(t *testing.T) {
+	s := startAccessServer(t)
+	ctx := context.Background()
+	bare := s.seed(t, "team/app")
+	s.grant(t, "alice", "write", "**")
+	bob := s.addUser(t, "bob")
+	s.grant(t, "bob", "read", "**")
+	if err := s.Data.Store.SetSetting(ctx, "anonymous-read", "off"); err != nil {
+		t.Fatal(err) // the clone must need the token
+	}
+	for _, name := range []string{"x-access-token", "oauth2"} {
+		t.Run(name, func(t *testing.T) {
+			asAlice := &actor{name: name, token: s.alice.token}
+			dir := filepath.Join(t.TempDir(), "clone")
+			if out, err := s.git(t, "", "http", asAlice, "team/app", "clone", "URL", dir); err != nil {
+				t.Fatalf("clone as %s:TOKEN: %v\n%s", name, err, out)
+			}
+			pushed := s.commit(dir, "pushed as "+name)
+			if out, err := s.git(t, dir, "http", asAlice, "team/app", "push", "URL", "HEAD:refs/heads/"+name); err != nil {
+				t.Fatalf("push as %s:TOKEN: %v\n%s", name, err, out)
+			}
+			if refOf(s, bare, "refs/heads/"+name) != pushed {
+				t.Fatalf("push as %s:TOKEN did not land", name)
+			}
+
+			// The name grants nothing: bob's token is bob, who may only read.
+			asBob := &actor{name: name, token: bob.token}
+			out, err := s.git(t, dir, "http", asBob, "team/app", "push", "URL", "HEAD:refs/heads/bob-"+name)
+			if err == nil || !strings.Contains(out, "bob may not write") {
+				t.Fatalf("bob's token as %s pushed or was not refused as bob: %v\n%s", name, err, out)
+			}
+
+			wrong := &actor{name: name, token: "pwt_0000000000000000_nope"}
+			out, err = s.git(t, dir, "http", wrong, "team/app", "ls-remote", "URL")
+			if err == nil || !strings.Contains(out, "invalid credentials") {
+				t.Fatalf("wrong token as %s: want invalid credentials: %v\n%s", name, err, out)
+			}
+			req, _ := http.NewRequest("GET", s.httpURL("team/app/info/refs?service=git-upload-pack"), nil)
+			req.SetBasicAuth(name, wrong.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("wrong token as %s: status %d, want 401", name, resp.StatusCode)
+			}
+		})
+	}
+	if n := countLogLines(s.logs.String(), "msg=request ", "transport=http ", "service=git-receive-pack ", "user=alice "); n < 2 {
+		t.Fatalf("pushes not logged as alice's (%d lines)", n)
+	}
+}

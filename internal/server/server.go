@@ -54,6 +54,8 @@ type Config struct {
 	MaxRequestBody int64         // decoded HTTP fetch request bound
 	SSHCiphers     []string
 	SSHKeepAlive   time.Duration
+	SSHIdleTimeout time.Duration // close an SSH connection once no command ran for this long after its last (0: never)
+	SSHMaxSessions int           // session channels open at once per SSH connection (0: no limit)
 
 	PackCache             bool          // share identical pack-objects runs between fetches
 	PackCacheMaxBytes     int64         // finished packs kept on disk, in total
@@ -111,6 +113,8 @@ var Defaults = Config{
 	MaxConnections:  1024,
 	MaxRequestBody:  httptransport.DefaultMaxRequestBody,
 	SSHKeepAlive:    30 * time.Second,
+	SSHIdleTimeout:  10 * time.Minute,
+	SSHMaxSessions:  10,
 	RecordsMaxAge:   30 * 24 * time.Hour,
 	RecordsMaxCount: 1_000_000,
 
@@ -147,7 +151,8 @@ type Server struct {
 	Data     *datadir.Data
 	Pipeline *pipeline.Pipeline
 	Governor *governor.Governor
-	HostKey  gossh.Signer
+	HostKey  gossh.Signer   // the ed25519 host key, the one fingerprint to pin
+	HostKeys []gossh.Signer // every host key offered: ed25519, ECDSA, RSA
 	// Maintainer keeps repositories in the serving layout; its scheduler
 	// runs in the background from Start to Shutdown.
 	Maintainer *maintain.Maintainer
@@ -263,9 +268,10 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		go s.expireCaches(s.stopCache)
 	}
 	if cfg.SSHAddr != "" {
-		if s.HostKey, err = data.HostKey(); err != nil {
+		if s.HostKeys, err = data.HostKeys(); err != nil {
 			return nil, err
 		}
+		s.HostKey = s.HostKeys[0]
 	}
 	return s, nil
 }
@@ -386,11 +392,13 @@ func (s *Server) Start() error {
 		s.ssh = &sshtransport.Server{
 			Pipeline:       s.Pipeline,
 			Access:         s.Data.Access,
-			HostKey:        s.HostKey,
+			HostKeys:       s.HostKeys,
 			Ciphers:        cfg.SSHCiphers,
 			InitTimeout:    cfg.InitTimeout,
 			KeepAlive:      cfg.SSHKeepAlive,
+			IdleTimeout:    cfg.SSHIdleTimeout,
 			MaxConnections: cfg.MaxConnections,
+			MaxSessions:    cfg.SSHMaxSessions,
 			Log:            cfg.Log,
 		}
 		s.serve("ssh", func() error { return s.ssh.Serve(sshL) }, sshtransport.ErrServerClosed)
@@ -527,7 +535,8 @@ func exactRoutes(routes map[string]nethttp.Handler, fallback nethttp.Handler) ne
 	})
 }
 
-// HostKeyFingerprint is the SHA256 fingerprint clients see for the SSH host key.
+// HostKeyFingerprint is the SHA256 fingerprint of the ed25519 SSH host key,
+// the one OpenSSH clients choose first.
 func (s *Server) HostKeyFingerprint() string {
 	if s.HostKey == nil {
 		return ""

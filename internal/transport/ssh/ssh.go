@@ -25,11 +25,13 @@ import (
 type Server struct {
 	Pipeline       *pipeline.Pipeline
 	Access         *access.Controller
-	HostKey        gossh.Signer
-	Ciphers        []string      // preference order offered; nil: DefaultCiphers
-	InitTimeout    time.Duration // handshake + first exec must finish within this
-	KeepAlive      time.Duration // interval of keepalive@openssh.com probes; 0: off
-	MaxConnections int           // 0: no limit
+	HostKeys       []gossh.Signer // one per key type; see offeredHostKey for RSA
+	Ciphers        []string       // preference order offered; nil: DefaultCiphers
+	InitTimeout    time.Duration  // handshake + first exec must finish within this
+	KeepAlive      time.Duration  // interval of keepalive@openssh.com probes; 0: off
+	IdleTimeout    time.Duration  // close a connection once no command ran for this long after its last; 0: never
+	MaxConnections int            // 0: no limit
+	MaxSessions    int            // session channels open at once per connection; 0: no limit
 	Log            *slog.Logger
 
 	mu       sync.Mutex
@@ -59,12 +61,18 @@ const (
 	extKey  = "packwire-key-fp" // SHA256 fingerprint, for logs; empty without a key
 )
 
-// keepAliveMisses is how many unanswered keepalive probes close a connection.
+// keepAliveMisses is how many unanswered keepalive probes close a connection
+// with no command running.
 const keepAliveMisses = 3
+
+// tcpKeepAlive lets the kernel find a peer that vanished without a FIN while
+// a command runs, when unanswered SSH keepalives do not count: after 30 s of
+// silence, 4 probes 15 s apart, so about 90 s.
+var tcpKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 15 * time.Second, Count: 4}
 
 // Serve accepts connections on l until Close.
 func (s *Server) Serve(l net.Listener) error {
-	if s.HostKey == nil {
+	if len(s.HostKeys) == 0 {
 		return errors.New("ssh: no host key")
 	}
 	config := s.serverConfig()
@@ -76,6 +84,9 @@ func (s *Server) Serve(l net.Listener) error {
 	s.listener = l
 	s.mu.Unlock()
 	err := accept.Loop(l, s.isClosed, func(nc net.Conn) {
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetKeepAliveConfig(tcpKeepAlive)
+		}
 		nc = accept.QuickAck(nc)
 		// Add under the lock that Close takes, so that Wait after Close
 		// never races a handler being added.
@@ -160,8 +171,27 @@ func (s *Server) serverConfig() *gossh.ServerConfig {
 	if len(config.Ciphers) == 0 {
 		config.Ciphers = DefaultCiphers
 	}
-	config.AddHostKey(s.HostKey)
+	for _, key := range s.HostKeys {
+		config.AddHostKey(offeredHostKey(key))
+	}
 	return config
+}
+
+// offeredHostKey restricts an RSA host key to SHA-2 signatures. For an RSA
+// key x/crypto/ssh (v0.58) offers rsa-sha2-256, rsa-sha2-512 and ssh-rsa
+// (SHA-1 signatures); packwire offers rsa-sha2-512 and rsa-sha2-256 only, as
+// OpenSSH's sshd does since 8.8. A client that knows only ssh-rsa can take
+// the ECDSA key. Other keys are offered as they are.
+func offeredHostKey(key gossh.Signer) gossh.Signer {
+	rsaKey, ok := key.(gossh.AlgorithmSigner)
+	if !ok || key.PublicKey().Type() != gossh.KeyAlgoRSA {
+		return key
+	}
+	sha2Only, err := gossh.NewSignerWithAlgorithms(rsaKey, []string{gossh.KeyAlgoRSASHA512, gossh.KeyAlgoRSASHA256})
+	if err != nil {
+		return key // cannot happen for an RSA key
+	}
+	return sha2Only
 }
 
 func permissionsFor(p access.Principal, fingerprint string) *gossh.Permissions {
@@ -212,6 +242,7 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
 		return
 	}
 	defer s.untrack(c)
+	defer c.stopIdleTimer()
 
 	// The rest of InitTimeout is for the first command: a connection that
 	// authenticates and then sits there holds a slot for nothing.
@@ -276,8 +307,12 @@ type conn struct {
 
 	mu         sync.Mutex
 	sawCommand bool
-	running    int  // sessions with a command in progress
-	draining   bool // server closed: close once running is 0
+	running    int         // sessions with a command in progress
+	sessions   int         // session channels open, counted against MaxSessions
+	refusals   int         // session channels refused over MaxSessions
+	lastActive time.Time   // last command end or channel open, for IdleTimeout
+	idleTimer  *time.Timer // from the first command's end; nil without IdleTimeout
+	draining   bool        // server closed: close once running is 0
 }
 
 // expireInit closes a connection that sent no command within InitTimeout.
@@ -307,11 +342,75 @@ func (c *conn) beginCommand() {
 func (c *conn) endCommand() {
 	c.mu.Lock()
 	c.running--
+	if timeout := c.srv.IdleTimeout; c.running == 0 && timeout > 0 {
+		// Before the first command InitTimeout applies: a client may be
+		// slow between authentication and its first channel.
+		c.lastActive = time.Now()
+		if c.idleTimer == nil {
+			c.idleTimer = time.AfterFunc(timeout, c.expireIdle)
+		} else {
+			c.idleTimer.Reset(timeout)
+		}
+	}
 	idle := c.draining && c.running == 0
 	c.mu.Unlock()
 	if idle {
 		c.ssh.Close()
 	}
+}
+
+func (c *conn) commandRunning() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running > 0
+}
+
+func (c *conn) stopIdleTimer() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+	}
+}
+
+// expireIdle closes a connection on which no command ran for IdleTimeout.
+// A connection kept for reuse (OpenSSH ControlPersist) costs a goroutine set
+// and a slot of MaxConnections; its client opens a new one when it needs it.
+func (c *conn) expireIdle() {
+	c.mu.Lock()
+	if c.running > 0 || c.ctx.Err() != nil {
+		c.mu.Unlock()
+		return // endCommand starts the timer again, or the connection is gone
+	}
+	if left := c.srv.IdleTimeout - time.Since(c.lastActive); left > 0 {
+		c.idleTimer.Reset(left) // a channel opened since the timer was set
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.log.Info("connection closed", "reason", "idle: no command running", "timeout", c.srv.IdleTimeout.String())
+	c.ssh.Close()
+}
+
+// openSession counts a new session channel against MaxSessions; it reports
+// false when the connection has as many open as it may, and whether this is
+// the connection's first such refusal.
+func (c *conn) openSession() (ok, firstRefusal bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if limit := c.srv.MaxSessions; limit > 0 && c.sessions >= limit {
+		c.refusals++
+		return false, c.refusals == 1
+	}
+	c.sessions++
+	c.lastActive = time.Now() // its command comes next: not idle
+	return true, false
+}
+
+func (c *conn) closeSession() {
+	c.mu.Lock()
+	c.sessions--
+	c.mu.Unlock()
 }
 
 func (c *conn) drain() {
@@ -342,8 +441,9 @@ func (c *conn) serveGlobalRequests(reqs <-chan *gossh.Request) {
 }
 
 // keepAlive probes the client every interval and closes the connection when
-// keepAliveMisses probes in a row went unanswered: a client that vanished
-// without a FIN would otherwise hold its git processes until TCP gives up.
+// keepAliveMisses probes in a row went unanswered while no command ran: a
+// client that vanished without a FIN would otherwise hold the connection
+// until TCP gives up.
 func (c *conn) keepAlive(interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -367,7 +467,15 @@ func (c *conn) keepAlive(interval time.Duration) {
 					answered <- struct{}{}
 				}
 			}()
-		default:
+		default: // the last probe is still unanswered
+			if c.commandRunning() {
+				// libssh2 reads, keepalive replies included, only when its
+				// application does, and a client may pause reading while
+				// git still has data for it: silence is no sign of a dead
+				// peer then. TCP keepalive finds a vanished one.
+				missed = 0
+				continue
+			}
 			if missed++; missed >= keepAliveMisses {
 				c.log.Info("connection closed", "reason", "keepalive unanswered", "missed", missed, "interval", interval.String())
 				c.ssh.Close()
@@ -386,13 +494,26 @@ func (c *conn) openChannel(newCh gossh.NewChannel) {
 	case c.isDraining():
 		newCh.Reject(gossh.ResourceShortage, "packwire: server is shutting down, retry shortly")
 	default:
+		// As OpenSSH's MaxSessions: each session may run a git.
+		if ok, first := c.openSession(); !ok {
+			reason := fmt.Sprintf("too many sessions on this connection (max %d)", c.srv.MaxSessions)
+			level := slog.LevelWarn
+			if !first {
+				level = slog.LevelDebug // a flood of opens is not a flood of log lines
+			}
+			c.log.Log(context.Background(), level, "refused", "reason", reason)
+			newCh.Reject(gossh.ResourceShortage, "packwire: "+reason)
+			return
+		}
 		ch, reqs, err := newCh.Accept()
 		if err != nil {
+			c.closeSession()
 			return
 		}
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
+			defer c.closeSession()
 			c.serveSession(ch, reqs)
 		}()
 	}

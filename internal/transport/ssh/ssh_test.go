@@ -101,7 +101,7 @@ func newHarness(t *testing.T, configure func(*Server)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &Server{Pipeline: pipe, Access: d.Access, HostKey: hostKey, InitTimeout: 10 * time.Second, Log: logger}
+	srv := &Server{Pipeline: pipe, Access: d.Access, HostKeys: []gossh.Signer{hostKey}, InitTimeout: 10 * time.Second, Log: logger}
 	if configure != nil {
 		configure(srv)
 	}

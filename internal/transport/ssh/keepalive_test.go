@@ -1,0 +1,109 @@
+package ssh
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"packwire/internal/gittest"
+)
+
+// pausableConn is a client's connection that can stop being read, as
+// libssh2's is whenever its application does not read: neither channel data
+// nor keepalive probes are looked at until it resumes.
+type pausableConn struct {
+	net.Conn
+	mu     sync.Mutex
+	resume chan struct{} // nil when not paused
+}
+
+func (c *pausableConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	resume := c.resume
+	c.mu.Unlock()
+	if resume != nil {
+		<-resume
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *pausableConn) pause() {
+	c.mu.Lock()
+	c.resume = make(chan struct{})
+	c.mu.Unlock()
+}
+
+func (c *pausableConn) unpause() {
+	c.mu.Lock()
+	close(c.resume)
+	c.resume = nil
+	c.mu.Unlock()
+}
+
+// TestKeepAliveSparesPausedClone: a client that stops servicing its
+// connection mid-clone, keepalive probes included, for many keepalive
+// intervals is not cut while git still has data for it; once it reads
+// again the clone completes with exit status 0.
+func TestKeepAliveSparesPausedClone(t *testing.T) {
+	t.Parallel()
+	const interval = 150 * time.Millisecond
+	h := newHarness(t, func(s *Server) { s.KeepAlive = interval })
+	// 24 MiB of random blobs, far more than the channel window and socket
+	// buffers hold, so git still has data to send during the pause. Neither
+	// deltas nor zlib can shrink random data: trying cost seconds of CPU.
+	r, err := h.data.Repos.Create(context.Background(), "team/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.env.Git(r.Path, "config", "core.bigFileThreshold", "512k")
+	h.env.Git(r.Path, "config", "core.compression", "0")
+	h.env.Build(r.Path, gittest.Shape{Commits: 1, Files: 24, BlobBytes: 1 << 20, Incompress: true})
+
+	nc, err := net.Dial("tcp", "127.0.0.1:"+h.port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := &pausableConn{Conn: nc}
+	sconn, chans, reqs, err := gossh.NewClientConn(conn, nc.RemoteAddr().String(), &gossh.ClientConfig{
+		User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(h.signer(h.aliceKey))}, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := gossh.NewClient(sconn, chans, reqs) // answers probes (with a refusal) whenever it reads
+	defer client.Close()
+	sess, err := client.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, _ := sess.StdinPipe()
+	stdout, _ := sess.StdoutPipe()
+	if err := sess.Start("git-upload-pack '/team/big.git'"); err != nil {
+		t.Fatal(err)
+	}
+	startUploadPack(t, stdin, stdout) // 1 MiB of the pack read
+
+	conn.pause()
+	time.Sleep(12 * interval) // the server gave up after 3 missed probes before
+	conn.unpause()
+
+	received, err := io.Copy(io.Discard, stdout)
+	if err != nil {
+		t.Fatalf("reading the rest of the pack after the pause: %v", err)
+	}
+	if err := sess.Wait(); err != nil {
+		t.Fatalf("clone after the pause: %v (read %d more bytes)", err, received)
+	}
+	if received < 23<<20 {
+		t.Fatalf("read %d bytes after the pause, want the rest of a 24 MiB pack", received)
+	}
+	if strings.Contains(h.logs.String(), "keepalive unanswered") {
+		t.Fatalf("keepalive closed a connection with a command running:\n%s", h.logs.String())
+	}
+}
