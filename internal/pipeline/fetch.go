@@ -182,33 +182,6 @@ func (c *Call) waited() time.Duration {
 	return c.queueWait
 }
 
-// ReadDeadliner is implemented by transports whose request body reads can
-// be cut short (the HTTP transport's response writer, for its request).
-type ReadDeadliner interface {
-	SetReadDeadline(time.Time) error
-}
-
-// readBody reads up to max bytes of the request body. complete is true
-// when the body ended within the bound. A client that sends nothing for
-// idle, or the request's end, cuts the read short where the transport
-// allows (see ReadDeadliner).
-func readBody(ctx context.Context, stdin io.Reader, stdout io.Writer, max int64, idle time.Duration) (body []byte, complete bool, err error) {
-	if d, ok := stdout.(ReadDeadliner); ok {
-		if idle > 0 {
-			d.SetReadDeadline(time.Now().Add(idle))
-		}
-		defer gitexec.DeadlineOnCancel(ctx, d.SetReadDeadline)()
-	}
-	body, err = io.ReadAll(io.LimitReader(stdin, max+1))
-	if err != nil {
-		return body, false, err
-	}
-	if int64(len(body)) > max {
-		return body, false, nil
-	}
-	return body, true, nil
-}
-
 // progressWriter counts what reaches the client for views of running
 // requests.
 type progressWriter struct {

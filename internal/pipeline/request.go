@@ -109,6 +109,12 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// ReadDeadliner is implemented by transports whose request body reads can
+// be cut short (the HTTP transport's response writer, for its request).
+type ReadDeadliner interface {
+	SetReadDeadline(time.Time) error
+}
+
 // requestBody is a stateless request read whole: in memory up to
 // MaxCachedBody, in a temporary file beyond.
 type requestBody struct {
@@ -141,22 +147,28 @@ func (c *Call) readRequest(ctx context.Context, stdin io.Reader, stdout io.Write
 	p := c.p
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if d, ok := stdout.(ReadDeadliner); ok {
+		// Reads blocked on the client end with the request (the pace watch
+		// cancels it), and in any case within the idle timeout.
+		if idle := p.Runner.IdleTimeout; idle > 0 {
+			d.SetReadDeadline(time.Now().Add(idle))
+		}
+		defer gitexec.DeadlineOnCancel(ctx, d.SetReadDeadline)()
+	}
 	counted := &countingReader{r: stdin}
 	start := time.Now()
 	stopPace := paceWatch(p.RequestPace, start, &counted.n, cancel)
-	body, complete, err := readBody(ctx, counted, stdout, MaxCachedBody, p.Runner.IdleTimeout)
-	b := &requestBody{mem: body, size: int64(len(body))}
-	if err == nil && !complete {
+	head, err := io.ReadAll(io.LimitReader(counted, MaxCachedBody+1))
+	b := &requestBody{mem: head, size: int64(len(head))}
+	if err == nil && len(head) > MaxCachedBody {
 		b.mem = nil
 		b.file, err = os.CreateTemp(p.TempDir, "request-*")
 		if err == nil {
-			var n int64
-			n, err = io.Copy(b.file, io.MultiReader(bytes.NewReader(body), counted))
-			b.size = n
-			if err == nil && ctx.Err() != nil {
-				err = context.Cause(ctx)
-			}
+			b.size, err = io.Copy(b.file, io.MultiReader(bytes.NewReader(head), counted))
 		}
+	}
+	if err == nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
 	}
 	if stopPace() {
 		b.close()

@@ -224,9 +224,9 @@ func TestEndlessBodies(t *testing.T) {
 		c.Write(pushCommands("report-status", head+" "+head+" refs/heads/main"))
 		conns = append(conns, c)
 		// Fetch, an endless chunked body sent fast (haves forever).
-		c = rawHTTP(t, s.HTTPAddr.String(), "POST", "/team/app/git-upload-pack",
+		endless := rawHTTP(t, s.HTTPAddr.String(), "POST", "/team/app/git-upload-pack",
 			"Content-Type: application/x-git-upload-pack-request", "Transfer-Encoding: chunked")
-		conns = append(conns, c)
+		conns = append(conns, endless)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -241,20 +241,20 @@ func TestEndlessBodies(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := c.Write(frame); err != nil {
+				if _, err := endless.Write(frame); err != nil {
 					return
 				}
 				time.Sleep(time.Millisecond)
 			}
 		}()
 		// Push, an endless chunked body trickled after the commands.
-		c = rawHTTP(t, s.HTTPAddr.String(), "POST", "/team/app/git-receive-pack", auth,
+		trickled := rawHTTP(t, s.HTTPAddr.String(), "POST", "/team/app/git-receive-pack", auth,
 			"Content-Type: application/x-git-receive-pack-request", "Transfer-Encoding: chunked")
 		cmds := pushCommands("report-status", head+" "+head+" refs/heads/main")
-		c.Write([]byte(fmt.Sprintf("%x\r\n%s\r\n", len(cmds), cmds)))
-		conns = append(conns, c)
+		trickled.Write([]byte(fmt.Sprintf("%x\r\n%s\r\n", len(cmds), cmds)))
+		conns = append(conns, trickled)
 		wg.Add(1)
-		go func() { defer wg.Done(); trickle(c, []byte("PACK"), true, 1500*time.Millisecond, stop) }()
+		go func() { defer wg.Done(); trickle(trickled, []byte("PACK"), true, 1500*time.Millisecond, stop) }()
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for i, c := range conns {
