@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -362,18 +365,11 @@ except Exception as e:
 	}
 }
 
-// TestPushRefBound: a push with more ref updates than --max-push-refs is
-// refused as it is read, with a message, and costs no more memory than
-// the bound allows; pushes within the bound still work.
-func TestPushRefBound(t *testing.T) {
-	s := startAccessServer(t)
-	s.Pipeline.MaxPushRefs = 1000
-	bare := s.seed(t, "team/app")
-	s.grant(t, "alice", "write", "**")
-	s.rule(t, false, "create", "**", "refs/tags/**", "*")
-	head := refOf(s, bare, "refs/heads/main")
+// refCommands frames n create commands of refs/tags/t0..., the first with
+// report-status.
+func refCommands(head string, n int) []byte {
 	var body bytes.Buffer
-	for i := 0; i < 200_000; i++ {
+	for i := 0; i < n; i++ {
 		line := fmt.Sprintf("%s %s refs/tags/t%d\n", zeroID, head, i)
 		if i == 0 {
 			line = strings.TrimSuffix(line, "\n") + "\x00report-status\n"
@@ -382,18 +378,70 @@ func TestPushRefBound(t *testing.T) {
 		body.Write(b)
 	}
 	body.WriteString("0000")
-	req, _ := http.NewRequest("POST", fmt.Sprintf("http://%s/team/app/git-receive-pack", s.HTTPAddr), &body)
-	req.SetBasicAuth("alice", s.alice.token)
-	req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	return body.Bytes()
+}
+
+// TestPushRefBound: a push with more ref updates than --max-push-refs is
+// refused as it is read, with a message; a flood of a million refused
+// commands costs the server no more memory than the bound allows (it took
+// 736 MB before); pushes within the bound still work.
+func TestPushRefBound(t *testing.T) {
+	s := startAccessServer(t)
+	bare := s.seed(t, "team/app")
+	s.grant(t, "alice", "write", "**")
+	s.rule(t, false, "create", "**", "refs/tags/**", "*")
+	head := refOf(s, bare, "refs/heads/main")
+	post := func(body []byte) net.Conn {
+		conn := rawHTTP(t, s.HTTPAddr.String(), "POST", "/team/app/git-receive-pack",
+			"Authorization: Basic "+basicAuth("alice", s.alice.token),
+			"Content-Type: application/x-git-receive-pack-request", fmt.Sprintf("Content-Length: %d", len(body)))
+		go conn.Write(body) // the server may stop reading it
+		return conn
 	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 400 || !strings.Contains(string(out), "too many ref updates in one push (max 1000)") {
-		t.Fatalf("oversized push: %s: %s", resp.Status, out)
+
+	// One command over a bound of 1,000: refused with the reason.
+	s.Pipeline.MaxPushRefs = 1000
+	status, text, err := response(post(refCommands(head, 1001)), 30*time.Second)
+	if err != nil || status != 400 || !strings.Contains(text, "too many ref updates in one push (max 1000)") {
+		t.Fatalf("oversized push: %d %q %v", status, text, err)
 	}
+
+	// A million commands (94 MB) against the default bound: the server's
+	// heap stays within what 100,000 held commands need.
+	s.Pipeline.MaxPushRefs = 0
+	flood := refCommands(head, 1_000_000) // built before the baseline: the test's own bytes
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	go func() {
+		var m runtime.MemStats
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+		}
+	}()
+	conn := post(flood)
+	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	io.ReadAll(conn) // the answer, or a reset: refused either way
+	close(done)
+	grew := int64(peak.Load()) - int64(before.HeapInuse)
+	t.Logf("heap grew by %d MB during a push of a million commands", grew>>20)
+	if grew > 200<<20 {
+		t.Fatalf("heap grew by %d MB", grew>>20)
+	}
+	if refOf(s, bare, "refs/tags/t0") != "" {
+		t.Fatal("a tag was written")
+	}
+
 	// Within the bound, a real push goes through.
 	w := s.work(t, bare)
 	s.commit(w, "fits")
