@@ -296,6 +296,91 @@ func TestFetchCacheKeys(t *testing.T) {
 	}
 }
 
+// TestFetchCacheFollowsRefChanges: one fetch body whose answer depends on
+// the refs beyond its wants (include-tag: annotated tags pointing into the
+// pack come along) is sent again and again while tags are added, at delays
+// around repostate.RacyWindow. Every answer has every tag made before it
+// was asked for: a ref change makes the next identical request a miss,
+// also when the stored answer's stamp was taken in the change's clock tick.
+// Stored answers are replayed in between, so the replay path is exercised.
+func TestFetchCacheFollowsRefChanges(t *testing.T) {
+	s := startServer(t, nil)
+	bare := s.seed(t, "team/app")
+	main := s.env.RevParse(bare, "main")
+	var body bytes.Buffer
+	pktline.Write(&body, []byte("command=fetch\n"))
+	pktline.Write(&body, []byte("object-format=sha1\n"))
+	body.WriteString("0001")
+	for _, arg := range []string{"want " + main, "include-tag", "ofs-delta", "no-progress", "done"} {
+		pktline.Write(&body, []byte(arg+"\n"))
+	}
+	pktline.WriteFlush(&body)
+	objects := func() uint32 {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, s.httpURL("team/app")+"/git-upload-pack", bytes.NewReader(body.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
+		req.Header.Set("Git-Protocol", "version=2")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return packObjects(t, resp.Body)
+	}
+
+	settle(t, bare)
+	base := objects()
+	seq := s.lastSeq(t)
+	w := repostate.RacyWindow
+	delays := []time.Duration{0, w / 2, w - 5*time.Millisecond, w, w + 5*time.Millisecond, 2 * w}
+	tags := 0
+	for round := 0; round < 2; round++ {
+		for _, d := range delays {
+			tags++
+			s.env.Git(bare, "tag", "-a", "-m", "tag", fmt.Sprintf("t%d", tags), main)
+			time.Sleep(d)
+			for try := 0; try < 3; try++ {
+				if got, want := objects(), base+uint32(tags); got != want {
+					t.Fatalf("tag %d, asked %v after it (try %d): %d objects, want %d (a stale answer)", tags, d, try, got, want)
+				}
+			}
+		}
+	}
+	got := outcomeCounts(s.fetchRecords(t, seq, "full-clone", 3*tags))
+	if got["generated/ok"] == 0 || got["replayed/ok"] == 0 {
+		t.Fatalf("outcomes %v: the cache was not exercised", got)
+	}
+}
+
+// packObjects reads a v2 fetch response without progress and returns the
+// object count of its pack.
+func packObjects(t *testing.T, r io.Reader) uint32 {
+	t.Helper()
+	pr := pktline.NewReader(r)
+	inPack := false
+	var pack []byte
+	for len(pack) < 12 {
+		kind, payload, err := pr.Read()
+		if err != nil {
+			t.Fatalf("reading the response: %v", err)
+		}
+		switch {
+		case kind != pktline.Data:
+		case !inPack:
+			inPack = string(payload) == "packfile\n"
+		case len(payload) > 0 && payload[0] == 1:
+			pack = append(pack, payload[1:]...)
+		}
+	}
+	if string(pack[:4]) != "PACK" {
+		t.Fatalf("no pack header: %q", pack)
+	}
+	return binary.BigEndian.Uint32(pack[8:12])
+}
+
 // slowRepo creates a repository whose pack takes git a second or more to
 // make: 16 MiB of incompressible blobs stored loose (fast-import keeps
 // small imports loose), so pack-objects must compress each and search for

@@ -167,6 +167,7 @@ type Sample struct {
 type Push struct {
 	Phase  string    `json:"phase"`
 	Start  time.Time `json:"start"`
+	End    time.Time `json:"end"` // git push returned: the server has the commit (if ok)
 	WallMS float64   `json:"wall_ms"`
 	Commit string    `json:"commit,omitempty"`
 	Result string    `json:"result"` // ok, error, canceled
@@ -425,6 +426,13 @@ func (r *runner) phase(ctx context.Context, s Scenario) {
 		}
 	}
 
+	// The pusher's first push lands before the clock starts (see
+	// pusher.start): every user's first fetch downloads it.
+	var stopPusher func() (int, int)
+	if s.Fetch && r.pusher != nil {
+		r.prog.status(fmt.Sprintf("%s: pushing a commit for the fetches (not timed)", s.ID))
+		stopPusher = r.pusher.start(ctx, s.ID)
+	}
 	var cpu0 time.Duration
 	var cpuErr error
 	if cfg.ServerCPU != nil {
@@ -433,10 +441,6 @@ func (r *runner) phase(ctx context.Context, s Scenario) {
 	first := len(r.res.Samples)
 	ph.Start = time.Now()
 	deadline := ph.Start.Add(cfg.Duration)
-	var stopPusher func() (int, int)
-	if s.Fetch && r.pusher != nil {
-		stopPusher = r.pusher.start(ctx, s.ID)
-	}
 	var live phaseCounters
 	tickDone := make(chan struct{})
 	go r.showProgress(s, &ph, &live, tickDone)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,71 @@ func governorWindow(t *testing.T, ls *labserver.Server, from, to time.Time) (upl
 	return uploadPack, receivePack
 }
 
+// timeline tells a fetch phase's story for a failure, in time order and in
+// milliseconds from the phase's start: each fetch (the tip it left, pack
+// bytes), each push, and each server record with its fetch-cache outcome.
+// Values, not the pointers that %+v prints for a Sample.
+func timeline(res *bench.Result, ph bench.Phase, samples []bench.Sample, up, rp []governor.Record) string {
+	type event struct {
+		at   time.Time
+		text string
+	}
+	var evs []event
+	for _, s := range samples {
+		reset := "-"
+		if s.ResetBytes != nil {
+			reset = fmt.Sprint(*s.ResetBytes)
+		}
+		evs = append(evs, event{s.Start, fmt.Sprintf("user %d fetch #%d %s: %.1f ms (reset until %s), tip %.10s, %d pack bytes (reset %s) %s",
+			s.User, s.Seq, s.Result, s.WallMS, sinceStart(ph, s.EndTime), s.Tip, s.Bytes, reset, s.Error)})
+	}
+	for _, p := range res.Pushes {
+		if p.Phase == ph.Scenario {
+			evs = append(evs, event{p.Start, fmt.Sprintf("push %.10s %s: returned at %s %s", p.Commit, p.Result, sinceStart(ph, p.End), p.Error)})
+		}
+	}
+	for _, r := range append(append([]governor.Record{}, up...), rp...) {
+		evs = append(evs, event{r.Start, fmt.Sprintf("  server %s %s: %d wants, %d haves, depth %d, %d bytes out, %.1f ms, fetch cache %q, %s",
+			r.Service, r.Kind, r.Wants, r.Haves, r.Depth, r.BytesOut, float64(r.Wall)/float64(time.Millisecond), r.PackCache, r.Result)})
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "%s %s\n", sinceStart(ph, e.at), e.text)
+	}
+	return b.String()
+}
+
+func sinceStart(ph bench.Phase, t time.Time) string {
+	return fmt.Sprintf("%+8.1fms", float64(t.Sub(ph.Start))/float64(time.Millisecond))
+}
+
+// staleFetches names the fetches whose tip is older than a push that had
+// returned before they started.
+func staleFetches(pushes []bench.Push, samples []bench.Sample) string {
+	var landed []bench.Push
+	order := map[string]int{}
+	for _, p := range pushes {
+		if p.Result == bench.ResultOK {
+			order[p.Commit] = len(landed)
+			landed = append(landed, p)
+		}
+	}
+	var stale []string
+	for _, s := range samples {
+		need := -1
+		for i, p := range landed {
+			if p.End.Before(s.Start) {
+				need = i
+			}
+		}
+		if got, known := order[s.Tip]; s.Result == bench.ResultOK && need >= 0 && (!known || got < need) {
+			stale = append(stale, fmt.Sprintf("fetch #%d started %v after push %.10s returned and got %.10s", s.Seq, s.Start.Sub(landed[need].End), landed[need].Commit, s.Tip))
+		}
+	}
+	return strings.Join(stale, "\n")
+}
+
 func cpuMS(recs []governor.Record) float64 {
 	var total float64
 	for _, r := range recs {
@@ -109,7 +175,7 @@ func TestStudyMatrix(t *testing.T) {
 				t.Fatalf("shape check: %+v", ph.Check)
 			}
 			// Server CPU is the governor's upload-pack records in the window.
-			up, rp := governorWindow(t, ls, ph.Start, ph.End)
+			up, _ := governorWindow(t, ls, ph.Start, ph.End)
 			if ph.ServerCPUMS == nil || ph.ServerCPUPerOpMS == nil {
 				t.Fatalf("server CPU not measured: %s", ph.ServerNote)
 			}
@@ -161,22 +227,41 @@ func TestStudyMatrix(t *testing.T) {
 				if filtered < ph.Ops {
 					t.Fatalf("%s: %d partial-clone records with filter %s for %d clones (kinds %v)", ph.Scenario, filtered, filter, ph.Ops, kinds)
 				}
-			default: // fetches: the pusher's commits arrive
-				if ph.Pushes == 0 || ph.PushFailures != 0 {
-					t.Fatalf("%d pushes, %d failed", ph.Pushes, ph.PushFailures)
-				}
-				if len(rp) == 0 {
-					t.Fatalf("no receive-pack records in the window: where did the pushes go?")
-				}
+			default: // fetches: the pusher's commits arrive, and never late
 				samples := byScenario[ph.Scenario]
-				advanced := 0
-				for i := 1; i < len(samples); i++ {
-					if samples[i].Tip != samples[i-1].Tip && samples[i].Bytes > 0 {
-						advanced++
+				var pushes []bench.Push
+				for _, p := range res.Pushes {
+					if p.Phase == ph.Scenario {
+						pushes = append(pushes, p)
 					}
 				}
-				if advanced == 0 {
-					t.Fatalf("no fetch brought new commits: %+v", samples)
+				if ph.Pushes == 0 || ph.PushFailures != 0 || len(pushes) != ph.Pushes {
+					t.Fatalf("%d pushes (%d recorded), %d failed", ph.Pushes, len(pushes), ph.PushFailures)
+				}
+				// Every push reached receive-pack: one push record each.
+				_, rp := governorWindow(t, ls, pushes[0].Start, pushes[len(pushes)-1].End)
+				received := 0
+				for _, r := range rp {
+					if r.Kind == "push" && r.Result == governor.ResultOK {
+						received++
+					}
+				}
+				if received != len(pushes) {
+					t.Fatalf("%d receive-pack push records for %d pushes:\n%s", received, len(pushes), timeline(res, ph, samples, up, rp))
+				}
+				// The first push lands before the clock starts, so the first
+				// fetch downloads it whatever the load.
+				if !pushes[0].End.Before(ph.Start) {
+					t.Fatalf("the phase's first push ended %v after the phase started:\n%s", pushes[0].End.Sub(ph.Start), timeline(res, ph, samples, up, rp))
+				}
+				if samples[0].Seq != 0 || samples[0].Bytes == 0 {
+					t.Fatalf("the first fetch (#%d) downloaded nothing:\n%s", samples[0].Seq, timeline(res, ph, samples, up, rp))
+				}
+				// No fetch is stale: one that started after a push had
+				// returned has that commit or a later one (the pusher is the
+				// branch's only writer, so its pushes are in order).
+				if stale := staleFetches(res.Pushes, samples); stale != "" {
+					t.Fatalf("%s\n%s", stale, timeline(res, ph, samples, up, rp))
 				}
 				if ph.Scenario == "T9" || ph.Scenario == "T10" {
 					lazy := 0
@@ -186,7 +271,7 @@ func TestStudyMatrix(t *testing.T) {
 						}
 					}
 					if lazy == 0 {
-						t.Fatalf("%s: no reset fetched missing objects", ph.Scenario)
+						t.Fatalf("%s: no reset fetched missing objects:\n%s", ph.Scenario, timeline(res, ph, samples, up, rp))
 					}
 				}
 			}

@@ -53,24 +53,24 @@ func (p *pusher) prepare(ctx context.Context) error {
 	return nil
 }
 
-// start pushes now and then every interval until the returned stop is
-// called; stop waits for a push in flight and returns the phase's counts.
+// start pushes once and returns when that push is on the server (or
+// failed), then pushes every interval until the returned stop is called;
+// stop waits for a push in flight and returns the phase's counts.
+//
+// The first push comes before the phase's clock starts, so that each
+// user's first fetch has a pushed commit to download, whatever the load,
+// the interval or the phase's length. Started with the fetches instead, it
+// raced them: a phase of a few quick fetches, or a loaded machine where
+// commit and push took longer than the phase, measured no-op fetches only.
 func (p *pusher) start(ctx context.Context, phase string) (stop func() (ok, failed int)) {
 	quit := make(chan struct{})
 	done := make(chan struct{})
 	okBefore, failBefore := p.counts()
+	next := time.Now()
+	p.pushOnce(ctx, phase)
 	go func() {
 		defer close(done)
-		next := time.Now()
 		for {
-			select {
-			case <-quit:
-				return
-			case <-ctx.Done():
-				return
-			default:
-			}
-			p.pushOnce(ctx, phase)
 			for next = next.Add(p.interval); !next.After(time.Now()); next = next.Add(p.interval) {
 			}
 			t := time.NewTimer(time.Until(next))
@@ -83,6 +83,14 @@ func (p *pusher) start(ctx context.Context, phase string) (stop func() (ok, fail
 				return
 			case <-t.C:
 			}
+			select {
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			default:
+			}
+			p.pushOnce(ctx, phase)
 		}
 	}()
 	return func() (int, int) {
@@ -136,6 +144,7 @@ func (p *pusher) pushOnce(ctx context.Context, phase string) {
 		push.WallMS = ms(r.Wall)
 		err = r.Err
 	}
+	push.End = time.Now()
 	switch {
 	case err == nil:
 		push.Result = ResultOK
