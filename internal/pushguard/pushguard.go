@@ -126,7 +126,9 @@ func RunHook(stdin io.Reader, stdout, stderr io.Writer) int {
 			results = append(results, Result{Ref: c.Ref, Reason: "packwire could not read its push rules"})
 		}
 	} else {
-		results = Decide(context.Background(), &GitAncestry{}, cmds, ffOnly)
+		git := &GitAncestry{}
+		results = Decide(context.Background(), git, cmds, ffOnly)
+		git.Close()
 	}
 	for _, r := range results {
 		if r.Reason != "" {
@@ -272,8 +274,27 @@ func oneLine(s string) string {
 }
 
 // GitAncestry asks git in the current directory's repository (receive-pack
-// runs its hooks there, with GIT_DIR set).
-type GitAncestry struct{ GitPath string }
+// runs its hooks there, with GIT_DIR set). One "cat-file --batch-command"
+// answers the object types and walks a short way back from each new
+// commit: a fast-forward is usually a few commits ahead of the old one,
+// and a push of 5,000 fast-forwarded branches then costs one process, not
+// 5,000. Only when that walk neither finds the old commit nor runs out of
+// ancestors does "merge-base --is-ancestor" decide.
+type GitAncestry struct {
+	GitPath string
+	// WalkBudget is how many commits the short walk reads per update
+	// before it leaves the question to merge-base (0: DefaultWalkBudget).
+	WalkBudget int
+
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+	err   error
+}
+
+// DefaultWalkBudget bounds the short walk per update.
+const DefaultWalkBudget = 256
 
 func (g *GitAncestry) git() string {
 	if g.GitPath == "" {
@@ -282,30 +303,148 @@ func (g *GitAncestry) git() string {
 	return g.GitPath
 }
 
-// Types runs one cat-file --batch-check for all ids.
-func (g *GitAncestry) Types(ctx context.Context, ids []string) (map[string]string, error) {
-	var in bytes.Buffer
-	for _, id := range ids {
-		in.WriteString(id + "\n")
+// batch starts the cat-file process on first use; call with mu held.
+func (g *GitAncestry) batch(ctx context.Context) error {
+	if g.cmd != nil || g.err != nil {
+		return g.err
 	}
-	cmd := exec.CommandContext(ctx, g.git(), "cat-file", "--batch-check=%(objectname) %(objecttype)")
-	cmd.Stdin = &in
-	out, err := cmd.Output()
+	cmd := exec.CommandContext(ctx, g.git(), "cat-file", "--batch-command")
+	stdin, err := cmd.StdinPipe()
+	if err == nil {
+		var out io.ReadCloser
+		if out, err = cmd.StdoutPipe(); err == nil {
+			g.out = bufio.NewReaderSize(out, 64<<10)
+			err = cmd.Start()
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("cat-file: %w", err)
+		g.err = fmt.Errorf("cat-file: %w", err)
+		return g.err
+	}
+	g.cmd, g.stdin = cmd, stdin
+	return nil
+}
+
+// Close ends the cat-file process.
+func (g *GitAncestry) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cmd == nil {
+		return nil
+	}
+	g.stdin.Close()
+	err := g.cmd.Wait()
+	g.cmd = nil
+	return err
+}
+
+// object asks for one object: its type, and its contents when contents.
+func (g *GitAncestry) object(id string, contents bool) (typ string, body []byte, err error) {
+	verb := "info"
+	if contents {
+		verb = "contents"
+	}
+	if _, err := fmt.Fprintf(g.stdin, "%s %s\n", verb, id); err != nil {
+		return "", nil, err
+	}
+	header, err := g.out.ReadString('\n')
+	if err != nil {
+		return "", nil, err
+	}
+	f := strings.Fields(header)
+	switch {
+	case len(f) == 2 && f[1] == "missing":
+		return "missing", nil, nil
+	case len(f) != 3:
+		return "", nil, fmt.Errorf("cat-file: unexpected %q", header)
+	}
+	if !contents {
+		return f[1], nil, nil
+	}
+	var size int
+	if _, err := fmt.Sscan(f[2], &size); err != nil {
+		return "", nil, err
+	}
+	body = make([]byte, size+1) // and the newline after it
+	if _, err := io.ReadFull(g.out, body); err != nil {
+		return "", nil, err
+	}
+	return f[1], body[:size], nil
+}
+
+// Types asks the batch process for every id's type.
+func (g *GitAncestry) Types(ctx context.Context, ids []string) (map[string]string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.batch(ctx); err != nil {
+		return nil, err
 	}
 	types := make(map[string]string, len(ids))
-	for _, l := range strings.Split(string(out), "\n") {
-		f := strings.Fields(l)
-		if len(f) == 2 {
-			types[f[0]] = f[1] // "<id> missing" for absent objects
+	for _, id := range ids {
+		typ, _, err := g.object(id, false)
+		if err != nil {
+			return nil, fmt.Errorf("cat-file: %w", err)
 		}
+		types[id] = typ
 	}
 	return types, nil
 }
 
-// IsAncestor runs merge-base --is-ancestor: exit 0 yes, 1 no.
+// IsAncestor reports whether commit old is an ancestor of commit new.
 func (g *GitAncestry) IsAncestor(ctx context.Context, old, new string) (bool, error) {
+	found, decided, err := g.shortWalk(ctx, old, new)
+	if err == nil && decided {
+		return found, nil
+	}
+	return g.mergeBase(ctx, old, new)
+}
+
+// shortWalk reads new's ancestors breadth first, up to the budget: finding
+// old proves a fast-forward; running out of ancestors disproves it;
+// running out of budget decides nothing.
+func (g *GitAncestry) shortWalk(ctx context.Context, old, new string) (found, decided bool, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.batch(ctx); err != nil {
+		return false, false, err
+	}
+	budget := g.WalkBudget
+	if budget <= 0 {
+		budget = DefaultWalkBudget
+	}
+	queue := []string{new}
+	seen := map[string]bool{new: true}
+	for len(queue) > 0 {
+		id := queue[0]
+		queue = queue[1:]
+		if id == old {
+			return true, true, nil
+		}
+		if budget--; budget < 0 {
+			return false, false, nil
+		}
+		typ, body, err := g.object(id, true)
+		if err != nil {
+			return false, false, err
+		}
+		if typ != "commit" {
+			return false, false, fmt.Errorf("%s is a %s", id, typ)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if line == "" {
+				break // the end of the header
+			}
+			if parent, ok := strings.CutPrefix(line, "parent "); ok && !seen[parent] {
+				seen[parent] = true
+				queue = append(queue, parent)
+			}
+		}
+	}
+	return false, true, nil
+}
+
+// mergeBase runs merge-base --is-ancestor: exit 0 yes, 1 no.
+func (g *GitAncestry) mergeBase(ctx context.Context, old, new string) (bool, error) {
 	cmd := exec.CommandContext(ctx, g.git(), "merge-base", "--is-ancestor", old, new)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

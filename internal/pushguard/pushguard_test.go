@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,5 +86,68 @@ func TestInstallHook(t *testing.T) {
 		if target, _ := os.Readlink(filepath.Join(dir, HookName)); target != exe {
 			t.Fatalf("hook points at %q, want %q", target, exe)
 		}
+	}
+}
+
+// TestGitAncestry: the short walk and merge-base agree with git on a real
+// repository: linear history, a merge, an unrelated root, a tag object, a
+// missing id, and a walk budget too small to decide.
+func TestGitAncestry(t *testing.T) {
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@b", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@b")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q", "-b", "main")
+	var line []string
+	for i := 0; i < 8; i++ {
+		git("commit", "-q", "--allow-empty", "-m", fmt.Sprint(i))
+		line = append(line, git("rev-parse", "HEAD"))
+	}
+	git("checkout", "-q", "-b", "side", line[3])
+	git("commit", "-q", "--allow-empty", "-m", "side")
+	side := git("rev-parse", "HEAD")
+	git("checkout", "-q", "main")
+	git("merge", "-q", "--no-ff", "-m", "merge", "side")
+	merge := git("rev-parse", "HEAD")
+	git("checkout", "-q", "--orphan", "other")
+	git("commit", "-q", "--allow-empty", "-m", "root")
+	root := git("rev-parse", "HEAD")
+	git("tag", "-a", "-m", "t", "v1", line[7])
+	tag := git("rev-parse", "v1")
+	t.Chdir(dir)
+	cases := []struct {
+		old, new string
+		want     bool
+		budget   int
+	}{
+		{line[0], line[7], true, 0},
+		{line[6], line[7], true, 0},
+		{side, merge, true, 0},
+		{line[7], line[0], false, 0},
+		{root, merge, false, 0},
+		{line[0], line[7], true, 2}, // budget too small: merge-base decides
+		{root, line[7], false, 2},
+	}
+	for _, c := range cases {
+		a := &GitAncestry{WalkBudget: c.budget}
+		got, err := a.IsAncestor(context.Background(), c.old, c.new)
+		a.Close()
+		if err != nil || got != c.want {
+			t.Errorf("%s..%s budget %d: %v %v, want %v", c.old[:7], c.new[:7], c.budget, got, err, c.want)
+		}
+	}
+	a := &GitAncestry{}
+	defer a.Close()
+	types, err := a.Types(context.Background(), []string{line[0], tag, "3333333333333333333333333333333333333333"})
+	if err != nil || types[line[0]] != "commit" || types[tag] != "tag" || types["3333333333333333333333333333333333333333"] != "missing" {
+		t.Fatalf("types %v %v", types, err)
 	}
 }
