@@ -9,17 +9,20 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 )
 
 // Loop accepts connections on l and passes each to start, which must not
 // block (it starts the connection's goroutine). Transient errors (see
-// Transient) are retried with a backoff and logged once per episode on log
-// (nil: slog.Default). It returns nil once closed reports that l was
+// Transient) are retried with a backoff and logged on log (nil:
+// slog.Default) once per episode: when it starts, and when accepts have
+// worked again for a while. It returns nil once closed reports that l was
 // closed on purpose, or the fatal error that stopped it.
 func Loop(l net.Listener, log *slog.Logger, closed func() bool, start func(net.Conn)) error {
-	b := backoff{log: log, addr: l.Addr()}
+	b := &backoff{log: log, addr: l.Addr()}
+	defer b.stop()
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -32,7 +35,7 @@ func Loop(l net.Listener, log *slog.Logger, closed func() bool, start func(net.C
 			}
 			return err
 		}
-		b.recovered()
+		b.succeeded()
 		start(conn)
 	}
 }
@@ -72,39 +75,87 @@ const (
 	maxDelay   = time.Second
 )
 
+// episodeQuiet is how long accepts must work before an episode counts as
+// over. Descriptors often come back one at a time (each idle connection
+// closing frees one, which the next pending connection takes), so accept
+// flaps between working and failing; that is one episode, not many.
+var episodeQuiet = 2 * time.Second
+
 // backoff paces the retries of a failing accept. An episode is logged when
-// it starts and when it ends, never per retry: descriptor exhaustion lasts
-// as long as the connections holding them, and a line per second (or per 5
-// ms at first) would drown the log.
+// it starts and when it is over, never per retry: descriptor exhaustion
+// lasts as long as the connections holding them, and a line per retry
+// would drown the log.
 type backoff struct {
-	log     *slog.Logger
-	addr    net.Addr
-	delay   time.Duration
-	since   time.Time
-	retries int
+	log  *slog.Logger
+	addr net.Addr
+
+	mu       sync.Mutex
+	delay    time.Duration // the last pause; 0 after a success
+	failing  bool          // in an episode
+	since    time.Time     // its first failure
+	lastFail time.Time
+	retries  int
+	gen      int         // invalidates a pending settle timer
+	settle   *time.Timer // ends the episode after episodeQuiet without a failure
 }
 
 // failed returns how long to wait before the next accept.
 func (b *backoff) failed(err error) time.Duration {
-	if b.delay == 0 {
-		b.delay, b.since, b.retries = firstDelay, time.Now(), 0
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if !b.failing {
+		b.failing, b.since, b.retries = true, now, 0
 		b.logger().Warn("accept failing, retrying with backoff until it recovers (logged once)",
 			"listener", b.addr.String(), "error", err.Error())
+	}
+	b.stopSettle()
+	b.lastFail = now
+	b.retries++
+	if b.delay == 0 {
+		b.delay = firstDelay
 	} else {
 		b.delay = min(2*b.delay, maxDelay)
 	}
-	b.retries++
 	return b.delay
 }
 
-// recovered ends an episode, if one was running.
-func (b *backoff) recovered() {
-	if b.delay == 0 {
-		return
-	}
-	b.logger().Info("accept recovered", "listener", b.addr.String(),
-		"failing_for", time.Since(b.since).Round(time.Millisecond).String(), "retries", b.retries)
+// succeeded resets the pause and, in an episode, ends it once accepts
+// keep working for episodeQuiet.
+func (b *backoff) succeeded() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.delay = 0
+	if b.failing && b.settle == nil {
+		gen := b.gen
+		b.settle = time.AfterFunc(episodeQuiet, func() { b.end(gen) })
+	}
+}
+
+func (b *backoff) end(gen int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if gen != b.gen || !b.failing {
+		return // a failure came since
+	}
+	b.failing, b.settle = false, nil
+	b.logger().Info("accept recovered", "listener", b.addr.String(),
+		"failing_for", b.lastFail.Sub(b.since).Round(time.Millisecond).String(), "retries", b.retries)
+}
+
+// stop drops a pending end of episode: the listener is gone.
+func (b *backoff) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopSettle()
+}
+
+func (b *backoff) stopSettle() {
+	b.gen++
+	if b.settle != nil {
+		b.settle.Stop()
+		b.settle = nil
+	}
 }
 
 func (b *backoff) logger() *slog.Logger {
