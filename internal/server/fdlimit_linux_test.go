@@ -207,7 +207,7 @@ func TestAcceptRecoversFromDescriptorExhaustion(t *testing.T) {
 	// One warning and one recovery per listener, not a line per retry
 	// (dozens here): descriptors come back one by one as the idle
 	// connections close, and accept working in between is the same episode.
-	for _, transport := range []string{"transport=git", "transport=ssh"} {
+	for _, transport := range []string{"transport=git", "transport=ssh", "transport=http"} {
 		s.waitForLog(t, 10*time.Second, nil, "accept recovered", transport)
 		failing, recovered := s.countLogged("accept failing", transport), s.countLogged("accept recovered", transport)
 		if failing != 1 || recovered != 1 {
