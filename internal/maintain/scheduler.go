@@ -9,8 +9,9 @@ import (
 	"packwire/internal/repo"
 )
 
-// Scheduler checks every repository each Interval and runs what Plan says
-// is needed, at most Concurrency at a time, within a CPU budget.
+// Scheduler checks every repository each Interval, removes stale push
+// quarantines and runs what Plan says is needed, at most Concurrency at a
+// time, within a CPU budget.
 type Scheduler struct {
 	M           *Maintainer
 	Repos       func() ([]repo.Repo, error)
@@ -91,6 +92,7 @@ func (s *Scheduler) Pass(ctx context.Context) int {
 		go func(r repo.Repo) {
 			defer wg.Done()
 			defer func() { <-sem }()
+			s.M.RemoveStaleQuarantines(r) // whatever the layout needs: pushes killed mid-pack leave them
 			kind, reason, err := s.M.Plan(ctx, r.Path)
 			if err != nil {
 				s.M.Log.Warn("maintenance: checking", "repo", r.Name, "error", err.Error())

@@ -245,7 +245,8 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err = pushguard.InstallHook(s.Pipeline.HooksDir, exe); err != nil {
 		return nil, fmt.Errorf("hooks directory: %w", err)
 	}
-	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance})
+	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance,
+		QuarantineAge: maintain.QuarantineAge(cfg.IdleTimeout)})
 	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })
 	gov.RegisterGauge("packwire_pack_jobs_queued", "Requests waiting for a pack generation slot.", func() float64 { _, q := s.Pipeline.Limiter.Stats(); return float64(q) })
 	if cfg.PackCache || cfg.FetchCache {
