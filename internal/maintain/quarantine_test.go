@@ -239,3 +239,26 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestQuarantineSweepIgnoresBudget: with the hour's CPU budget used up a
+// pass runs no maintenance, but still removes stale quarantines.
+func TestQuarantineSweepIgnoresBudget(t *testing.T) {
+	env := gittest.New(t)
+	bare := filepath.Join(t.TempDir(), "app.git")
+	env.Build(bare, gittest.Shape{Commits: 3, Seed: 1})
+	stale := filepath.Join(bare, "objects", "tmp_objdir-incoming-Zz9Yy8")
+	if err := os.MkdirAll(filepath.Join(stale, "pack"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(stale, "pack", "tmp_pack_q"), make([]byte, 100), 0o644)
+	ageTree(t, stale, time.Now().Add(-3*time.Hour))
+	sched := &Scheduler{M: quietMaintainer(), Budget: time.Minute,
+		Repos: func() ([]repo.Repo, error) { return []repo.Repo{{Name: "app", Path: bare}}, nil }}
+	sched.used = []spent{{at: time.Now(), cpu: time.Hour}}
+	if runs := sched.Pass(context.Background()); runs != 0 {
+		t.Fatalf("%d runs with the budget used up", runs)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Fatal("the stale quarantine survived a pass whose budget was used up")
+	}
+}

@@ -71,6 +71,14 @@ func (s *Scheduler) Pass(ctx context.Context) int {
 		s.M.Log.Error("maintenance: listing repositories", "error", err.Error())
 		return 0
 	}
+	// Quarantines that killed pushes left first, in every repository: one
+	// directory read each, and the CPU budget must not starve them.
+	for _, r := range repos {
+		if ctx.Err() != nil {
+			return 0
+		}
+		s.M.RemoveStaleQuarantines(r)
+	}
 	n := max(s.Concurrency, 1)
 	sem := make(chan struct{}, n)
 	var wg sync.WaitGroup
@@ -92,7 +100,6 @@ func (s *Scheduler) Pass(ctx context.Context) int {
 		go func(r repo.Repo) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			s.M.RemoveStaleQuarantines(r) // whatever the layout needs: pushes killed mid-pack leave them
 			kind, reason, err := s.M.Plan(ctx, r.Path)
 			if err != nil {
 				s.M.Log.Warn("maintenance: checking", "repo", r.Name, "error", err.Error())
