@@ -99,15 +99,14 @@ func TestMaxConnectionsHTTP(t *testing.T) {
 
 	timedClone := func(what, url string) {
 		t.Helper()
-		start := time.Now()
-		if out, err := s.env.Run("", nil, "clone", "-q", url, filepath.Join(t.TempDir(), "c")); err != nil {
-			t.Fatalf("%s: %v\n%s", what, err, out)
-		}
-		took := time.Since(start)
-		t.Logf("%s: %v", what, took.Round(time.Millisecond))
-		if took > 2*time.Second {
-			t.Errorf("%s took %v, over 2s", what, took)
-		}
+		underTwoSeconds(t, what, func() (time.Duration, error) {
+			start := time.Now()
+			out, err := s.env.Run("", nil, "clone", "-q", url, filepath.Join(t.TempDir(), "c"))
+			if err != nil {
+				err = fmt.Errorf("%v\n%s", err, out)
+			}
+			return time.Since(start), err
+		})
 	}
 	timedClone("git:// clone while HTTP is at its cap", s.gitURL("team/app"))
 
@@ -140,4 +139,26 @@ func TestMaxConnectionsHTTPS(t *testing.T) {
 	if out, err := s.env.Run("", caEnv, "clone", "-q", url, filepath.Join(t.TempDir(), "ok")); err != nil {
 		t.Fatalf("clone after release: %v\n%s", err, out)
 	}
+}
+
+// underTwoSeconds runs a clone up to three times until one takes under 2 s,
+// and fails the test if none does or one fails. Best of three: one slow
+// sample on a loaded machine (other test binaries share its 2 cores) says
+// nothing about the server, while a server still backing off or refusing
+// would be slow or fail every time.
+func underTwoSeconds(t *testing.T, what string, clone func() (time.Duration, error)) {
+	t.Helper()
+	var times []string
+	for range 3 {
+		took, err := clone()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		times = append(times, took.Round(time.Millisecond).String())
+		if took < 2*time.Second {
+			t.Logf("%s: %s", what, strings.Join(times, ", "))
+			return
+		}
+	}
+	t.Errorf("%s: %s, never under 2s", what, strings.Join(times, ", "))
 }
