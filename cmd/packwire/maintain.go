@@ -46,6 +46,12 @@ geometrically cost 7-11% at 19-48% on one repository, 12-28% at 12% and
 at 10% a repository doubling its history rebuilds about 7 times, while a late
 rebuild costs every clone: at the default 10% a clone pays 10-30% more at most.
 
+A push killed mid-pack (kill -9, or its client gone) leaves its quarantine,
+objects/tmp_objdir-incoming-*, which git removes only when receive-pack
+exits normally: maintenance removes one in which nothing was written for an
+hour (serve: twice --timeout, at least an hour), whatever else the
+repository needs, and says so with its size.
+
 git runs at a lower CPU priority (nice 10) and never blocks clones or pushes.
 packwire serve does the same in the background (--maintain-interval).
 Each run is recorded in the governor; "packwire repo show NAME" shows the layout.`
@@ -86,6 +92,7 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	var failed error
 	for _, r := range repos {
+		sweepQuarantines(m, r, dryRun, stdout)
 		kind, reason := maintain.Full, "requested (--full)"
 		if !full {
 			if kind, reason, err = m.Plan(ctx, r.Path); err != nil {
@@ -109,6 +116,22 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	return failed
+}
+
+// sweepQuarantines removes (with dryRun, lists) what pushes killed
+// mid-pack left in r.
+func sweepQuarantines(m *maintain.Maintainer, r repo.Repo, dryRun bool, w io.Writer) {
+	qs, verb := []maintain.Quarantine(nil), "removed"
+	if dryRun {
+		qs, _ = m.StaleQuarantines(r.Path)
+		verb = "would remove"
+	} else {
+		qs = m.RemoveStaleQuarantines(r)
+	}
+	for _, q := range qs {
+		fmt.Fprintf(w, "%s: %s stale push quarantine %s (%s, last written %s ago)\n", r.Name, verb, q.Name,
+			bytesText(q.Bytes), time.Since(q.LastWrite).Round(time.Minute))
+	}
 }
 
 func printRun(w io.Writer, run governor.MaintenanceRun) {

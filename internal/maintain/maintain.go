@@ -76,7 +76,10 @@ type Options struct {
 	Drift           float64 // full rebuild above this drift (default DefaultDrift)
 	CruftExpiration string  // unreachable objects are kept this long (default 2.weeks.ago)
 	MaxLoose        int     // more loose objects than this start a geometric run (default 100)
-	Log             *slog.Logger
+	// QuarantineAge: a push quarantine unwritten for this long is removed
+	// (default DefaultQuarantineAge; see QuarantineAge).
+	QuarantineAge time.Duration
+	Log           *slog.Logger
 	// Record, if set, gets every run (the governor's RecordMaintenance).
 	Record func(context.Context, governor.MaintenanceRun) error
 }
@@ -102,6 +105,9 @@ func New(o Options) *Maintainer {
 	}
 	if o.MaxLoose <= 0 {
 		o.MaxLoose = 100
+	}
+	if o.QuarantineAge <= 0 {
+		o.QuarantineAge = DefaultQuarantineAge
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -423,10 +429,11 @@ func geometric(sizes []int64, factor int64) bool {
 	return true
 }
 
-// Maintain plans and, if needed, runs maintenance on r (a full run when
-// force is set), records the run and returns it. Kind None means nothing
-// was needed and nothing was recorded.
+// Maintain removes stale push quarantines, plans and, if needed, runs
+// maintenance on r (a full run when force is set), records the run and
+// returns it. Kind None means nothing was needed and nothing was recorded.
 func (m *Maintainer) Maintain(ctx context.Context, r repo.Repo, force bool) (governor.MaintenanceRun, error) {
+	m.RemoveStaleQuarantines(r)
 	kind, reason := Full, "requested"
 	if !force {
 		var err error

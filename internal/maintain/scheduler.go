@@ -9,8 +9,9 @@ import (
 	"packwire/internal/repo"
 )
 
-// Scheduler checks every repository each Interval and runs what Plan says
-// is needed, at most Concurrency at a time, within a CPU budget.
+// Scheduler checks every repository each Interval, removes stale push
+// quarantines and runs what Plan says is needed, at most Concurrency at a
+// time, within a CPU budget.
 type Scheduler struct {
 	M           *Maintainer
 	Repos       func() ([]repo.Repo, error)
@@ -69,6 +70,14 @@ func (s *Scheduler) Pass(ctx context.Context) int {
 	if err != nil {
 		s.M.Log.Error("maintenance: listing repositories", "error", err.Error())
 		return 0
+	}
+	// Quarantines that killed pushes left first, in every repository: one
+	// directory read each, and the CPU budget must not starve them.
+	for _, r := range repos {
+		if ctx.Err() != nil {
+			return 0
+		}
+		s.M.RemoveStaleQuarantines(r)
 	}
 	n := max(s.Concurrency, 1)
 	sem := make(chan struct{}, n)

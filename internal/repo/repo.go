@@ -87,15 +87,111 @@ func (r Root) Resolve(raw string) (Repo, error) {
 		if !IsBare(real) {
 			continue
 		}
-		// The name is where the repository really is: access is decided on
-		// it, so a symlink can never lend one repository another's rules.
-		canonical, err := CleanName(filepath.ToSlash(rel))
+		// On a case-insensitive file system (macOS, Windows) "TEAM/SECRET"
+		// reaches team/secret.git: spell the name as the directory entries
+		// are, or access would be decided on the client's spelling.
+		spelled, err := onDiskSpelling(osDirs{}, root, rel)
 		if err != nil {
 			continue
 		}
-		return Repo{Name: canonical, Path: real}, nil
+		nameRel := spelled
+		if candidate != name { // its ".git" may be stored as ".GIT"
+			nameRel = spelled[:len(spelled)-len(".git")] + ".git"
+		}
+		// The name is where the repository really is: access is decided on
+		// it, so a symlink can never lend one repository another's rules.
+		canonical, err := CleanName(filepath.ToSlash(nameRel))
+		if err != nil {
+			continue
+		}
+		return Repo{Name: canonical, Path: filepath.Join(root, spelled)}, nil
 	}
 	return Repo{}, ErrNotFound
+}
+
+// dirs is what onDiskSpelling reads of the file system: the real one, or
+// in tests one that folds case.
+type dirs interface {
+	Lstat(path string) (os.FileInfo, error)
+	Names(dir string) ([]string, error) // the directory's entries as stored
+}
+
+type osDirs struct{}
+
+func (osDirs) Lstat(path string) (os.FileInfo, error) { return os.Lstat(path) }
+
+func (osDirs) Names(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// onDiskSpelling spells rel, a path of existing entries under root (no
+// symlinks left), segment by segment as the entries are stored.
+func onDiskSpelling(fsys dirs, root, rel string) (string, error) {
+	segs := strings.Split(rel, string(filepath.Separator))
+	dir := root
+	for i, seg := range segs {
+		spelled, err := entryName(fsys, dir, seg)
+		if err != nil {
+			return "", err
+		}
+		segs[i] = spelled
+		dir = filepath.Join(dir, spelled)
+	}
+	return strings.Join(segs, string(filepath.Separator)), nil
+}
+
+// entryName returns how the existing entry seg of dir is stored. The
+// directory is read only when seg in other letter cases resolves too, so
+// on a case-sensitive file system this costs one failed Lstat. Then the
+// exact name wins (two case variants on a case-sensitive file system are
+// distinct), else the one entry equal to seg but for case.
+func entryName(fsys dirs, dir, seg string) (string, error) {
+	other := swapCase(seg)
+	if other == seg {
+		return seg, nil // no letters
+	}
+	if _, err := fsys.Lstat(filepath.Join(dir, other)); err != nil {
+		return seg, nil
+	}
+	names, err := fsys.Names(dir)
+	if err != nil {
+		return "", err
+	}
+	match := ""
+	for _, n := range names {
+		if n == seg {
+			return seg, nil
+		}
+		if strings.EqualFold(n, seg) {
+			if match != "" {
+				return "", fmt.Errorf("%q and %q in %s both match %q", match, n, dir, seg)
+			}
+			match = n
+		}
+	}
+	if match == "" {
+		return "", fmt.Errorf("%q not listed in %s", seg, dir)
+	}
+	return match, nil
+}
+
+// swapCase turns ASCII upper case into lower and lower into upper.
+func swapCase(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		case 'A' <= c && c <= 'Z':
+			b[i] = c - 'A' + 'a'
+		}
+	}
+	return string(b)
 }
 
 // IsBare reports whether dir is itself a git directory (HEAD, objects and

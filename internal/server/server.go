@@ -34,6 +34,7 @@ import (
 	"packwire/internal/pipeline"
 	"packwire/internal/pushguard"
 	"packwire/internal/reach"
+	"packwire/internal/transport/accept"
 	"packwire/internal/transport/daemon"
 	httptransport "packwire/internal/transport/http"
 	sshtransport "packwire/internal/transport/ssh"
@@ -50,7 +51,7 @@ type Config struct {
 
 	InitTimeout    time.Duration // for the first request line / SSH handshake
 	IdleTimeout    time.Duration // no data either way for this long ends a request
-	MaxConnections int           // per transport; 0: no limit
+	MaxConnections int           // per listener (git://, SSH, HTTP); 0: no limit
 	MaxRequestBody int64         // decoded HTTP fetch request bound
 	SSHCiphers     []string
 	SSHKeepAlive   time.Duration
@@ -244,7 +245,8 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err = pushguard.InstallHook(s.Pipeline.HooksDir, exe); err != nil {
 		return nil, fmt.Errorf("hooks directory: %w", err)
 	}
-	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance})
+	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance,
+		QuarantineAge: maintain.QuarantineAge(cfg.IdleTimeout)})
 	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })
 	gov.RegisterGauge("packwire_pack_jobs_queued", "Requests waiting for a pack generation slot.", func() float64 { _, q := s.Pipeline.Limiter.Stats(); return float64(q) })
 	if cfg.PackCache || cfg.FetchCache {
@@ -306,12 +308,21 @@ func (s *Server) Start() error {
 		if httpL, err = listen(cfg.HTTPAddr, "http"); err != nil {
 			return fail(err)
 		}
+		var tlsConfig *tls.Config
 		if cfg.TLSCert != "" || cfg.TLSKey != "" {
 			cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 			if err != nil {
 				return fail(fmt.Errorf("TLS: %w", err))
 			}
-			httpL = tls.NewListener(httpL, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}})
+			tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+		}
+		// The cap sits under TLS: net/http must see the *tls.Conn (HTTP/2,
+		// r.TLS), and a refused connection never reaches it.
+		httpL = accept.NewListener(httpL, cfg.MaxConnections, func(c net.Conn) {
+			httptransport.RefuseConnection(c, tlsConfig, cfg.MaxConnections)
+		}, cfg.Log.With("transport", "http"))
+		if tlsConfig != nil {
+			httpL = tls.NewListener(httpL, tlsConfig)
 		}
 	}
 	if cfg.SSHAddr != "" {

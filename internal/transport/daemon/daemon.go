@@ -90,7 +90,7 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.listener = l
 	s.mu.Unlock()
-	err := accept.Loop(l, s.isClosed, func(conn net.Conn) {
+	err := accept.Loop(l, s.log().With("transport", "git"), s.isClosed, func(conn net.Conn) {
 		conn = accept.QuickAck(conn)
 		// Add under the lock Close takes: Wait after Close never races it.
 		s.mu.Lock()

@@ -83,7 +83,7 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.listener = l
 	s.mu.Unlock()
-	err := accept.Loop(l, s.isClosed, func(nc net.Conn) {
+	err := accept.Loop(l, s.log().With("transport", "ssh"), s.isClosed, func(nc net.Conn) {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetKeepAliveConfig(tcpKeepAlive)
 		}
