@@ -72,6 +72,10 @@ var ServedConfig = []string{
 // only: elsewhere a pipe keeps the OS's own size.
 var PipeSize = 1 << 20
 
+// terminateGrace is how long an ended receive-pack may take to clean up
+// before it is asked to stop, and again before it is killed.
+const terminateGrace = 2 * time.Second
+
 // ErrIdle is returned when neither side sent anything for IdleTimeout.
 var ErrIdle = errors.New("idle timeout")
 
@@ -256,7 +260,27 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 			return
 		}
 		killErr = why
-		procgroup.Kill(cmd)
+		if spec.Service == ReceivePack {
+			// A push is ended by closing its input first: index-pack stops at
+			// the early EOF and receive-pack exits on its own, removing its
+			// quarantine (objects/tmp_objdir-incoming-*), which a kill leaves
+			// on disk (a SIGTERM to the group races index-pack's writes).
+			// Asked to stop if it lingers, killed if it still does.
+			gitIn.Close()
+			later := func(d time.Duration, stop func(*exec.Cmd)) {
+				time.AfterFunc(d, func() {
+					killMu.Lock()
+					defer killMu.Unlock()
+					if !finished {
+						stop(cmd)
+					}
+				})
+			}
+			later(terminateGrace, procgroup.Terminate)
+			later(2*terminateGrace, procgroup.Kill)
+		} else {
+			procgroup.Kill(cmd)
+		}
 		if d, ok := stdout.(WriteDeadliner); ok {
 			d.SetWriteDeadline(time.Now())
 		}

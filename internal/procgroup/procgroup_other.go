@@ -21,6 +21,9 @@ func Kill(cmd *exec.Cmd) {
 	cmd.Process.Kill()
 }
 
+// Terminate is Kill where there are no signals to ask with.
+func Terminate(cmd *exec.Cmd) { Kill(cmd) }
+
 // UsageOf gives the process's own CPU time (not its children's) and no
 // peak memory: the OS has no rusage.
 func UsageOf(st *os.ProcessState) Usage {

@@ -27,6 +27,13 @@ func Kill(cmd *exec.Cmd) {
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 }
 
+// Terminate asks cmd's whole process group to stop (SIGTERM), so that git
+// can clean up after itself (receive-pack removes its push quarantine on
+// SIGTERM; a SIGKILL leaves it on disk).
+func Terminate(cmd *exec.Cmd) {
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+}
+
 // UsageOf reads rusage, which includes the children the process waited for.
 func UsageOf(st *os.ProcessState) Usage {
 	ru, ok := st.SysUsage().(*syscall.Rusage)

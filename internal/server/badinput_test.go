@@ -381,9 +381,14 @@ func TestClientVanishesMidPush(t *testing.T) {
 	waitProgress(stderr, "Writing objects:")
 	cmd.Process.Kill()
 	cmd.Wait()
-	waitNoChildren(t, "receive-pack", time.Second)
+	waitNoChildren(t, "receive-pack", 3*time.Second)
 	if after := s.env.Git(bare, "show-ref"); after != before {
 		t.Fatalf("refs changed by an interrupted push:\n%s", after)
+	}
+	// receive-pack was asked to stop (SIGTERM), so it removed its
+	// quarantine itself; a SIGKILL left it on disk until maintenance.
+	if left, _ := filepath.Glob(filepath.Join(bare, "objects", "tmp_objdir-*")); len(left) != 0 {
+		t.Fatalf("the interrupted push left its quarantine: %v", left)
 	}
 	s.env.Fsck(bare)
 }
