@@ -38,18 +38,25 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 
 func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("usage: packwire repo create NAME | repo import NAME SOURCE | repo list | repo show NAME")
+		return usagef("usage: packwire repo create NAME | repo import NAME SOURCE | repo list | repo show NAME | repo set-head NAME BRANCH | repo quota NAME [SIZE|off]")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
 	case "create":
-		data, pos, err := openData(ctx, "repo create", "repo create NAME [--data DIR]", "Create an empty bare repository. Names may be nested (team/app).", args, stderr, nil)
+		var branch string
+		data, pos, err := openData(ctx, "repo create", "repo create NAME [--default-branch BRANCH] [--data DIR]", "Create an empty bare repository. Names may be nested (team/app). Its HEAD names\nthe server's default branch (see packwire default-branch; main unless set).", args, stderr,
+			func(fs *flag.FlagSet) {
+				fs.StringVar(&branch, "default-branch", "", "the branch HEAD names (default: the server's default branch)")
+			})
 		if err != nil {
 			return err
 		}
 		defer data.Close()
 		if len(pos) != 1 {
 			return usagef("usage: packwire repo create NAME")
+		}
+		if branch != "" {
+			data.Repos.DefaultBranch = branch
 		}
 		r, err := data.Repos.Create(ctx, pos[0])
 		if err != nil {
@@ -95,6 +102,10 @@ func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	case "show":
 		return cmdRepoShow(ctx, args, stdout, stderr)
+	case "set-head":
+		return cmdRepoSetHead(ctx, args, stdout, stderr)
+	case "quota":
+		return cmdRepoQuota(ctx, args, stdout, stderr)
 	default:
 		return usagef("unknown repo command %q", sub)
 	}

@@ -36,6 +36,7 @@ commands:
                              ('*' within a path segment, '**' any depth: team/*, **)
   revoke USER PATTERN        remove USER's grant on PATTERN
   grants [USER]              list grants
+  default-branch [BRANCH]    the branch new repositories' HEAD names (main)
   anonymous-read on|off [PATTERN]
                              anonymous read server-wide (default on) or per pattern
   protect REPO_PAT REF_PAT   no force-push, no delete below admin (e.g. refs/heads/main)
@@ -96,6 +97,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdRevoke(ctx, args[1:], stdout, stderr)
 	case "grants":
 		err = cmdGrants(ctx, args[1:], stdout, stderr)
+	case "default-branch":
+		err = cmdDefaultBranch(ctx, args[1:], stdout, stderr)
 	case "anonymous-read":
 		err = cmdAnonRead(ctx, args[1:], stdout, stderr)
 	case "protect":

@@ -180,6 +180,12 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	fmt.Fprintf(stdout, "%s at %s\n", r.Name, r.Path)
+	if head := repo.Head(r); head != "" {
+		fmt.Fprintf(stdout, "HEAD: refs/heads/%s\n", head)
+	}
+	if err := printUsage(stdout, r); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "refs: %d branches, %d tags, %d other\n", refs.Branches, refs.Tags, refs.Other)
 	fmt.Fprintf(stdout, "packs: %d, %s; loose objects: %d\n", len(l.Packs), bytesText(l.Bytes()), l.Loose)
 	for _, p := range l.Packs {

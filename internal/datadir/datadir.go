@@ -56,9 +56,16 @@ func Open(ctx context.Context, dir string) (*Data, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Read once: a change applies to the repositories created after the
+	// next start (the server creates none itself; the CLI reads it fresh).
+	defaultBranch, err := st.Setting(ctx, repo.SettingDefaultBranch, repo.DefaultBranch)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	return &Data{
 		Dir:    abs,
-		Repos:  repo.Root{Dir: filepath.Join(abs, "repos")},
+		Repos:  repo.Root{Dir: filepath.Join(abs, "repos"), DefaultBranch: defaultBranch},
 		Store:  st,
 		Access: &access.Controller{Store: st},
 	}, nil

@@ -93,6 +93,11 @@ type Pipeline struct {
 	Pushes *limiter.Limiter
 	// MaxPushRefs bounds the ref updates of one push (0: DefaultMaxPushRefs).
 	MaxPushRefs int
+	// MaxPushBytes bounds the pack of one push (git's receive.maxInputSize;
+	// 0: none); a repository's quota may bound it further.
+	MaxPushBytes int64
+	// FsckPushes has git check every pushed object (receive.fsckObjects).
+	FsckPushes bool
 	// RequestPace bounds how slowly a client may send its request (an HTTP
 	// fetch body, a git:// or SSH pack request) before it takes a slot.
 	RequestPace Pace

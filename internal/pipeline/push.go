@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"packwire/internal/hookmode"
 	"packwire/internal/push"
 	"packwire/internal/pushguard"
+	"packwire/internal/repo"
+	"packwire/internal/units"
 )
 
 // Reasons shown to the client for refused refs, in git's report.
@@ -106,6 +109,21 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		}
 	}
 	plan := c.planPush(model, preq)
+	maxInput, quotaErr := c.pushRoom()
+	if quotaErr != "" {
+		// Deletes free room: only what brings objects is refused.
+		var kept []push.Command
+		for _, cmd := range plan.kept {
+			if cmd.IsDelete() {
+				kept = append(kept, cmd)
+				continue
+			}
+			plan.refused[cmd.Ref] = quotaErr
+		}
+		plan.kept = kept
+		plan.ffOnly = nil
+		p.log().Info("refused", "id", c.ID, "transport", req.Transport, "repo", c.Repo.Name, "user", req.Principal.String(), "reason", quotaErr)
+	}
 	atomicPush := preq.HasCap("atomic")
 	if atomicPush && len(plan.refused) > 0 && len(plan.kept) > 0 {
 		for _, cmd := range plan.kept {
@@ -154,6 +172,13 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		return res, err
 	}
 
+	if p.FsckPushes {
+		// git's own checks of what is pushed; its messages reach the client.
+		spec.Config = append(spec.Config, "receive.fsckObjects=true")
+	}
+	if maxInput > 0 {
+		spec.Config = append(spec.Config, "receive.maxInputSize="+strconv.FormatInt(maxInput, 10))
+	}
 	if len(plan.ffOnly) > 0 {
 		if p.HooksDir == "" {
 			return total, &Error{Code: CodeInternal, Message: "internal error: fast-forward checks are not set up", Err: errors.New("pipeline: no HooksDir")}
@@ -180,6 +205,11 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		}
 	}
 	c.pushOutcome = judgeReport(rewrite.Final, plan.refused, ffOnly)
+	if branch, err := repo.FollowFirstPush(ctx, c.Repo, createdBranches(plan.kept, rewrite.Final)); err != nil {
+		p.log().Warn("HEAD not moved to the first pushed branch", "repo", c.Repo.Name, "error", err.Error())
+	} else if branch != "" {
+		p.log().Info("HEAD follows the first push", "repo", c.Repo.Name, "branch", branch)
+	}
 	res.BytesIn += total.BytesIn
 	res.BytesOut += total.BytesOut
 	res.UserCPU += total.UserCPU
@@ -273,6 +303,59 @@ func (c *Call) refuseWholePush(ctx context.Context, preq *push.Request, in *bufi
 		}
 	}
 	return res, nil
+}
+
+// pushRoom is the largest pack the push may send (0: no bound), from
+// MaxPushBytes and the room left under the repository's quota, or why
+// nothing may be pushed (the quota is used up).
+func (c *Call) pushRoom() (maxInput int64, refusal string) {
+	p := c.p
+	maxInput = p.MaxPushBytes
+	quota, err := repo.Quota(c.Repo)
+	if err != nil {
+		p.log().Warn("quota unreadable", "repo", c.Repo.Name, "error", err.Error())
+		return maxInput, ""
+	}
+	if quota <= 0 {
+		return maxInput, ""
+	}
+	used, err := repo.Usage(c.Repo)
+	if err != nil {
+		p.log().Warn("repository size unreadable", "repo", c.Repo.Name, "error", err.Error())
+		return maxInput, ""
+	}
+	room := quota - used
+	if room <= 0 {
+		return 0, fmt.Sprintf("repository over its quota (%s used of %s)", units.Bytes(used), units.Bytes(quota))
+	}
+	if maxInput <= 0 || room < maxInput {
+		maxInput = room
+	}
+	return maxInput, ""
+}
+
+// createdBranches are the branches a push created, by the report's "ok"
+// lines (every one when the client asked for no report), in the client's
+// order.
+func createdBranches(kept []push.Command, report []string) []string {
+	ok := map[string]bool{}
+	if report == nil {
+		for _, cmd := range kept {
+			ok[cmd.Ref] = true
+		}
+	}
+	for _, l := range report {
+		if ref, found := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "ok "); found {
+			ok[ref] = true
+		}
+	}
+	var created []string
+	for _, cmd := range kept {
+		if cmd.IsCreate() && strings.HasPrefix(cmd.Ref, "refs/heads/") && ok[cmd.Ref] {
+			created = append(created, cmd.Ref)
+		}
+	}
+	return created
 }
 
 // pushOutcome is how a push ended as far as its report tells; empty

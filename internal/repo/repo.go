@@ -26,6 +26,9 @@ var (
 // NAME.git (nested names are directories: team/app -> team/app.git).
 type Root struct {
 	Dir string
+	// DefaultBranch is the branch new repositories' HEAD names ("":
+	// DefaultBranch).
+	DefaultBranch string
 }
 
 // Repo is one resolved repository.
@@ -222,7 +225,14 @@ func (r Root) Create(ctx context.Context, raw string) (Repo, error) {
 		return Repo{}, err
 	}
 	defer os.RemoveAll(tmp)
-	if out, err := exec.CommandContext(ctx, "git", "init", "--bare", "--quiet", tmp).CombinedOutput(); err != nil {
+	branch := r.DefaultBranch
+	if branch == "" {
+		branch = DefaultBranch
+	}
+	if err := CheckBranch(branch); err != nil {
+		return Repo{}, err
+	}
+	if out, err := exec.CommandContext(ctx, "git", "init", "--bare", "--quiet", "--initial-branch="+branch, tmp).CombinedOutput(); err != nil {
 		return Repo{}, fmt.Errorf("git init: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	if err := os.Rename(tmp, path); err != nil {

@@ -74,8 +74,10 @@ type Config struct {
 	MaxQueue           int           // requests waiting for a slot; more are refused at once
 	MaxQueueWait       time.Duration // a queued request is refused after this long
 
-	MaxPushJobs int // concurrent pushes that write (receive-pack running), in all (0: no limit)
-	MaxPushRefs int // ref updates one push may carry (0: pipeline.DefaultMaxPushRefs)
+	MaxPushJobs  int   // concurrent pushes that write (receive-pack running), in all (0: no limit)
+	MaxPushRefs  int   // ref updates one push may carry (0: pipeline.DefaultMaxPushRefs)
+	MaxPushBytes int64 // the pack of one push, in bytes (0: no bound)
+	FsckPushes   bool  // git checks every pushed object (receive.fsckObjects)
 
 	// A fetch request (an HTTP body, a git:// or SSH fetch command) must
 	// arrive at RequestMinRate bytes/s on average after InitTimeout, and
@@ -125,6 +127,7 @@ var Defaults = Config{
 	MaxQueueWait:       60 * time.Second,
 	MaxPushJobs:        max(4, 2*runtime.NumCPU()),
 	MaxPushRefs:        pipeline.DefaultMaxPushRefs,
+	FsckPushes:         true,
 
 	RequestMinRate:       1024,
 	RequestTimeout:       5 * time.Minute,
@@ -221,11 +224,13 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			MaxQueue: cfg.MaxQueue,
 			MaxWait:  cfg.MaxQueueWait,
 		},
-		Pushes:      &limiter.Limiter{Global: cfg.MaxPushJobs, MaxQueue: cfg.MaxQueue, MaxWait: cfg.MaxQueueWait},
-		MaxPushRefs: cfg.MaxPushRefs,
-		HooksDir:    filepath.Join(data.Dir, "run", "hooks"),
-		TempDir:     filepath.Join(data.Dir, "tmp"),
-		RequestPace: pipeline.Pace{Grace: cfg.InitTimeout, MinRate: cfg.RequestMinRate, Max: cfg.RequestTimeout},
+		Pushes:       &limiter.Limiter{Global: cfg.MaxPushJobs, MaxQueue: cfg.MaxQueue, MaxWait: cfg.MaxQueueWait},
+		MaxPushRefs:  cfg.MaxPushRefs,
+		MaxPushBytes: cfg.MaxPushBytes,
+		FsckPushes:   cfg.FsckPushes,
+		HooksDir:     filepath.Join(data.Dir, "run", "hooks"),
+		TempDir:      filepath.Join(data.Dir, "tmp"),
+		RequestPace:  pipeline.Pace{Grace: cfg.InitTimeout, MinRate: cfg.RequestMinRate, Max: cfg.RequestTimeout},
 
 		MaxPerClient: cfg.MaxRequestsPerClient,
 	}

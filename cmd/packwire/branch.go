@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"packwire/internal/repo"
+	"packwire/internal/units"
+)
+
+// cmdDefaultBranch shows or sets the branch new repositories' HEAD names.
+func cmdDefaultBranch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "default-branch [BRANCH] [--data DIR]"
+	data, pos, err := openData(ctx, "default-branch", syn,
+		"Show, or set, the branch that HEAD names in repositories created from now on\n(default "+repo.DefaultBranch+"; repo create --default-branch overrides it for one).\nWhen the first push into a repository leaves HEAD naming a missing\nbranch, HEAD follows the pushed branch: "+repo.DefaultBranch+" if pushed, else the only\none, else the first.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	switch len(pos) {
+	case 0:
+		b, err := data.Store.Setting(ctx, repo.SettingDefaultBranch, repo.DefaultBranch)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, b)
+		return nil
+	case 1:
+		if err := repo.CheckBranch(pos[0]); err != nil {
+			return fmt.Errorf("default-branch: %w", err)
+		}
+		if err := data.Store.SetSetting(ctx, repo.SettingDefaultBranch, pos[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "new repositories' HEAD names %s\n", pos[0])
+		return nil
+	}
+	return usagef("usage: packwire %s", syn)
+}
+
+// cmdRepoSetHead points a repository's HEAD (its default branch) at a branch.
+func cmdRepoSetHead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "repo set-head NAME BRANCH [--data DIR]"
+	data, pos, err := openData(ctx, "repo set-head", syn,
+		"Make BRANCH the repository's default branch: the one HEAD names, which\nclones check out. The branch must exist unless the repository has none yet.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) != 2 {
+		return usagef("usage: packwire %s", syn)
+	}
+	r, err := data.Repos.Resolve(pos[0])
+	if err != nil {
+		return fmt.Errorf("repo set-head %s: %w", pos[0], err)
+	}
+	if err := repo.SetHead(ctx, r, pos[1]); err != nil {
+		return fmt.Errorf("repo set-head %s: %w", r.Name, err)
+	}
+	fmt.Fprintf(stdout, "%s: HEAD -> refs/heads/%s\n", r.Name, pos[1])
+	return nil
+}
+
+// cmdRepoQuota shows or sets a repository's size quota.
+func cmdRepoQuota(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "repo quota NAME [SIZE|off] [--data DIR]"
+	data, pos, err := openData(ctx, "repo quota", syn,
+		"Show a repository's size on disk and quota, or set the quota (500M, 2G, a byte\ncount; off removes it). A push that brings objects into a repository at or\nover its quota is refused ref by ref (\"repository over its quota\"), and one\nwhose pack would exceed the room left gets git's \"pack exceeds maximum\nallowed size\". Deletes are never refused for the quota. The quota is kept in\nthe repository's own config (packwire.quota): it moves with the repository.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if len(pos) < 1 || len(pos) > 2 {
+		return usagef("usage: packwire %s", syn)
+	}
+	r, err := data.Repos.Resolve(pos[0])
+	if err != nil {
+		return fmt.Errorf("repo quota %s: %w", pos[0], err)
+	}
+	if len(pos) == 2 {
+		var bytes int64
+		if pos[1] != "off" {
+			if bytes, err = units.ParseBytes(pos[1]); err != nil || bytes == 0 {
+				return usagef("repo quota %s: %q is not a size (500M, 2G, a byte count, or off)", r.Name, pos[1])
+			}
+		}
+		if err := repo.SetQuota(ctx, r, bytes); err != nil {
+			return fmt.Errorf("repo quota %s: %w", r.Name, err)
+		}
+	}
+	return printUsage(stdout, r)
+}
+
+// printUsage prints a repository's size on disk and its quota.
+func printUsage(w io.Writer, r repo.Repo) error {
+	used, err := repo.Usage(r)
+	if err != nil {
+		return err
+	}
+	quota, err := repo.Quota(r)
+	if err != nil {
+		return err
+	}
+	if quota > 0 {
+		fmt.Fprintf(w, "%s: %s on disk of a %s quota (%.0f%%)\n", r.Name, units.Bytes(used), units.Bytes(quota), 100*float64(used)/float64(quota))
+	} else {
+		fmt.Fprintf(w, "%s: %s on disk, no quota\n", r.Name, units.Bytes(used))
+	}
+	return nil
+}
