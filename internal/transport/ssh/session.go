@@ -7,13 +7,13 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"packwire/internal/access"
 	"packwire/internal/gitexec"
 	"packwire/internal/pipeline"
 	"packwire/internal/pktline"
 )
 
 const (
-	shellRefusal          = "packwire: interactive shells are not supported; use git clone ssh://...\n"
 	invalidCommandRefusal = "fatal: invalid command: packwire only runs git-upload-pack, git-receive-pack or git-upload-archive with one repository path\n"
 )
 
@@ -87,8 +87,25 @@ func finish(ch gossh.Channel, status uint32) {
 
 func (c *conn) refuseShell(ch gossh.Channel) uint32 {
 	c.log.Info("refused", "reason", "interactive shell requested")
-	fmt.Fprint(ch.Stderr(), shellRefusal)
+	fmt.Fprint(ch.Stderr(), greeting(c.principal, c.keyFingerprint))
 	return exitShell
+}
+
+// greeting is what "ssh git@host" prints, as the big hosts do: who the key
+// makes you, so that a user whose key is not registered learns it before a
+// push fails, with the fingerprint an admin needs.
+func greeting(p access.Principal, fingerprint string) string {
+	switch {
+	case !p.IsAnonymous():
+		return fmt.Sprintf("Hi %s! You are authenticated to packwire; shell access is not provided.\n", p.User)
+	case fingerprint != "":
+		return fmt.Sprintf("Hi! Your key %s is not registered with packwire, so you are anonymous here:\n"+
+			"you may read what anonymous users may and push nothing (an admin registers a key with\n"+
+			"packwire key add USER KEY.pub). Shell access is not provided.\n", fingerprint)
+	default:
+		return "Hi! You offered no SSH key, so you are anonymous here: you may read what\n" +
+			"anonymous users may and push nothing. Shell access is not provided.\n"
+	}
 }
 
 // exec runs one git command through the pipeline and returns the exit

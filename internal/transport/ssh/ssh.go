@@ -238,6 +238,9 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log}
+	if perms := sconn.Permissions; perms != nil {
+		c.keyFingerprint = perms.Extensions[extKey]
+	}
 	if !s.track(c) {
 		return
 	}
@@ -301,9 +304,11 @@ type conn struct {
 	ctx       context.Context // cancelled when the connection closes
 	remote    string
 	principal access.Principal
-	log       *slog.Logger
-	initTimer *time.Timer
-	wg        sync.WaitGroup // everything started for this connection
+	// keyFingerprint is the key the client authenticated with ("": none).
+	keyFingerprint string
+	log            *slog.Logger
+	initTimer      *time.Timer
+	wg             sync.WaitGroup // everything started for this connection
 
 	mu         sync.Mutex
 	sawCommand bool

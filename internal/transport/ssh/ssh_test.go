@@ -640,9 +640,21 @@ func TestShellAndSessionRequestsRefused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	h.repo("team/app", gittest.Shape{Commits: 1})
-	// Without a terminal: the shell request gets the explanation, exit 1.
-	if r := h.runSSH(h.aliceKey, "-T"); r.code != exitShell || r.stderr != shellRefusal {
-		t.Errorf("ssh -T: exit %d, stderr %q; want %d and %q", r.code, r.stderr, exitShell, shellRefusal)
+	// Without a terminal: the shell request gets a greeting saying who the
+	// key makes the client, exit 1, as the big hosts do.
+	const aliceGreeting = "Hi alice! You are authenticated to packwire; shell access is not provided.\n"
+	if r := h.runSSH(h.aliceKey, "-T"); r.code != exitShell || r.stderr != aliceGreeting {
+		t.Errorf("ssh -T: exit %d, stderr %q; want %d and %q", r.code, r.stderr, exitShell, aliceGreeting)
+	}
+	// A key nobody registered: anonymous, told so, with its fingerprint.
+	fp := strings.TrimSpace(string(must(exec.Command("ssh-keygen", "-l", "-E", "sha256", "-f", h.anonKey+".pub").Output())))
+	fp = strings.Fields(fp)[1]
+	if r := h.runSSH(h.anonKey, "-T"); r.code != exitShell || !strings.Contains(r.stderr, "Your key "+fp+" is not registered with packwire") {
+		t.Errorf("unregistered key: exit %d, stderr %q; want the fingerprint %s", r.code, r.stderr, fp)
+	}
+	// No key at all (keyboard-interactive): anonymous, told so.
+	if r := h.runSSH("", "-T"); r.code != exitShell || !strings.Contains(r.stderr, "You offered no SSH key") {
+		t.Errorf("no key: exit %d, stderr %q", r.code, r.stderr)
 	}
 	// -tt: the pty is refused, and OpenSSH gives up on a forced pty.
 	if r := h.runSSH(h.aliceKey, "-tt"); r.code == 0 || !strings.Contains(r.stderr, "PTY allocation request failed") {
@@ -679,7 +691,7 @@ func TestShellAndSessionRequestsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	var exitErr *gossh.ExitError
-	if err := sess.Wait(); !errors.As(err, &exitErr) || exitErr.ExitStatus() != exitShell || stderr.String() != shellRefusal {
+	if err := sess.Wait(); !errors.As(err, &exitErr) || exitErr.ExitStatus() != exitShell || stderr.String() != aliceGreeting {
 		t.Errorf("shell after a refused pty: %v, stderr %q", err, stderr.String())
 	}
 
@@ -1183,3 +1195,10 @@ func TestSilentPusher(t *testing.T) {
 }
 
 func pktLine(s string) string { return fmt.Sprintf("%04x%s", len(s)+4, s) }
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
