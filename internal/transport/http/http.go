@@ -75,7 +75,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w = &unreadBodyWriter{ResponseWriter: w, body: body}
 		defer func() {
 			if !body.eof.Load() {
-				http.NewResponseController(w).SetReadDeadline(time.Now())
+				lingerUnreadBody(w, body)
 			}
 		}()
 	}
@@ -424,6 +424,26 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	l.remaining -= int64(n)
 	l.read += int64(n)
 	return n, err
+}
+
+// Lingering on an unread body after the answer: a client still sending its
+// body when the connection closes gets a reset that may destroy the answer
+// before it reads it. Bounded, so that a client that trickles or never
+// ends costs at most this much.
+const (
+	lingerBytes = 1 << 20
+	lingerTime  = time.Second
+)
+
+// lingerUnreadBody sends the answer, then reads and drops what the client
+// still sends of its body, within the bounds, so that it can read the
+// answer before the connection closes.
+func lingerUnreadBody(w http.ResponseWriter, body io.Reader) {
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	rc.SetReadDeadline(time.Now().Add(lingerTime))
+	io.CopyN(io.Discard, body, lingerBytes)
+	rc.SetReadDeadline(time.Now())
 }
 
 // gitReason is the last line git wrote to stderr ("fatal: Invalid deepen:
