@@ -201,6 +201,15 @@ const tokenPrefix = "pwt_"
 
 // CreateToken makes a new token for user and returns it; only its hash is stored.
 func (c *Controller) CreateToken(ctx context.Context, user string, ttl time.Duration) (string, error) {
+	return c.CreateScopedToken(ctx, user, ttl, "")
+}
+
+// CreateScopedToken makes a token limited to scope ("" is none:
+// store.ScopeMetrics is good for /metrics and nothing else).
+func (c *Controller) CreateScopedToken(ctx context.Context, user string, ttl time.Duration, scope string) (string, error) {
+	if scope != "" && scope != store.ScopeMetrics {
+		return "", fmt.Errorf("unknown token scope %q (metrics, or none)", scope)
+	}
 	idBytes := make([]byte, 8)
 	secret := make([]byte, 32)
 	rand.Read(idBytes)
@@ -211,7 +220,7 @@ func (c *Controller) CreateToken(ctx context.Context, user string, ttl time.Dura
 	if ttl > 0 {
 		expires = time.Now().Add(ttl)
 	}
-	if err := c.Store.AddToken(ctx, user, id, hashSecret(secretText), expires); err != nil {
+	if err := c.Store.AddToken(ctx, user, id, hashSecret(secretText), expires, scope); err != nil {
 		return "", err
 	}
 	return tokenPrefix + id + "_" + secretText, nil
@@ -251,32 +260,56 @@ func hashSecret(secret string) []byte {
 // what CI systems and credential helpers send with a token.
 var ownerAgnosticNames = map[string]bool{"": true, "token": true, "x-access-token": true, "oauth2": true}
 
-// PrincipalForToken checks an HTTP Basic username and token. The username
-// must be the token's owner or one of ownerAgnosticNames, so that one user's
-// token can never be presented under another user's name.
+// PrincipalForToken checks an HTTP Basic username and token for git. The
+// username must be the token's owner or one of ownerAgnosticNames, so that
+// one user's token can never be presented under another user's name. A
+// token scoped to /metrics is not one for git.
 func (c *Controller) PrincipalForToken(ctx context.Context, username, token string) (Principal, error) {
-	id, secret, ok := splitToken(token)
-	if !ok {
-		return Principal{}, ErrBadCredentials
-	}
-	t, err := c.Store.GetToken(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return Principal{}, ErrBadCredentials
-	}
+	t, err := c.checkToken(ctx, username, token)
 	if err != nil {
 		return Principal{}, err
 	}
-	if subtle.ConstantTimeCompare(t.Hash, hashSecret(secret)) != 1 {
-		return Principal{}, ErrBadCredentials
-	}
-	if !t.Revoked.IsZero() {
-		return Principal{}, fmt.Errorf("%w: token revoked", ErrBadCredentials)
-	}
-	if !t.Expires.IsZero() && time.Now().After(t.Expires) {
-		return Principal{}, fmt.Errorf("%w: token expired", ErrBadCredentials)
-	}
-	if !ownerAgnosticNames[username] && username != t.User {
-		return Principal{}, fmt.Errorf("%w: token does not belong to %q", ErrBadCredentials, username)
+	if t.Scope != "" {
+		return Principal{}, fmt.Errorf("%w: a %s token is not for git", ErrBadCredentials, t.Scope)
 	}
 	return Principal{User: t.User, Via: "token"}, nil
+}
+
+// MayReadMetrics tells whether a token (HTTP Basic, any owner-agnostic user
+// name, or a Bearer token: username "") may read /metrics: one scoped to
+// metrics, or any token of a server admin.
+func (c *Controller) MayReadMetrics(ctx context.Context, username, token string) (bool, error) {
+	t, err := c.checkToken(ctx, username, token)
+	if err != nil {
+		return false, err
+	}
+	return t.Scope == store.ScopeMetrics || t.Scope == "" && c.IsServerAdmin(ctx, Principal{User: t.User, Via: "token"}), nil
+}
+
+// checkToken returns the stored token if token is valid for username.
+func (c *Controller) checkToken(ctx context.Context, username, token string) (store.Token, error) {
+	id, secret, ok := splitToken(token)
+	if !ok {
+		return store.Token{}, ErrBadCredentials
+	}
+	t, err := c.Store.GetToken(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Token{}, ErrBadCredentials
+	}
+	if err != nil {
+		return store.Token{}, err
+	}
+	if subtle.ConstantTimeCompare(t.Hash, hashSecret(secret)) != 1 {
+		return store.Token{}, ErrBadCredentials
+	}
+	if !t.Revoked.IsZero() {
+		return store.Token{}, fmt.Errorf("%w: token revoked", ErrBadCredentials)
+	}
+	if !t.Expires.IsZero() && time.Now().After(t.Expires) {
+		return store.Token{}, fmt.Errorf("%w: token expired", ErrBadCredentials)
+	}
+	if !ownerAgnosticNames[username] && username != t.User {
+		return store.Token{}, fmt.Errorf("%w: token does not belong to %q", ErrBadCredentials, username)
+	}
+	return t, nil
 }

@@ -233,13 +233,50 @@ func TestMetricsEndpoint(t *testing.T) {
 	s.env.Git(t.TempDir(), "clone", "-q", s.gitURL("team/app"), "c")
 	s.env.Run("", nil, "ls-remote", s.gitURL("missing"))
 	time.Sleep(100 * time.Millisecond)
-	resp, err := http.Get("http://" + s.HTTPAddr.String() + "/metrics")
+	ctx := context.Background()
+	get := func(auth string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+s.HTTPAddr.String()+"/metrics", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(body)
+	}
+	// Protected: a metrics-scoped token (as Prometheus sends it: Bearer, or
+	// Basic) or a server admin's; not anonymous, not alice's (a writer).
+	metricsToken, err := s.Data.Access.CreateScopedToken(ctx, "alice", 0, store.ScopeMetrics)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(body)
+	if _, err := s.Data.Store.AddUser(ctx, "root"); err != nil {
+		t.Fatal(err)
+	}
+	s.Data.Store.SetGrant(ctx, store.Grant{User: "root", RepoPattern: "**", Role: "admin"})
+	adminToken, _ := s.Data.Access.CreateToken(ctx, "root", 0)
+	for auth, want := range map[string]int{
+		"":                                          401,
+		"Basic " + basicAuth("alice", s.token):      403,
+		"Bearer pwt_0000000000000000_wrong":         401,
+		"Basic " + basicAuth("root", adminToken):    200,
+		"Bearer " + metricsToken:                    200,
+		"Basic " + basicAuth("alice", metricsToken): 200,
+	} {
+		if code, _ := get(auth); code != want {
+			t.Errorf("/metrics with %q: %d, want %d", auth, code, want)
+		}
+	}
+	// A metrics token is not one for git.
+	s.Data.Store.SetSetting(ctx, "anonymous-read", "off")
+	if out, err := s.env.Run(t.TempDir(), nil, "ls-remote", fmt.Sprintf("http://alice:%s@%s/team/app", metricsToken, s.HTTPAddr)); err == nil || !strings.Contains(out, "invalid credentials") {
+		t.Errorf("git with a metrics token: %v\n%s", err, out)
+	}
+	_, text := get("Bearer " + metricsToken)
 	for _, want := range []string{
 		`packwire_requests_total{kind="full-clone",result="ok",service="git-upload-pack",transport="git"} 1`,
 		`packwire_requests_total{kind="unknown",result="refused",service="git-upload-pack",transport="git"} 1`,
@@ -254,6 +291,19 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	if strings.Contains(text, "repo=") || strings.Contains(text, "user=") || strings.Contains(text, "team/app") {
 		t.Error("metrics carry repo or user labels")
+	}
+}
+
+// TestMetricsPublic: --metrics-public opens /metrics to anyone.
+func TestMetricsPublic(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.MetricsPublic = true })
+	resp, err := http.Get("http://" + s.HTTPAddr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("public metrics: %d", resp.StatusCode)
 	}
 }
 

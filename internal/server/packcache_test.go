@@ -37,7 +37,7 @@ func packNames(t *testing.T, clone string) string {
 // clone is served from the cache; a new commit makes a new key.
 func TestPackSharing(t *testing.T) {
 	enableSSH, sshEnvFor := withSSH(t)
-	s := startServer(t, func(c *Config) { enableSSH(c); c.PackCache, c.FetchCache = true, false })
+	s := startServer(t, func(c *Config) { enableSSH(c); c.PackCache, c.FetchCache, c.MetricsPublic = true, false, true })
 	sshEnv := sshEnvFor(s)
 	r, _ := s.Data.Repos.Create(context.Background(), "big")
 	s.env.Build(r.Path, gittest.Shape{Commits: 10, Files: 20, BlobBytes: 256 << 10, Incompress: true, Seed: 4})

@@ -91,7 +91,11 @@ type Config struct {
 	// does; off: only objects a visible ref reaches (internal/reach).
 	AllowUnreachableWants bool
 
-	MetricsAddr     string        // separate listener for /metrics; empty: /metrics on the HTTP listener
+	MetricsAddr string // separate listener for /metrics; empty: /metrics on the HTTP listener
+	// MetricsPublic serves /metrics on the HTTP listener to anyone; off, it
+	// needs a token scoped to metrics or a server admin's (a separate
+	// MetricsAddr is always open: firewall it).
+	MetricsPublic   bool
 	RecordsMaxAge   time.Duration // governor retention by age (0: keep)
 	RecordsMaxCount int           // governor retention by count (0: no bound)
 	RecordsFlush    time.Duration // governor batch interval (default 500ms)
@@ -380,6 +384,9 @@ func (s *Server) Start() error {
 		routes := map[string]nethttp.Handler{"/api/v1/requests": s.Governor.APIHandler(s.adminOnly)}
 		if metricsL == nil {
 			routes["/metrics"] = s.Governor.MetricsHandler()
+			if !cfg.MetricsPublic {
+				routes["/metrics"] = s.metricsAuth(routes["/metrics"])
+			}
 		}
 		s.http = &nethttp.Server{
 			Handler:           exactRoutes(routes, dashboardPrefix(s.Dashboard, git)),
@@ -536,6 +543,33 @@ func (s *Server) adminOnly(r *nethttp.Request) int {
 		return nethttp.StatusForbidden
 	}
 	return 0
+}
+
+// metricsAuth lets through a request with a token that may read /metrics
+// (scoped to metrics, or a server admin's), sent as Prometheus does: HTTP
+// Basic, or "Authorization: Bearer TOKEN".
+func (s *Server) metricsAuth(next nethttp.Handler) nethttp.Handler {
+	return nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		user, token, ok := r.BasicAuth()
+		if bearer, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); found {
+			user, token, ok = "", strings.TrimSpace(bearer), true
+		}
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="packwire metrics", charset="UTF-8"`)
+			nethttp.Error(w, "metrics need a token: packwire token create USER --scope metrics (or --metrics-public)", nethttp.StatusUnauthorized)
+			return
+		}
+		allowed, err := s.Data.Access.MayReadMetrics(r.Context(), user, token)
+		switch {
+		case err != nil:
+			w.Header().Set("WWW-Authenticate", `Basic realm="packwire metrics", charset="UTF-8"`)
+			nethttp.Error(w, "invalid credentials", nethttp.StatusUnauthorized)
+		case !allowed:
+			nethttp.Error(w, "this token may not read metrics: use a token created with --scope metrics, or a server admin's", nethttp.StatusForbidden)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
 }
 
 // exactRoutes sends a request whose path is exactly a key of routes to that

@@ -262,7 +262,7 @@ func (s *Store) Keys(ctx context.Context, user string) ([]Key, error) {
 // Tokens returns every token's metadata (never usable as a credential:
 // the hash is left out).
 func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
-	rows, err := s.DB.QueryContext(ctx, `SELECT t.id, u.name, t.created, t.expires, t.revoked
+	rows, err := s.DB.QueryContext(ctx, `SELECT t.id, u.name, t.created, t.expires, t.revoked, t.scope
 		FROM tokens t JOIN users u ON u.id = t.user_id ORDER BY u.name, t.created, t.id`)
 	if err != nil {
 		return nil, err
@@ -273,7 +273,7 @@ func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
 		var t Token
 		var created int64
 		var expires, revoked sql.NullInt64
-		if err := rows.Scan(&t.ID, &t.User, &created, &expires, &revoked); err != nil {
+		if err := rows.Scan(&t.ID, &t.User, &created, &expires, &revoked, &t.Scope); err != nil {
 			return nil, err
 		}
 		t.Created = time.Unix(created, 0)

@@ -72,6 +72,9 @@ var migrations = []string{
 		ref_pattern  TEXT NOT NULL,
 		who          TEXT NOT NULL
 	);`,
+	// 3: a token's scope: "" (whatever its user may) or "metrics" (/metrics
+	// only, for a Prometheus server's configuration).
+	`ALTER TABLE tokens ADD COLUMN scope TEXT NOT NULL DEFAULT '';`,
 }
 
 // Open opens (creating if needed) packwire's main database at path

@@ -31,7 +31,11 @@ type Token struct {
 	Created time.Time
 	Expires time.Time // zero: never
 	Revoked time.Time // zero: not revoked
+	Scope   string    // "": the user's; ScopeMetrics: /metrics only
 }
+
+// ScopeMetrics is the scope of a token good for /metrics and nothing else.
+const ScopeMetrics = "metrics"
 
 func isUnique(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") ||
@@ -119,8 +123,8 @@ func (s *Store) KeyOwner(ctx context.Context, fingerprint string) (string, error
 	return name, err
 }
 
-// AddToken stores a token's hash.
-func (s *Store) AddToken(ctx context.Context, user, id string, hash []byte, expires time.Time) error {
+// AddToken stores a token's hash, with its scope ("" or ScopeMetrics).
+func (s *Store) AddToken(ctx context.Context, user, id string, hash []byte, expires time.Time, scope string) error {
 	u, err := s.GetUser(ctx, user)
 	if err != nil {
 		return err
@@ -129,7 +133,7 @@ func (s *Store) AddToken(ctx context.Context, user, id string, hash []byte, expi
 	if !expires.IsZero() {
 		exp = expires.Unix()
 	}
-	_, err = s.DB.ExecContext(ctx, "INSERT INTO tokens(id, user_id, hash, created, expires) VALUES(?, ?, ?, ?, ?)", id, u.ID, hash, now(), exp)
+	_, err = s.DB.ExecContext(ctx, "INSERT INTO tokens(id, user_id, hash, created, expires, scope) VALUES(?, ?, ?, ?, ?, ?)", id, u.ID, hash, now(), exp, scope)
 	return err
 }
 
@@ -138,8 +142,8 @@ func (s *Store) GetToken(ctx context.Context, id string) (Token, error) {
 	var t Token
 	var created int64
 	var expires, revoked sql.NullInt64
-	err := s.DB.QueryRowContext(ctx, `SELECT t.id, u.name, t.hash, t.created, t.expires, t.revoked
-		FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.id = ?`, id).Scan(&t.ID, &t.User, &t.Hash, &created, &expires, &revoked)
+	err := s.DB.QueryRowContext(ctx, `SELECT t.id, u.name, t.hash, t.created, t.expires, t.revoked, t.scope
+		FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.id = ?`, id).Scan(&t.ID, &t.User, &t.Hash, &created, &expires, &revoked, &t.Scope)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Token{}, ErrNotFound
 	}
