@@ -15,6 +15,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"packwire/internal/server"
+	"packwire/internal/transport/forwarded"
 )
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -32,6 +33,7 @@ then exits 0.`, stderr)
 	fs.StringVar(&cfg.SSHAddr, "ssh", d.SSHAddr, "SSH listen address (empty: off)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM), with --tls-key")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "private key for --tls-cert (PEM)")
+	trusted := fs.String("trusted-proxies", "", "comma separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-For (client address: the rightmost one not itself a trusted proxy) and X-Forwarded-Proto are believed; from any other peer they are ignored (default: none)")
 	fs.DurationVar(&cfg.InitTimeout, "init-timeout", d.InitTimeout, "time a client has to send its request (git:// request line, SSH handshake, HTTP headers)")
 	fs.DurationVar(&cfg.IdleTimeout, "timeout", d.IdleTimeout, "end a request when no data moved either way for this long (0: never)")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", d.MaxConnections, "concurrent connections per git://, SSH and HTTP listener; more are refused (git://: an ERR line; SSH: closed before the handshake; HTTP: 503 with Retry-After and a one-line text) and logged (0: no limit)")
@@ -49,7 +51,7 @@ then exits 0.`, stderr)
 	fs.Int64Var(&cfg.RequestMinRate, "request-min-rate", d.RequestMinRate, "bytes/s a fetch request (HTTP body, git:// or SSH fetch command) must average after --init-timeout before it takes a slot; a slower one is refused (\"request too slow\", HTTP 408) (0: no bound)")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", d.RequestTimeout, "time a fetch request may take to arrive whole, however fast (0: no bound)")
 	fs.BoolVar(&cfg.AllowUnreachableWants, "allow-unreachable-wants", d.AllowUnreachableWants, "serve any object a client asks for by id, as git's protocol v2 does, even when no visible ref reaches it (a deleted branch's commits until gc); off: such wants are refused (\"not our ref\"), which costs a partial clone's lazy fetch one rev-list (see README)")
-	fs.IntVar(&cfg.MaxRequestsPerClient, "max-requests-per-client", d.MaxRequestsPerClient, "requests (git processes) one user, or one anonymous address, may run at once; more are refused with \"server busy\" (0: no limit; raise it for load tests from one machine, or behind a proxy that hides client addresses)")
+	fs.IntVar(&cfg.MaxRequestsPerClient, "max-requests-per-client", d.MaxRequestsPerClient, "requests (git processes) one user, or one anonymous address, may run at once; more are refused with \"server busy\" (0: no limit; raise it for load tests from one machine; behind a reverse proxy, see --trusted-proxies)")
 	fs.BoolVar(&cfg.PackCache, "pack-cache", d.PackCache, "share identical pack-objects runs between concurrent fetches and reuse finished packs (off by default; the fetch cache shares more over HTTP v2: a 16-clone herd cost 2.04 s of CPU with it, 2.46 s unshared, 0.30 s with the fetch cache; it is what shares over git:// and SSH; see README)")
 	fs.Int64Var(&cfg.PackCacheMaxBytes, "pack-cache-max-bytes", d.PackCacheMaxBytes, "finished packs kept on disk in total, least recently used dropped first (0: share concurrent runs only)")
 	fs.DurationVar(&cfg.PackCacheMaxAge, "pack-cache-max-age", d.PackCacheMaxAge, "how long a finished pack may be reused (0: until evicted)")
@@ -70,6 +72,10 @@ then exits 0.`, stderr)
 	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		return err
+	}
+	var err error
+	if cfg.TrustedProxies, err = forwarded.Parse(*trusted); err != nil {
+		return usagef("--trusted-proxies: %v", err)
 	}
 	if err := server.CheckPlatform(); err != nil {
 		return err // before anything is created on disk

@@ -36,6 +36,7 @@ import (
 	"packwire/internal/reach"
 	"packwire/internal/transport/accept"
 	"packwire/internal/transport/daemon"
+	"packwire/internal/transport/forwarded"
 	httptransport "packwire/internal/transport/http"
 	sshtransport "packwire/internal/transport/ssh"
 )
@@ -48,6 +49,12 @@ type Config struct {
 	SSHAddr  string // SSH listener, e.g. ":2222"
 
 	TLSCert, TLSKey string // serve HTTPS when both are set
+
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For and
+	// X-Forwarded-Proto are believed: the client address they name is the
+	// one requests record, log and count against MaxRequestsPerClient.
+	// Empty: the headers are ignored.
+	TrustedProxies forwarded.Trusted
 
 	InitTimeout    time.Duration // for the first request line / SSH handshake
 	IdleTimeout    time.Duration // no data either way for this long ends a request
@@ -376,8 +383,12 @@ func (s *Server) Start() error {
 		if metricsL == nil {
 			routes["/metrics"] = s.Governor.MetricsHandler()
 		}
+		handler := exactRoutes(routes, dashboardPrefix(s.Dashboard, git))
+		if len(cfg.TrustedProxies) > 0 {
+			handler = cfg.TrustedProxies.Handler(handler)
+		}
 		s.http = &nethttp.Server{
-			Handler:           exactRoutes(routes, dashboardPrefix(s.Dashboard, git)),
+			Handler:           handler,
 			ReadHeaderTimeout: cfg.InitTimeout,
 			IdleTimeout:       cfg.IdleTimeout,
 			MaxHeaderBytes:    64 << 10,
