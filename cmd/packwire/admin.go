@@ -29,7 +29,7 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err := datadir.Open(ctx, *dir)
+	data, err := datadir.Create(ctx, *dir) // as before the split; admin commands stop creating next
 	if err != nil {
 		return nil, nil, err
 	}

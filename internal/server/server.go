@@ -184,7 +184,7 @@ type Server struct {
 	stopMaintain context.CancelFunc // ends the maintenance scheduler
 }
 
-// New opens the data directory (creating it) and builds the pipeline. It
+// New opens the data directory (creating it: datadir.Create) and builds the pipeline. It
 // refuses where CheckPlatform does (Windows).
 func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := CheckPlatform(); err != nil {
@@ -193,7 +193,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	data, err := datadir.Open(ctx, cfg.DataDir)
+	data, err := datadir.Create(ctx, cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
