@@ -39,7 +39,7 @@ func TestAccessCommandsHelp(t *testing.T) {
 
 func TestAccessCommands(t *testing.T) {
 	env := gittest.New(t)
-	data := filepath.Join(t.TempDir(), "data")
+	data := newData(t)
 	key := env.NewSSHKey("k1")
 	run := func(want int, args ...string) string {
 		t.Helper()
@@ -116,7 +116,7 @@ func TestAccessCommands(t *testing.T) {
 	if again := run(0, "access", "export"); again != exported {
 		t.Fatalf("round trip changed the model:\n%s\n---\n%s", exported, again)
 	}
-	other := filepath.Join(t.TempDir(), "other")
+	other := newData(t)
 	if out, code := packwire(t, "access", "import", file, "--data", other); code != 0 {
 		t.Fatalf("import into a new data dir: %s", out)
 	}

@@ -14,20 +14,23 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"packwire/internal/datadir"
 	"packwire/internal/server"
 	"packwire/internal/transport/forwarded"
 )
 
-func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// parseServe reads serve's flags into a server configuration and the
+// shutdown grace period.
+func parseServe(args []string, stderr io.Writer) (server.Config, time.Duration, error) {
 	d := server.Defaults
 	fs := newFlagSet("serve", "serve [FLAGS]", `Serve every bare repository under DATA/repos over git://, smart HTTP and SSH.
 The data directory is created on first start, with its SQLite store and SSH
 host keys that persist (ed25519, ECDSA P-256, RSA 3072; an older data
 directory gains the keys it lacks). An empty address turns a transport off.
 SIGINT or SIGTERM stops accepting, lets running requests finish within --grace,
-then exits 0.`, stderr)
+then exits 0. Durations take days too (30d).`, stderr)
 	cfg := d
-	fs.StringVar(&cfg.DataDir, "data", d.DataDir, "data directory")
+	fs.StringVar(&cfg.DataDir, "data", datadir.Dir(), "data directory, created on first start; $PACKWIRE_DATA sets the default")
 	fs.StringVar(&cfg.GitAddr, "git", d.GitAddr, "git:// listen address (empty: off)")
 	fs.StringVar(&cfg.HTTPAddr, "http", d.HTTPAddr, "smart HTTP listen address (empty: off)")
 	fs.StringVar(&cfg.SSHAddr, "ssh", d.SSHAddr, "SSH listen address (empty: off)")
@@ -70,15 +73,18 @@ then exits 0.`, stderr)
 	fs.StringVar(&cfg.LabDir, "lab-dir", "", "directory of the lab's reports the dashboard lists (default DATA/lab)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running requests get to finish before they are killed")
 	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")
-	if _, err := parseInterspersed(fs, args); err != nil {
-		return err
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return cfg, 0, err
 	}
-	var err error
+	if err := wantArgs(args, pos, 0, 0, "serve [FLAGS] (no arguments besides flags)"); err != nil {
+		return cfg, 0, err
+	}
 	if cfg.TrustedProxies, err = forwarded.Parse(*trusted); err != nil {
-		return usagef("--trusted-proxies: %v", err)
+		return cfg, 0, usagef("--trusted-proxies: %v", err)
 	}
-	if err := server.CheckPlatform(); err != nil {
-		return err // before anything is created on disk
+	if err := checkTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
+		return cfg, 0, err
 	}
 	if *ciphers != "" {
 		cfg.SSHCiphers = strings.Split(*ciphers, ",")
@@ -89,7 +95,18 @@ then exits 0.`, stderr)
 	case "json":
 		cfg.Log = slog.New(slog.NewJSONHandler(stderr, nil))
 	default:
-		return usagef("--log-format must be text or json")
+		return cfg, 0, usagef("--log-format %s: text or json", *logFormat)
+	}
+	return cfg, *grace, nil
+}
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, grace, err := parseServe(args, stderr)
+	if err != nil {
+		return err
+	}
+	if err := server.CheckPlatform(); err != nil {
+		return err // before anything is created on disk
 	}
 	if _, err := exec.LookPath("git"); err != nil {
 		return fmt.Errorf("git is not installed or not on PATH: packwire serves through git's own upload-pack and receive-pack (install it, e.g. apt-get install git)")
@@ -131,11 +148,33 @@ then exits 0.`, stderr)
 
 	<-sigCtx.Done()
 	stop() // a second signal kills at once
-	fmt.Fprintf(stdout, "packwire: shutting down, waiting up to %s for %d running requests\n", *grace, srv.Pipeline.InFlight())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
+	fmt.Fprintf(stdout, "packwire: shutting down, waiting up to %s for %d running requests\n", grace, srv.Pipeline.InFlight())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		fmt.Fprintf(stderr, "packwire: shutdown: %v\n", err)
+	}
+	return nil
+}
+
+// checkTLS wants both halves of a certificate or neither, and files that
+// can be read, saying which one is wrong.
+func checkTLS(cert, key string) error {
+	switch {
+	case cert != "" && key == "":
+		return usagef("--tls-cert given without --tls-key")
+	case key != "" && cert == "":
+		return usagef("--tls-key given without --tls-cert")
+	}
+	for _, f := range []struct{ flag, path string }{{"tls-cert", cert}, {"tls-key", key}} {
+		if f.path == "" {
+			continue
+		}
+		fh, err := os.Open(f.path)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", f.flag, err)
+		}
+		fh.Close()
 	}
 	return nil
 }
