@@ -29,7 +29,7 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err := datadir.Create(ctx, *dir) // as before the split; admin commands stop creating next
+	data, err := datadir.Open(ctx, *dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -261,4 +261,36 @@ func readKeyFile(path string) (store.Key, error) {
 // dataFlag registers --data: the data directory, $PACKWIRE_DATA by default.
 func dataFlag(fs *flag.FlagSet) *string {
 	return fs.String("data", datadir.Dir(), "data directory; $"+datadir.EnvDir+" sets the default")
+}
+
+func cmdInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "init [--data DIR]"
+	fs := newFlagSet("init", syn, `Create the data directory and its store, as packwire serve does on its
+first start, so that users, grants and repositories can be set up before
+the server runs. Admin commands never create one: a mistyped --data is an
+error, not a new empty server. Running init on existing data changes
+nothing.`, stderr)
+	dir := dataFlag(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(args, pos, 0, 0, syn); err != nil {
+		return err
+	}
+	existed, err := datadir.Exists(*dir)
+	if err != nil {
+		return err
+	}
+	data, err := datadir.Create(ctx, *dir)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if existed {
+		fmt.Fprintf(stdout, "%s already holds packwire data; nothing changed\n", data.Dir)
+	} else {
+		fmt.Fprintf(stdout, "created packwire data in %s\n", data.Dir)
+	}
+	return nil
 }

@@ -164,6 +164,74 @@ func TestExtraArgumentsRefused(t *testing.T) {
 	}
 }
 
+// TestNoDataNeverCreated: only serve and init create a data directory.
+// Every other command on a missing one (a typo, the default from another
+// directory) fails with one message and exit 2, creating nothing.
+func TestNoDataNeverCreated(t *testing.T) {
+	cwd := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "nonexistent", "dir")
+	wantMsg := func(dir string) string {
+		return "packwire: no packwire data in " + dir + " (start packwire serve --data " + dir + " first, or pass --data)\n"
+	}
+	checked := 0
+	for _, words := range leaves() {
+		name := strings.Join(words, " ")
+		help, _, _ := pw(t, "", nil, append(words, "--help")...)
+		if !strings.Contains(help, "  --data DIR") || name == "serve" || name == "init" || name == "bench" {
+			continue // bench writes reports only, under --out if given
+		}
+		checked++
+		for _, args := range [][]string{append(words[:len(words):len(words)], "--data", missing), words} {
+			stdout, stderr, code := pw(t, cwd, nil, args...)
+			dir := missing
+			if len(args) == len(words) {
+				dir = filepath.Join(cwd, "packwire-data") // the default, made absolute
+			}
+			if code != 2 || stderr != wantMsg(dir) || stdout != "" {
+				t.Errorf("packwire %s: exit %d, stdout %q, stderr %q; want 2 and %q", strings.Join(args, " "), code, stdout, stderr, wantMsg(dir))
+			}
+		}
+	}
+	if checked < 15 {
+		t.Fatalf("only %d commands take --data?", checked)
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a command created %s", filepath.Dir(missing))
+	}
+	if entries, _ := os.ReadDir(cwd); len(entries) != 0 {
+		t.Fatalf("a command created %v in its working directory", entries)
+	}
+	// A relative --data is named absolute.
+	if _, stderr, _ := pw(t, cwd, nil, "repo", "list", "--data", "typo"); stderr != wantMsg(filepath.Join(cwd, "typo")) {
+		t.Errorf("repo list --data typo: %q", stderr)
+	}
+
+	// $PACKWIRE_DATA is every command's default, serve's included.
+	data := filepath.Join(t.TempDir(), "env-data")
+	env := []string{"PACKWIRE_DATA=" + data}
+	if _, stderr, code := pw(t, cwd, env, "user", "list"); code != 2 || stderr != wantMsg(data) {
+		t.Errorf("user list with PACKWIRE_DATA of a missing directory: exit %d %q", code, stderr)
+	}
+	if out, _, code := pw(t, cwd, env, "init"); code != 0 || !strings.Contains(out, "created packwire data in "+data) {
+		t.Fatalf("init with PACKWIRE_DATA: exit %d %q", code, out)
+	}
+	if out, _, code := pw(t, cwd, env, "init"); code != 0 || !strings.Contains(out, "already holds packwire data") {
+		t.Fatalf("init again: exit %d %q", code, out)
+	}
+	if out, stderr, code := pw(t, cwd, env, "user", "add", "zed"); code != 0 || out != "user zed added\n" {
+		t.Fatalf("user add with PACKWIRE_DATA: exit %d %q %q", code, out, stderr)
+	}
+	if out, _, _ := pw(t, "", nil, "user", "list", "--data", data); out != "zed\n" {
+		t.Fatalf("the user went elsewhere: %q", out)
+	}
+	if help, _, _ := pw(t, "", env, "serve", "--help"); !strings.Contains(help, "(default "+data+")") {
+		t.Errorf("serve --help does not take its --data default from PACKWIRE_DATA")
+	}
+	if entries, _ := os.ReadDir(cwd); len(entries) != 0 {
+		t.Fatalf("a command created %v in its working directory", entries)
+	}
+}
+
 // TestErrorsNameWhatIsWrong: errors say which user, which value, which
 // flag, which operation.
 func TestErrorsNameWhatIsWrong(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"packwire/internal/datadir"
 	"packwire/internal/governor"
 	"packwire/internal/units"
 )
@@ -47,6 +48,12 @@ what kind, why, what they cost, and the packs and bytes before and after.`, stde
 	}
 	if _, ok := governor.GroupBy[*by]; !ok {
 		return usagef("--by %s: one of repo, user, kind, transport, service, result", *by)
+	}
+	if ok, err := datadir.Exists(*dir); err != nil {
+		return err
+	} else if !ok {
+		abs, _ := filepath.Abs(*dir)
+		return &datadir.NoDataError{Dir: abs}
 	}
 	path := filepath.Join(*dir, governor.FileName)
 	if _, err := os.Stat(path); err != nil {

@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"packwire/internal/datadir"
 )
 
 // command is one entry of the command line. A leaf has run; a group has
@@ -32,6 +34,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		{name: "serve", summary: "serve every bare repository under DATA/repos (creates DATA on first start)", run: cmdServe},
+		{name: "init", summary: "create the data directory and its store without serving", run: cmdInit},
 		{name: "repo", summary: "repositories", subs: []*command{
 			{name: "create", args: "NAME", summary: "create an empty bare repository (names may be nested: team/app)", run: cmdRepoCreate},
 			{name: "import", args: "NAME SOURCE", summary: "create a repository as a mirror of a local path or URL, maintained at once", run: cmdRepoImport},
@@ -89,9 +92,10 @@ commands:
 
 const usageTail = `
 The commands from serve to governor take --data DIR (default
-$PACKWIRE_DATA, else ./packwire-data) and are safe to run while the server
-runs. The lab's commands (netem to sizer) work on URLs and directories and
-take none. "packwire COMMAND --help" (or "packwire help COMMAND") shows a
+$PACKWIRE_DATA, else ./packwire-data); only serve and init create it, the
+others need it to exist and are safe to run while the server runs. The
+lab's commands (netem to sizer) work on URLs and directories and take
+none. "packwire COMMAND --help" (or "packwire help COMMAND") shows a
 command's flags.
 `
 
@@ -207,6 +211,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func exitCode(err error, stdout, stderr io.Writer) int {
 	var help helpText
 	var ue usageError
+	var noData *datadir.NoDataError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
@@ -215,6 +220,9 @@ func exitCode(err error, stdout, stderr io.Writer) int {
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "packwire: %s\n", ue.msg)
+		return 2
+	case errors.As(err, &noData):
+		fmt.Fprintf(stderr, "packwire: %s (start packwire serve --data %s first, or pass --data)\n", noData, noData.Dir)
 		return 2
 	}
 	fmt.Fprintf(stderr, "packwire: %v\n", err)

@@ -45,10 +45,15 @@ func packwire(t *testing.T, args ...string) (string, int) {
 	return string(out), code
 }
 
-// newData names a data directory for admin commands.
+// newData makes a data directory with packwire init, as admin commands
+// need one that exists.
 func newData(t *testing.T) string {
 	t.Helper()
-	return filepath.Join(t.TempDir(), "data")
+	data := filepath.Join(t.TempDir(), "data")
+	if out, code := packwire(t, "init", "--data", data); code != 0 {
+		t.Fatalf("packwire init: %d %s", code, out)
+	}
+	return data
 }
 
 func TestAdminCommands(t *testing.T) {
@@ -140,6 +145,9 @@ func TestServeSignal(t *testing.T) {
 	env := gittest.New(t)
 	work := t.TempDir()
 	data := filepath.Join(work, "packwire-data")
+	if out, code := packwire(t, "init", "--data", data); code != 0 {
+		t.Fatal(out)
+	}
 	if out, code := packwire(t, "repo", "create", "big", "--data", data); code != 0 {
 		t.Fatal(out)
 	}
