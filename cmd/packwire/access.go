@@ -199,6 +199,9 @@ func cmdRuleAdd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return usagef("rule add: %v", err)
 	}
+	if err := ruleUserExists(ctx, data.Store, r.Who); err != nil {
+		return fmt.Errorf("rule add: %w", err)
+	}
 	if at < 0 {
 		return usagef("rule add: --at %d: positions start at 1", at)
 	}
@@ -207,6 +210,20 @@ func cmdRuleAdd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("rule add: %w", err)
 	}
 	fmt.Fprintf(stdout, "rule #%d: %s\n", n, access.RuleText(r))
+	return nil
+}
+
+// ruleUserExists refuses a rule naming a user the store does not have, as
+// grant does: a typo would otherwise make a rule that never matches.
+func ruleUserExists(ctx context.Context, st *store.Store, who string) error {
+	if who == "*" || strings.HasPrefix(who, "role:") {
+		return nil
+	}
+	if _, err := st.GetUser(ctx, who); errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("no user %q (WHO is a user name, role:read|write|admin or *)", who)
+	} else if err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -421,9 +438,19 @@ func cmdAccessExport(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 func cmdAccessImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const syn = "access import FILE [--data DIR]"
+	const syn = "access import FILE [--dry-run] [--prune] [--data DIR]"
+	var dryRun, prune bool
 	data, pos, err := openData(ctx, "access import", syn,
-		"Replace users, keys, grants, rules and anonymous read settings with those\nof FILE (as written by access export), in one transaction. Users that stay\nkeep their tokens; users not in FILE are removed. Unknown keys are errors.", args, stderr, nil)
+		`Replace users, keys, grants, rules and anonymous read settings with those
+of FILE (as written by access export), in one transaction, and list what
+changed. Users that stay keep their tokens. Users not in FILE would be
+removed with their keys, tokens and grants: the import is refused unless
+--prune says to. Unknown keys, grants and rules naming users not in FILE
+are errors. --dry-run lists the changes and makes none.`, args, stderr,
+		func(fs *flag.FlagSet) {
+			fs.BoolVar(&dryRun, "dry-run", false, "list what would change (users, keys, tokens, grants, rules, anonymous read) and change nothing")
+			fs.BoolVar(&prune, "prune", false, "remove the users FILE does not list, with their keys, tokens and grants")
+		})
 	if err != nil {
 		return err
 	}
@@ -435,10 +462,67 @@ func cmdAccessImport(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fmt.Errorf("access import: %w", err)
 	}
-	m, err := data.Access.Import(ctx, b)
+	if dryRun {
+		_, changes, err := data.Access.PlanImport(ctx, b)
+		if err != nil {
+			return fmt.Errorf("access import %s: %w", pos[0], err)
+		}
+		printChanges(stdout, changes, true)
+		if removed := removedUsers(changes); len(removed) > 0 && !prune {
+			fmt.Fprintf(stdout, "(users would be removed: the import needs --prune)\n")
+		}
+		fmt.Fprintln(stdout, "dry run: nothing changed")
+		return nil
+	}
+	m, changes, err := data.Access.Import(ctx, b, prune)
+	var refused *store.UsersRemovedError
+	if errors.As(err, &refused) {
+		tokens := 0
+		for _, c := range changes {
+			if c.Kind == "token" && c.Op == '-' {
+				tokens++
+			}
+		}
+		return fmt.Errorf("access import %s: refused: it would remove users %s (with %s, their keys and grants); pass --prune to remove them, or add them to the file (--dry-run lists every change)",
+			pos[0], strings.Join(refused.Users, ", "), plural(tokens, "token"))
+	}
 	if err != nil {
 		return fmt.Errorf("access import %s: %w", pos[0], err)
 	}
+	printChanges(stdout, changes, false)
 	fmt.Fprintf(stdout, "imported %d users, %d keys, %d grants, %d rules\n", len(m.Users), len(m.Keys), len(m.Grants), len(m.Rules))
 	return nil
+}
+
+// printChanges lists an import's changes, one a line ("+ user carol").
+func printChanges(w io.Writer, changes []access.Change, dryRun bool) {
+	switch {
+	case len(changes) == 0:
+		fmt.Fprintln(w, "no changes")
+		return
+	case dryRun:
+		fmt.Fprintf(w, "would make %d changes:\n", len(changes))
+	default:
+		fmt.Fprintf(w, "%d changes:\n", len(changes))
+	}
+	for _, c := range changes {
+		fmt.Fprintf(w, "  %s\n", c)
+	}
+}
+
+func removedUsers(changes []access.Change) []string {
+	var names []string
+	for _, c := range changes {
+		if c.Kind == "user" && c.Op == '-' {
+			names = append(names, c.Text)
+		}
+	}
+	return names
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -253,6 +253,7 @@ func TestErrorsNameWhatIsWrong(t *testing.T) {
 		{[]string{"token", "revoke", "0123456789abcdef"}, 1, `no token with id 0123456789abcdef`},
 		{[]string{"token", "list", "zed"}, 1, `token list: no user "zed"`},
 		{[]string{"rule", "add", "allow", "pushh", "team/*", "refs/heads/*", "alice"}, 2, `rule add: unknown ref operation "pushh" (create, push, force-push, delete, all)`},
+		{[]string{"rule", "add", "allow", "push", "team/*", "refs/heads/*", "alicee"}, 1, `rule add: no user "alicee"`},
 		{[]string{"rule", "remove", "first"}, 2, `"first" is not a rule position`},
 		{[]string{"revoke", "zed", "**"}, 1, `revoke: no user "zed"`},
 		{[]string{"grant", "alice", "owner", "x"}, 2, `grant: unknown role "owner"`},

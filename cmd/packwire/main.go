@@ -69,7 +69,7 @@ func init() {
 		}},
 		{name: "access", summary: "the whole access model as a file", subs: []*command{
 			{name: "export", args: "[-o FILE]", summary: "write users, keys, grants, rules, settings as TOML", run: cmdAccessExport},
-			{name: "import", args: "FILE", summary: "replace the access model with a TOML file's", run: cmdAccessImport},
+			{name: "import", args: "FILE [--dry-run] [--prune]", summary: "replace the access model with a TOML file's (--dry-run: show the changes)", run: cmdAccessImport},
 		}},
 		{name: "governor", summary: "what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)", run: cmdGovernor},
 		{name: "netem", args: "--upstream HOST:PORT", summary: "a proxy that adds latency, jitter, a bandwidth limit or resets; counts round trips", run: cmdNetem},
