@@ -29,6 +29,9 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := checkOwner(*dir); err != nil {
+		return nil, nil, err
+	}
 	data, err := datadir.Open(ctx, *dir)
 	if err != nil {
 		return nil, nil, err
@@ -276,6 +279,9 @@ nothing.`, stderr)
 		return err
 	}
 	if err := wantArgs(args, pos, 0, 0, syn); err != nil {
+		return err
+	}
+	if err := checkOwner(*dir); err != nil {
 		return err
 	}
 	existed, err := datadir.Exists(*dir)

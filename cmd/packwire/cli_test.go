@@ -297,3 +297,28 @@ func TestErrorsNameWhatIsWrong(t *testing.T) {
 		t.Fatal("serve with bad flags created its data directory")
 	}
 }
+
+// TestRootInServiceUsersData: as root, admin commands refuse a data
+// directory the service user owns, naming the user to run them as, since
+// what they would create there would be root's.
+func TestRootInServiceUsersData(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	data := newData(t)
+	if err := filepath.Walk(data, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, 65534, 65534)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := pw(t, "", nil, "repo", "create", "team/app", "--data", data)
+	if code != 1 || !regexp.MustCompile(`belongs to user \S+: run admin commands as that user \(sudo -u \S+ packwire \.\.\.\)`).MatchString(stderr) {
+		t.Fatalf("repo create as root in another user's data: exit %d %q", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(data, "repos", "team")); err == nil {
+		t.Fatal("it created the repository anyway")
+	}
+}
