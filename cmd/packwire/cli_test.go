@@ -123,7 +123,7 @@ func TestEveryCommandHelp(t *testing.T) {
 	}
 	// Defaults are shown, and serve's --data names its environment variable.
 	stdout, _, _ := pw(t, "", nil, "serve", "--help")
-	for _, want := range []string{"  --max-pack-jobs N\n", "(default :9418)", "  --data DIR\n", "$PACKWIRE_DATA", "  --trusted-proxies CIDR,...\n",
+	for _, want := range []string{"  --max-pack-jobs N\n", "(default :9418)", "  --data DIR\n", "$PACKWIRE_DATA", "  --config FILE\n", "  --trusted-proxies CIDR,...\n",
 		"(default true; --fetch-cache=false turns it off)"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("serve --help lacks %q", want)

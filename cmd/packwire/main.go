@@ -33,7 +33,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		{name: "serve", summary: "serve every bare repository under DATA/repos (creates DATA on first start)", run: cmdServe},
+		{name: "serve", args: "[--config FILE]", summary: "serve every bare repository under DATA/repos (creates DATA on first start)", run: cmdServe},
 		{name: "init", summary: "create the data directory and its store without serving", run: cmdInit},
 		{name: "repo", summary: "repositories", subs: []*command{
 			{name: "create", args: "NAME", summary: "create an empty bare repository (names may be nested: team/app)", run: cmdRepoCreate},

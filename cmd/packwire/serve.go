@@ -19,17 +19,24 @@ import (
 	"packwire/internal/transport/forwarded"
 )
 
-// parseServe reads serve's flags into a server configuration and the
-// shutdown grace period.
+// parseServe reads serve's flags and --config file into a server
+// configuration and the shutdown grace period.
 func parseServe(args []string, stderr io.Writer) (server.Config, time.Duration, error) {
 	d := server.Defaults
-	fs := newFlagSet("serve", "serve [FLAGS]", `Serve every bare repository under DATA/repos over git://, smart HTTP and SSH.
+	fs := newFlagSet("serve", "serve [--config FILE] [FLAGS]", `Serve every bare repository under DATA/repos over git://, smart HTTP and SSH.
 The data directory is created on first start, with its SQLite store and SSH
 host keys that persist (ed25519, ECDSA P-256, RSA 3072; an older data
 directory gains the keys it lacks). An empty address turns a transport off.
 SIGINT or SIGTERM stops accepting, lets running requests finish within --grace,
-then exits 0. Durations take days too (30d).`, stderr)
+then exits 0.
+
+--config FILE (default $PACKWIRE_CONFIG) reads flags from a TOML file whose
+keys are the flag names without "--": max-pack-jobs = 8, http = ":8080",
+timeout = "10m", fetch-cache = false, trusted-proxies = ["10.0.0.0/8"].
+Flags on the command line override the file; an unknown key or a value of
+the wrong type is an error naming its line. Durations take days too (30d).`, stderr)
 	cfg := d
+	configFile := fs.String("config", os.Getenv(envConfig), "read flags from this TOML file (keys: the flag names); the command line overrides it")
 	fs.StringVar(&cfg.DataDir, "data", datadir.Dir(), "data directory, created on first start; $PACKWIRE_DATA sets the default")
 	fs.StringVar(&cfg.GitAddr, "git", d.GitAddr, "git:// listen address (empty: off)")
 	fs.StringVar(&cfg.HTTPAddr, "http", d.HTTPAddr, "smart HTTP listen address (empty: off)")
@@ -77,8 +84,13 @@ then exits 0. Durations take days too (30d).`, stderr)
 	if err != nil {
 		return cfg, 0, err
 	}
-	if err := wantArgs(args, pos, 0, 0, "serve [FLAGS] (no arguments besides flags)"); err != nil {
+	if err := wantArgs(args, pos, 0, 0, "serve [--config FILE] [FLAGS] (no arguments besides flags)"); err != nil {
 		return cfg, 0, err
+	}
+	if *configFile != "" {
+		if err := applyConfig(fs, *configFile); err != nil {
+			return cfg, 0, err
+		}
 	}
 	if cfg.TrustedProxies, err = forwarded.Parse(*trusted); err != nil {
 		return cfg, 0, usagef("--trusted-proxies: %v", err)
