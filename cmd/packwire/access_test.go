@@ -39,7 +39,7 @@ func TestAccessCommandsHelp(t *testing.T) {
 
 func TestAccessCommands(t *testing.T) {
 	env := gittest.New(t)
-	data := filepath.Join(t.TempDir(), "data")
+	data := newData(t)
 	key := env.NewSSHKey("k1")
 	run := func(want int, args ...string) string {
 		t.Helper()
@@ -116,7 +116,7 @@ func TestAccessCommands(t *testing.T) {
 	if again := run(0, "access", "export"); again != exported {
 		t.Fatalf("round trip changed the model:\n%s\n---\n%s", exported, again)
 	}
-	other := filepath.Join(t.TempDir(), "other")
+	other := newData(t)
 	if out, code := packwire(t, "access", "import", file, "--data", other); code != 0 {
 		t.Fatalf("import into a new data dir: %s", out)
 	}
@@ -160,3 +160,104 @@ func TestAccessCommands(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestAccessImportSafety: --dry-run lists every kind of change and makes
+// none; an import that would remove users is refused, naming them, unless
+// --prune; a rule naming a user the file does not have is refused.
+func TestAccessImportSafety(t *testing.T) {
+	env := gittest.New(t)
+	data := newData(t)
+	key := env.NewSSHKey("k1")
+	run := func(want int, args ...string) string {
+		t.Helper()
+		out, code := packwire(t, append(args, "--data", data)...)
+		if code != want {
+			t.Fatalf("packwire %s: exit %d, want %d\n%s", strings.Join(args, " "), code, want, out)
+		}
+		return out
+	}
+	run(0, "user", "add", "alice", "--key", key+".pub")
+	run(0, "user", "add", "bob")
+	run(0, "grant", "alice", "write", "team/*")
+	run(0, "grant", "bob", "read", "**")
+	run(0, "protect", "team/*", "refs/heads/main")
+	run(0, "anonymous-read", "on", "pub/**")
+	run(0, "token", "create", "bob")
+	run(0, "token", "create", "bob")
+	before := run(0, "access", "export")
+	file := filepath.Join(t.TempDir(), "model.toml")
+	write := func(text string) {
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The reported incident: a file holding only a rule.
+	write("[[rule]]\naction = \"deny\"\nops = [\"delete\"]\nrepo = \"**\"\nref = \"refs/tags/**\"\nwho = \"role:write\"\n")
+	out := run(1, "access", "import", file)
+	if !strings.Contains(out, "refused: it would remove users alice, bob (with 2 tokens, their keys and grants); pass --prune") {
+		t.Fatalf("import removing users:\n%s", out)
+	}
+	if after := run(0, "access", "export"); after != before {
+		t.Fatalf("a refused import changed the model:\n%s", after)
+	}
+
+	// A dry run lists each kind of change and changes nothing.
+	edited := strings.Replace(before, "anonymous_read = \"on\"", "anonymous_read = \"off\"", 1)
+	edited = strings.Replace(edited, "role = \"write\"", "role = \"admin\"", 1) // alice's grant
+	edited = strings.Replace(edited, "[[user]]\nname = \"bob\"\nkeys = []\n", "[[user]]\nname = \"carol\"\nkeys = []\n", 1)
+	edited = strings.Replace(edited, "[[grant]]\nuser = \"bob\"", "[[grant]]\nuser = \"carol\"", 1)
+	edited = strings.Replace(edited, "repo = \"pub/**\"", "repo = \"oss/**\"", 1)
+	edited = regexp.MustCompile(`(?s)\n\[\[token\]\]\n.*`).ReplaceAllString(edited, "\n")
+	edited += "[[rule]]\naction = \"allow\"\nops = [\"create\"]\nrepo = \"team/*\"\nref = \"refs/tags/**\"\nwho = \"carol\"\n"
+	write(edited)
+	out = run(0, "access", "import", "--dry-run", file)
+	for _, want := range []string{
+		"would make ", "~ anonymous-read server-wide: on -> off", "+ anonymous-read oss/**: on", "- anonymous-read pub/**: on",
+		"+ user carol", "- user bob", "- token ", " of bob", "~ grant alice on team/*: write -> admin", "+ grant carol read **",
+		"- grant bob read **", "+ rule #3 allow create team/* refs/tags/** carol", "(users would be removed: the import needs --prune)",
+		"dry run: nothing changed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "- token ") != 2 || strings.Contains(out, "rule #1") {
+		t.Errorf("dry run: want bob's 2 tokens and no change to the unchanged rules:\n%s", out)
+	}
+	if after := run(0, "access", "export"); after != before {
+		t.Fatalf("--dry-run changed the model:\n%s", after)
+	}
+	// Keys too.
+	keyed := regexp.MustCompile(`keys = \["ssh-[^"]*"\]`).ReplaceAllString(before, "keys = []")
+	write(keyed)
+	if out := run(0, "access", "import", "--dry-run", file); !strings.Contains(out, "- key alice SHA256:") {
+		t.Errorf("dry run does not show a removed key:\n%s", out)
+	}
+
+	run(1, "access", "import", file[:len(file)-5]+".none")
+	write(edited)
+	run(1, "access", "import", file)
+	out = run(0, "access", "import", "--prune", file)
+	if !strings.Contains(out, "- user bob") || !strings.Contains(out, "imported 2 users") {
+		t.Fatalf("import --prune:\n%s", out)
+	}
+	if users := run(0, "user", "list"); users != "alice\ncarol\n" {
+		t.Fatalf("users after --prune: %q", users)
+	}
+	if list := run(0, "token", "list"); strings.Contains(list, "bob") {
+		t.Fatalf("bob's tokens survived:\n%s", list)
+	}
+	if out := run(0, "access", "import", file); !strings.Contains(out, "no changes") {
+		t.Fatalf("importing the same file again:\n%s", out)
+	}
+
+	// A rule naming a user the file does not have is refused, as a grant is.
+	write(edited + "[[rule]]\naction = \"deny\"\nops = [\"push\"]\nrepo = \"**\"\nref = \"**\"\nwho = \"dave\"\n")
+	if out := run(1, "access", "import", "--prune", file); !strings.Contains(out, `rule 4: no user "dave" in the file`) {
+		t.Fatalf("rule for a missing user:\n%s", out)
+	}
+	if out := run(1, "access", "import", "--dry-run", file); !strings.Contains(out, `no user "dave"`) {
+		t.Fatalf("dry run of a rule for a missing user:\n%s", out)
+	}
+}

@@ -21,12 +21,15 @@ import (
 // extra registers) and opens the data directory.
 func openData(ctx context.Context, name, synopsis, description string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*datadir.Data, []string, error) {
 	fs := newFlagSet(name, synopsis, description, stderr)
-	dir := fs.String("data", datadir.DefaultDir, "data directory")
+	dir := dataFlag(fs)
 	if extra != nil {
 		extra(fs)
 	}
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkOwner(*dir); err != nil {
 		return nil, nil, err
 	}
 	data, err := datadir.Open(ctx, *dir)
@@ -36,203 +39,211 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 	return data, pos, nil
 }
 
-func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("usage: packwire repo create NAME | repo import NAME SOURCE | repo list | repo show NAME | repo set-head NAME BRANCH | repo quota NAME [SIZE|off]")
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "create":
-		var branch string
-		data, pos, err := openData(ctx, "repo create", "repo create NAME [--default-branch BRANCH] [--data DIR]", "Create an empty bare repository. Names may be nested (team/app). Its HEAD names\nthe server's default branch (see packwire default-branch; main unless set).", args, stderr,
-			func(fs *flag.FlagSet) {
-				fs.StringVar(&branch, "default-branch", "", "the branch HEAD names (default: the server's default branch)")
-			})
-		if err != nil {
-			return err
-		}
-		defer data.Close()
-		if len(pos) != 1 {
-			return usagef("usage: packwire repo create NAME")
-		}
-		if branch != "" {
-			data.Repos.DefaultBranch = branch
-		}
-		r, err := data.Repos.Create(ctx, pos[0])
-		if err != nil {
-			return fmt.Errorf("repo create %s: %w", pos[0], err)
-		}
-		fmt.Fprintf(stdout, "created %s at %s\n", r.Name, r.Path)
-	case "import":
-		var noMaintain bool
-		data, pos, err := openData(ctx, "repo import", "repo import NAME SOURCE [--data DIR] [--no-maintain]", "Create a repository as a mirror (all refs) of a local path or URL, and bring it\ninto the serving layout at once (see packwire maintain --help).", args, stderr,
-			func(fs *flag.FlagSet) {
-				fs.BoolVar(&noMaintain, "no-maintain", false, "keep the imported object layout as it is (the serve scheduler will still maintain it)")
-			})
-		if err != nil {
-			return err
-		}
-		defer data.Close()
-		if len(pos) != 2 {
-			return usagef("usage: packwire repo import NAME SOURCE")
-		}
-		r, err := data.Repos.Import(ctx, pos[0], pos[1])
-		if err != nil {
-			return fmt.Errorf("repo import %s: %w", pos[0], err)
-		}
-		fmt.Fprintf(stdout, "imported %s from %s at %s\n", r.Name, pos[1], r.Path)
-		if noMaintain {
-			break
-		}
-		if err := maintainImported(ctx, data, r, stdout); err != nil {
-			return fmt.Errorf("repo import %s: imported, but bringing it into the serving layout failed (packwire maintain retries): %w", pos[0], err)
-		}
-	case "list":
-		data, _, err := openData(ctx, "repo list", "repo list [--data DIR]", "List repositories.", args, stderr, nil)
-		if err != nil {
-			return err
-		}
-		defer data.Close()
-		repos, err := data.Repos.List()
-		if err != nil {
-			return err
-		}
-		for _, r := range repos {
-			fmt.Fprintln(stdout, r.Name)
-		}
-	case "show":
-		return cmdRepoShow(ctx, args, stdout, stderr)
-	case "set-head":
-		return cmdRepoSetHead(ctx, args, stdout, stderr)
-	case "quota":
-		return cmdRepoQuota(ctx, args, stdout, stderr)
-	default:
-		return usagef("unknown repo command %q", sub)
-	}
-	return nil
-}
-
-func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("usage: packwire user add NAME [--key FILE]... | user list | user remove NAME")
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "add":
-		var keys stringList
-		data, pos, err := openData(ctx, "user add", "user add NAME [--key PUBKEY_FILE]... [--data DIR]", "Register a user, optionally with SSH public keys (authorized_keys format).", args, stderr,
-			func(fs *flag.FlagSet) { fs.Var(&keys, "key", "SSH public key file (repeatable)") })
-		if err != nil {
-			return err
-		}
-		defer data.Close()
-		if len(pos) != 1 || !access.ValidUserName(pos[0]) {
-			return usagef("usage: packwire user add NAME (letters, digits, '.', '_', '-')")
-		}
-		// Parse every key before writing anything, so a bad file adds nothing.
-		parsed := make([]store.Key, 0, len(keys))
-		for _, f := range keys {
-			k, err := readKeyFile(f)
-			if err != nil {
-				return err
-			}
-			parsed = append(parsed, k)
-		}
-		if _, err := data.Store.AddUser(ctx, pos[0]); err != nil {
-			return fmt.Errorf("user add %s: %w", pos[0], err)
-		}
-		for _, k := range parsed {
-			if err := data.Store.AddKey(ctx, pos[0], k); err != nil {
-				return fmt.Errorf("key %s: %w", k.Fingerprint, err)
-			}
-			fmt.Fprintf(stdout, "key %s added\n", k.Fingerprint)
-		}
-		fmt.Fprintf(stdout, "user %s added\n", pos[0])
-	case "list":
-		data, _, err := openData(ctx, "user list", "user list [--data DIR]", "List users.", args, stderr, nil)
-		if err != nil {
-			return err
-		}
-		defer data.Close()
-		users, err := data.Store.ListUsers(ctx)
-		if err != nil {
-			return err
-		}
-		for _, u := range users {
-			fmt.Fprintln(stdout, u.Name)
-		}
-	case "remove":
-		data, pos, err := openData(ctx, "user remove", "user remove NAME [--data DIR]", "Remove a user with their keys, tokens and grants.", args, stderr, nil)
-		if err != nil {
-			return err
-		}
-		defer data.Close()
-		if len(pos) != 1 {
-			return usagef("usage: packwire user remove NAME")
-		}
-		if err := data.Store.RemoveUser(ctx, pos[0]); err != nil {
-			return fmt.Errorf("user remove %s: %w", pos[0], err)
-		}
-		fmt.Fprintf(stdout, "user %s removed\n", pos[0])
-	default:
-		return usagef("unknown user command %q", sub)
-	}
-	return nil
-}
-
-func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "remove" {
-		return cmdKeyRemove(ctx, args[1:], stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "list" {
-		return cmdKeyList(ctx, args[1:], stdout, stderr)
-	}
-	if len(args) == 0 || args[0] != "add" {
-		return usagef("usage: packwire key add USER PUBKEY_FILE | key remove FINGERPRINT|PUBKEY_FILE | key list [USER]")
-	}
-	data, pos, err := openData(ctx, "key add", "key add USER PUBKEY_FILE [--data DIR]", "Add an SSH public key to a user.", args[1:], stderr, nil)
+func cmdRepoCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "repo create NAME [--default-branch BRANCH] [--data DIR]"
+	var branch string
+	data, pos, err := openData(ctx, "repo create", syn, "Create an empty bare repository. Names may be nested (team/app). Its HEAD names\nthe server's default branch (see packwire default-branch; main unless set).", args, stderr,
+		func(fs *flag.FlagSet) {
+			fs.StringVar(&branch, "default-branch", "", "the branch HEAD names (default: the server's default branch)")
+		})
 	if err != nil {
 		return err
 	}
 	defer data.Close()
-	if len(pos) != 2 {
-		return usagef("usage: packwire key add USER PUBKEY_FILE")
+	if err := wantArgs(args, pos, 1, 1, syn); err != nil {
+		return err
+	}
+	if branch != "" {
+		data.Repos.DefaultBranch = branch
+	}
+	r, err := data.Repos.Create(ctx, pos[0])
+	if err != nil {
+		return fmt.Errorf("repo create %s: %w", pos[0], err)
+	}
+	fmt.Fprintf(stdout, "created %s at %s\n", r.Name, r.Path)
+	return nil
+}
+
+func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var noMaintain bool
+	data, pos, err := openData(ctx, "repo import", "repo import NAME SOURCE [--data DIR] [--no-maintain]", "Create a repository as a mirror (all refs) of a local path or URL, and bring it\ninto the serving layout at once (see packwire maintain --help).", args, stderr,
+		func(fs *flag.FlagSet) {
+			fs.BoolVar(&noMaintain, "no-maintain", false, "keep the imported object layout as it is (the serve scheduler will still maintain it)")
+		})
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if err := wantArgs(args, pos, 2, 2, "repo import NAME SOURCE [--data DIR] [--no-maintain]"); err != nil {
+		return err
+	}
+	r, err := data.Repos.Import(ctx, pos[0], pos[1])
+	if err != nil {
+		return fmt.Errorf("repo import %s: %w", pos[0], err)
+	}
+	fmt.Fprintf(stdout, "imported %s from %s at %s\n", r.Name, pos[1], r.Path)
+	if noMaintain {
+		return nil
+	}
+	if err := maintainImported(ctx, data, r, stdout); err != nil {
+		return fmt.Errorf("repo import %s: imported, but bringing it into the serving layout failed (packwire maintain retries): %w", pos[0], err)
+	}
+	return nil
+}
+
+func cmdRepoList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	data, pos, err := openData(ctx, "repo list", "repo list [--data DIR]", "List repositories.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if err := wantArgs(args, pos, 0, 0, "repo list [--data DIR]"); err != nil {
+		return err
+	}
+	repos, err := data.Repos.List()
+	if err != nil {
+		return err
+	}
+	for _, r := range repos {
+		fmt.Fprintln(stdout, r.Name)
+	}
+	return nil
+}
+
+func cmdUserAdd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var keys stringList
+	data, pos, err := openData(ctx, "user add", "user add NAME [--key PUBKEY_FILE]... [--data DIR]", "Register a user, optionally with SSH public keys (authorized_keys format).\nNames: letters, digits, '.', '_', '-', not starting with '.' or '-'.", args, stderr,
+		func(fs *flag.FlagSet) { fs.Var(&keys, "key", "SSH public key file (repeatable)") })
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if err := wantArgs(args, pos, 1, 1, "user add NAME [--key PUBKEY_FILE]... [--data DIR]"); err != nil {
+		return err
+	}
+	if !access.ValidUserName(pos[0]) {
+		return usagef("user add: invalid user name %q (letters, digits, '.', '_', '-'; not starting with '.' or '-'; at most 64)", pos[0])
+	}
+	// Parse every key before writing anything, so a bad file adds nothing.
+	parsed := make([]store.Key, 0, len(keys))
+	for _, f := range keys {
+		k, err := readKeyFile(f)
+		if err != nil {
+			return err
+		}
+		parsed = append(parsed, k)
+	}
+	if _, err := data.Store.AddUser(ctx, pos[0]); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return fmt.Errorf("user add: user %q already exists", pos[0])
+		}
+		return fmt.Errorf("user add %s: %w", pos[0], err)
+	}
+	for _, k := range parsed {
+		if err := data.Store.AddKey(ctx, pos[0], k); err != nil {
+			return keyAddError(ctx, data, pos[0], k, err)
+		}
+		fmt.Fprintf(stdout, "key %s added\n", k.Fingerprint)
+	}
+	fmt.Fprintf(stdout, "user %s added\n", pos[0])
+	return nil
+}
+
+func cmdUserList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	data, pos, err := openData(ctx, "user list", "user list [--data DIR]", "List users.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if err := wantArgs(args, pos, 0, 0, "user list [--data DIR]"); err != nil {
+		return err
+	}
+	users, err := data.Store.ListUsers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, u := range users {
+		fmt.Fprintln(stdout, u.Name)
+	}
+	return nil
+}
+
+func cmdUserRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	data, pos, err := openData(ctx, "user remove", "user remove NAME [--data DIR]", "Remove a user with their keys, tokens and grants.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if err := wantArgs(args, pos, 1, 1, "user remove NAME [--data DIR]"); err != nil {
+		return err
+	}
+	if err := data.Store.RemoveUser(ctx, pos[0]); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("user remove: no user %q", pos[0])
+		}
+		return fmt.Errorf("user remove %s: %w", pos[0], err)
+	}
+	fmt.Fprintf(stdout, "user %s removed\n", pos[0])
+	return nil
+}
+
+func cmdKeyAdd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	data, pos, err := openData(ctx, "key add", "key add USER PUBKEY_FILE [--data DIR]", "Add an SSH public key to a user.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if err := wantArgs(args, pos, 2, 2, "key add USER PUBKEY_FILE [--data DIR]"); err != nil {
+		return err
 	}
 	k, err := readKeyFile(pos[1])
 	if err != nil {
 		return err
 	}
 	if err := data.Store.AddKey(ctx, pos[0], k); err != nil {
-		return fmt.Errorf("key add: %w", err)
+		return keyAddError(ctx, data, pos[0], k, err)
 	}
 	fmt.Fprintf(stdout, "key %s added to %s\n", k.Fingerprint, pos[0])
 	return nil
 }
 
-func cmdToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "revoke" {
-		return cmdTokenRevoke(ctx, args[1:], stdout, stderr)
+// keyAddError names what stopped a key from being added: the user, or the
+// user who already has the key.
+func keyAddError(ctx context.Context, data *datadir.Data, user string, k store.Key, err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("key add: no user %q", user)
+	case errors.Is(err, store.ErrExists):
+		owner, _ := data.Store.KeyOwner(ctx, k.Fingerprint)
+		return fmt.Errorf("key add: key %s is already %s's (a key identifies one user)", k.Fingerprint, owner)
 	}
-	if len(args) > 0 && args[0] == "list" {
-		return cmdTokenList(ctx, args[1:], stdout, stderr)
-	}
-	if len(args) == 0 || args[0] != "create" {
-		return usagef("usage: packwire token create USER [--expires DURATION] | token revoke ID | token list [USER]")
-	}
+	return fmt.Errorf("key add %s: %w", k.Fingerprint, err)
+}
+
+func cmdTokenCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "token create USER [--expires DURATION] [--scope metrics] [--data DIR]"
 	var ttl time.Duration
-	data, pos, err := openData(ctx, "token create", "token create USER [--expires DURATION] [--data DIR]",
-		"Create an HTTP token for USER. It is printed once, alone on the last line of\nstdout; only its hash is stored. Use it as the password of HTTP Basic auth.", args[1:], stderr,
+	var scope string
+	data, pos, err := openData(ctx, "token create", syn,
+		"Create an HTTP token for USER. It is printed once, alone on the last line of\nstdout; only its hash is stored. Use it as the password of HTTP Basic auth.\nWith --scope metrics it is good for /metrics only (a Prometheus server's).", args, stderr,
 		func(fs *flag.FlagSet) {
-			fs.DurationVar(&ttl, "expires", 0, "token lifetime, e.g. 720h (0: never expires)")
+			fs.DurationVar(&ttl, "expires", 0, "token lifetime, e.g. 720h or 30d (0: never expires)")
+			fs.StringVar(&scope, "scope", "", "metrics: a token for /metrics only, refused for git (default: whatever USER may)")
 		})
 	if err != nil {
 		return err
 	}
 	defer data.Close()
-	if len(pos) != 1 {
-		return usagef("usage: packwire token create USER")
+	if err := wantArgs(args, pos, 1, 1, syn); err != nil {
+		return err
 	}
-	token, err := data.Access.CreateToken(ctx, pos[0], ttl)
+	if ttl < 0 {
+		return usagef("token create: --expires %s: a token's lifetime cannot be negative", ttl)
+	}
+	if scope != "" && scope != store.ScopeMetrics {
+		return usagef("token create: unknown --scope %q (metrics, or none)", scope)
+	}
+	token, err := data.Access.CreateScopedToken(ctx, pos[0], ttl, scope)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("token create: no user %q", pos[0])
 	}
@@ -251,7 +262,7 @@ func cmdToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func readKeyFile(path string) (store.Key, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return store.Key{}, err
+		return store.Key{}, fmt.Errorf("public key file: %w", err)
 	}
 	pub, comment, _, _, err := ssh.ParseAuthorizedKey(b)
 	if err != nil {
@@ -262,4 +273,44 @@ func readKeyFile(path string) (store.Key, error) {
 		PublicKey:   strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub))),
 		Comment:     comment,
 	}, nil
+}
+
+// dataFlag registers --data: the data directory, $PACKWIRE_DATA by default.
+func dataFlag(fs *flag.FlagSet) *string {
+	return fs.String("data", datadir.Dir(), "data directory; $"+datadir.EnvDir+" sets the default")
+}
+
+func cmdInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "init [--data DIR]"
+	fs := newFlagSet("init", syn, `Create the data directory and its store, as packwire serve does on its
+first start, so that users, grants and repositories can be set up before
+the server runs. Admin commands never create one: a mistyped --data is an
+error, not a new empty server. Running init on existing data changes
+nothing.`, stderr)
+	dir := dataFlag(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(args, pos, 0, 0, syn); err != nil {
+		return err
+	}
+	if err := checkOwner(*dir); err != nil {
+		return err
+	}
+	existed, err := datadir.Exists(*dir)
+	if err != nil {
+		return err
+	}
+	data, err := datadir.Create(ctx, *dir)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if existed {
+		fmt.Fprintf(stdout, "%s already holds packwire data; nothing changed\n", data.Dir)
+	} else {
+		fmt.Fprintf(stdout, "created packwire data in %s\n", data.Dir)
+	}
+	return nil
 }

@@ -58,7 +58,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cgroup := fs.String("server-cgroup", "", "server CPU from this cgroup (v2 cpu.stat or v1 cpuacct.usage directory)")
 	pid := fs.Int("server-pid", 0, "server CPU from this process and its descendants (/proc)")
 	govURL := fs.String("governor", "", "packwire governor base URL (default: the http(s) base of --url)")
-	data := fs.String("data", datadir.DefaultDir, "data directory; reports go to DATA/lab/")
+	data := fs.String("data", datadir.Dir(), "data directory; reports go to DATA/lab/; $PACKWIRE_DATA sets the default")
 	protocol := fs.Int("protocol", 2, "git protocol.version the clients use (0, 1 or 2)")
 	work := fs.String("work", "", "directory for the clients' clones (default: the system temp dir)")
 	demo := fs.Bool("demo", false, "start an in-process packwire on a synthetic jquery-shaped repository and run a short matrix")
@@ -67,8 +67,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if len(rest) > 0 {
-		return usagef("bench takes no arguments (got %q); the repository is --url", rest[0])
+	if err := wantArgs(args, rest, 0, 0, "bench --url URL | --demo [FLAGS] (no arguments: the repository is --url)"); err != nil {
+		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -18,6 +18,9 @@ func cmdDefaultBranch(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer data.Close()
+	if err := wantArgs(args, pos, 0, 1, syn); err != nil {
+		return err
+	}
 	switch len(pos) {
 	case 0:
 		b, err := data.Store.Setting(ctx, repo.SettingDefaultBranch, repo.DefaultBranch)
@@ -34,9 +37,8 @@ func cmdDefaultBranch(ctx context.Context, args []string, stdout, stderr io.Writ
 			return err
 		}
 		fmt.Fprintf(stdout, "new repositories' HEAD names %s\n", pos[0])
-		return nil
 	}
-	return usagef("usage: packwire %s", syn)
+	return nil
 }
 
 // cmdRepoSetHead points a repository's HEAD (its default branch) at a branch.
@@ -48,8 +50,8 @@ func cmdRepoSetHead(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer data.Close()
-	if len(pos) != 2 {
-		return usagef("usage: packwire %s", syn)
+	if err := wantArgs(args, pos, 2, 2, syn); err != nil {
+		return err
 	}
 	r, err := data.Repos.Resolve(pos[0])
 	if err != nil {
@@ -71,8 +73,8 @@ func cmdRepoQuota(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer data.Close()
-	if len(pos) < 1 || len(pos) > 2 {
-		return usagef("usage: packwire %s", syn)
+	if err := wantArgs(args, pos, 1, 2, syn); err != nil {
+		return err
 	}
 	r, err := data.Repos.Resolve(pos[0])
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 // TestDefaultBranchCommands: the server-wide default branch, repo create
 // --default-branch, and repo set-head, through the binary.
 func TestDefaultBranchCommands(t *testing.T) {
-	data := filepath.Join(t.TempDir(), "data")
+	data := newData(t)
 	head := func(name string) string {
 		b, _ := os.ReadFile(filepath.Join(data, "repos", name+".git", "HEAD"))
 		return strings.TrimSpace(string(b))

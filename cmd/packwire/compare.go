@@ -37,16 +37,16 @@ example: packwire compare -n 20 -- git ls-remote git://localhost/team/app -- git
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		if slices.Contains(args, "-h") || slices.Contains(args, "-help") || slices.Contains(args, "--help") {
-			fs.Usage()
-			return nil
+			return showHelp(fs)
 		}
 		return usagef("compare needs two commands: compare [FLAGS] -- COMMAND_A -- COMMAND_B")
 	}
-	if err := fs.Parse(args[:sep]); err != nil {
+	pos, err := parseInterspersed(fs, args[:sep])
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usagef("compare: unexpected %q before the first --", fs.Args())
+	if len(pos) > 0 {
+		return usagef("compare: unexpected argument %q before the first --", pos[0])
 	}
 	rest := args[sep+1:]
 	sep = slices.Index(rest, "--")

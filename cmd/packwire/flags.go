@@ -1,20 +1,27 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // parseInterspersed parses flags wherever they stand among the positional
 // arguments ("repo create NAME --data DIR"), which the flag package alone
-// does not do: it stops at the first positional argument.
+// does not do: it stops at the first positional argument. --help and -h
+// become a helpText (printed on stdout, exit 0); a flag the command does not
+// know, or a value it cannot take, a usageError that names it.
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	acceptDays(fs)
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			return nil, flagError(fs, err)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -30,24 +37,266 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// helpText is a command's usage, asked for with --help, -h or "packwire
+// help CMD": printed on stdout, exit status 0.
+type helpText struct{ text string }
+
+func (h helpText) Error() string { return h.text }
+
+// showHelp renders fs's usage as a helpText.
+func showHelp(fs *flag.FlagSet) error {
+	var b strings.Builder
+	out := fs.Output()
+	fs.SetOutput(&b)
+	fs.Usage()
+	fs.SetOutput(out)
+	return helpText{b.String()}
+}
+
+var (
+	reUndefined = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	reNoValue   = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
+	reBadBool   = regexp.MustCompile(`^invalid boolean value "(.*)" for -+(\S+): .*$`)
+	reBadValue  = regexp.MustCompile(`^invalid value "(.*)" for flag -+(\S+): (.*)$`)
+)
+
+// flagError turns the flag package's errors into a usageError that names the
+// flag as --name, and its ErrHelp into the command's help.
+func flagError(fs *flag.FlagSet, err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return showHelp(fs)
+	}
+	msg := err.Error()
+	if m := reUndefined.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("unknown flag --%s", m[1])
+	} else if m := reNoValue.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("--%s needs a value", m[1])
+	} else if m := reBadBool.FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("--%s=%s: a boolean flag takes true or false (--%[1]s=false)", m[2], m[1])
+	} else if m := reBadValue.FindStringSubmatch(msg); m != nil {
+		reason := m[3]
+		if reason == "parse error" || reason == "value out of range" {
+			reason = valueKind(fs.Lookup(m[2]), reason)
+		}
+		msg = fmt.Sprintf("--%s %s: %s", m[2], m[1], reason)
+	}
+	return usagef("%s: %s (see packwire %s --help)", fs.Name(), msg, fs.Name())
+}
+
+// valueKind says what a flag takes, for a value the flag package could not parse.
+func valueKind(f *flag.Flag, reason string) string {
+	if f == nil {
+		return reason
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return reason
+	}
+	switch g.Get().(type) {
+	case int, int64:
+		return "not a whole number (" + reason + ")"
+	case uint, uint64:
+		return "not a whole number of 0 or more (" + reason + ")"
+	case float64:
+		return "not a number (" + reason + ")"
+	}
+	return reason
+}
+
+// wantArgs checks the positional arguments a command got against the
+// number it takes (max < 0: any number). An extra one is named, with a
+// hint when it follows a boolean flag ("--fetch-cache off"); syn is the
+// command's synopsis, shown when arguments are missing.
+func wantArgs(args, pos []string, min, max int, syn string) error {
+	if max >= 0 && len(pos) > max {
+		extra := pos[max]
+		msg := fmt.Sprintf("unexpected argument %q", extra)
+		if flagName := boolFlagBefore(args, extra); flagName != "" {
+			msg += fmt.Sprintf(" after --%s: a boolean flag takes its value as --%[1]s=%s", flagName, boolWord(extra))
+		}
+		return usagef("%s\nusage: packwire %s", msg, syn)
+	}
+	if len(pos) < min {
+		return usagef("missing arguments\nusage: packwire %s", syn)
+	}
+	return nil
+}
+
+// boolFlagBefore returns the name of the flag written just before arg
+// without a value ("--fetch-cache off"): a flag that takes a value would
+// have taken arg, so it is a boolean one.
+func boolFlagBefore(args []string, arg string) string {
+	for i := 1; i < len(args); i++ {
+		if args[i] != arg {
+			continue
+		}
+		prev := args[i-1]
+		if strings.HasPrefix(prev, "-") && prev != "--" && prev != "-" && !strings.Contains(prev, "=") {
+			return strings.TrimLeft(prev, "-")
+		}
+	}
+	return ""
+}
+
+// boolWord maps what people write after a boolean flag to what it takes.
+func boolWord(s string) string {
+	switch strings.ToLower(s) {
+	case "off", "no", "false", "0", "disable", "disabled":
+		return "false"
+	}
+	return "true"
+}
+
 // stringList is a repeatable string flag (--key A --key B).
 type stringList []string
 
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-// newFlagSet returns a flag set whose usage prints the synopsis and the flags.
-func newFlagSet(name, synopsis, description string, out io.Writer) *flag.FlagSet {
+// newFlagSet returns a flag set whose usage prints the synopsis, the
+// description and the flags as --name VALUE. Help goes to stdout and
+// errors through run's exit status; the writer is not used.
+func newFlagSet(name, synopsis, description string, _ io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(io.Discard) // parseInterspersed reports errors itself
 	fs.Usage = func() {
+		out := fs.Output()
 		fmt.Fprintf(out, "usage: packwire %s\n\n%s\n", synopsis, description)
-		hasFlags := false
-		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
-		if hasFlags {
-			fmt.Fprintln(out, "\nflags:")
-			fs.PrintDefaults()
-		}
+		printFlags(out, fs)
 	}
 	return fs
+}
+
+// printFlags lists fs's flags as "  --name VALUE" with their usage and
+// default underneath.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	first := true
+	fs.VisitAll(func(f *flag.Flag) {
+		if first {
+			fmt.Fprintln(w, "\nflags:")
+			first = false
+		}
+		dashes := "--"
+		if len(f.Name) == 1 {
+			dashes = "-"
+		}
+		line := "  " + dashes + f.Name
+		if ph := placeholder(f); ph != "" {
+			line += " " + ph
+		}
+		usage := strings.ReplaceAll(f.Usage, "`", "")
+		if d := defaultText(f); d != "" {
+			usage += " " + d
+		}
+		fmt.Fprintf(w, "%s\n        %s\n", line, strings.ReplaceAll(usage, "\n", "\n        "))
+	})
+}
+
+// placeholders name what a flag's value is, where the type alone says too little.
+var placeholders = map[string]string{
+	"data": "DIR", "out": "DIR", "work": "DIR", "lab-dir": "DIR",
+	"key": "FILE", "o": "FILE", "config": "FILE", "tls-cert": "FILE", "tls-key": "FILE", "ssh-key": "FILE",
+	"url": "URL", "push-url": "URL", "governor": "URL",
+	"git": "ADDR", "http": "ADDR", "ssh": "ADDR", "metrics": "ADDR", "listen": "ADDR", "upstream": "HOST:PORT",
+	"token": "TOKEN", "trusted-proxies": "CIDR,...", "ssh-ciphers": "LIST",
+}
+
+func placeholder(f *flag.Flag) string {
+	if name, _ := flag.UnquoteUsage(f); strings.Contains(f.Usage, "`") {
+		return name
+	}
+	if ph, ok := placeholders[f.Name]; ok {
+		return ph
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return "VALUE"
+	}
+	switch g.Get().(type) {
+	case bool:
+		return ""
+	case time.Duration:
+		return "DURATION"
+	case int, int64, uint, uint64:
+		return "N"
+	case float64:
+		return "F"
+	}
+	return "VALUE"
+}
+
+func defaultText(f *flag.Flag) string {
+	switch f.DefValue {
+	case "", "0", "0s", "false", "[]":
+		return ""
+	case "true":
+		return fmt.Sprintf("(default true; --%s=false turns it off)", f.Name)
+	}
+	def := f.DefValue
+	if g, ok := f.Value.(flag.Getter); ok {
+		if _, isDuration := g.Get().(time.Duration); isDuration {
+			// "720h0m0s" reads better as "720h".
+			if strings.HasSuffix(def, "m0s") {
+				def = strings.TrimSuffix(def, "0s")
+			}
+			if strings.HasSuffix(def, "h0m") {
+				def = strings.TrimSuffix(def, "0m")
+			}
+		}
+	}
+	return "(default " + def + ")"
+}
+
+// acceptDays lets every duration flag of fs take days too ("30d", "1d12h"),
+// which sysadmins write for lifetimes and retention.
+func acceptDays(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, done := f.Value.(dayDuration); done {
+			return
+		}
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, isDuration := g.Get().(time.Duration); isDuration {
+				f.Value = dayDuration{g}
+			}
+		}
+	})
+}
+
+// dayDuration is a duration flag that also takes a number of days.
+type dayDuration struct{ flag.Getter }
+
+var reDays = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)d(.*)$`)
+
+func (d dayDuration) Set(s string) error {
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	return d.Getter.Set(v.String())
+}
+
+// parseDuration reads a Go duration ("90s", "720h") or days first ("30d",
+// "1d12h").
+func parseDuration(s string) (time.Duration, error) {
+	bad := fmt.Errorf("a duration like 720h, 30m, 90s or 30d")
+	if m := reDays.FindStringSubmatch(strings.TrimSpace(s)); m != nil {
+		days, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			return 0, bad
+		}
+		v := time.Duration(days * float64(24*time.Hour))
+		if m[2] != "" {
+			rest, err := time.ParseDuration(m[2])
+			if err != nil {
+				return 0, bad
+			}
+			v += rest
+		}
+		return v, nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, bad
+	}
+	return v, nil
 }

@@ -32,22 +32,32 @@ and sorted by CPU.
 "governor tail" prints records as they are written, until Ctrl-C.
 "governor maintenance" lists the latest maintenance runs (newest first):
 what kind, why, what they cost, and the packs and bytes before and after.`, stderr)
-	dir := fs.String("data", datadir.DefaultDir, "data directory")
+	dir := dataFlag(fs)
 	since := fs.Duration("since", 24*time.Hour, "summarise requests that started within this long")
 	by := fs.String("by", "kind", "group by repo, user, kind, transport, service or result")
 	top := fs.Int("top", 20, "show at most this many groups")
 	last := fs.Int("last", 0, "print the last N raw records instead of a summary (maintenance: default 20)")
 	repoName := fs.String("repo", "", "maintenance: only this repository")
 	asJSON := fs.Bool("json", false, "machine-readable output")
-	if _, err := parseInterspersed(fs, args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(args, pos, 0, 0, "governor [tail|maintenance] [FLAGS]"); err != nil {
 		return err
 	}
 	if _, ok := governor.GroupBy[*by]; !ok {
-		return usagef("--by must be one of repo, user, kind, transport, service, result")
+		return usagef("--by %s: one of repo, user, kind, transport, service, result", *by)
+	}
+	if ok, err := datadir.Exists(*dir); err != nil {
+		return err
+	} else if !ok {
+		abs, _ := filepath.Abs(*dir)
+		return &datadir.NoDataError{Dir: abs}
 	}
 	path := filepath.Join(*dir, governor.FileName)
 	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("no request records at %s (has packwire serve run with --data %s?)", path, *dir)
+		return fmt.Errorf("no request records at %s yet (packwire serve writes them)", path)
 	}
 	gov, err := governor.Open(ctx, path)
 	if err != nil {

@@ -16,10 +16,10 @@ import (
 
 func TestLabCommandsHelpAndBadInput(t *testing.T) {
 	for cmd, flags := range map[string][]string{
-		"netem":   {"-upstream", "-delay", "-jitter", "-rate", "-reset-after", "-json"},
-		"rtt":     {"-delay", "-protocol", "-op", "-runs", "-json", "-ssh-key", "-ssh-option"},
-		"compare": {"-n", "-warmup", "-seed", "-json"},
-		"advise":  {"-use", "-json", "-runs", "-no-derive", "-clones", "-simulate-rtt", "-ssh-key"},
+		"netem":   {"--upstream", "--delay", "--jitter", "--rate", "--reset-after", "--json"},
+		"rtt":     {"--delay", "--protocol", "--op", "--runs", "--json", "--ssh-key", "--ssh-option"},
+		"compare": {"-n", "--warmup", "--seed", "--json"},
+		"advise":  {"--use", "--json", "--runs", "--no-derive", "--clones", "--simulate-rtt", "--ssh-key"},
 	} {
 		out, code := packwire(t, cmd, "--help")
 		if code != 0 {

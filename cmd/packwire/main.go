@@ -10,59 +10,153 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"packwire/internal/datadir"
 )
 
-const usage = `packwire: a Git server for git://, smart HTTP and SSH, on one request pipeline
+// command is one entry of the command line. A leaf has run; a group has
+// subs, and "packwire GROUP SUB ..." runs the sub. Adding a command or a
+// subcommand is adding an entry here: the overview, "packwire GROUP
+// --help" and the test that walks every command's --help derive from this
+// table.
+type command struct {
+	name    string // as typed
+	args    string // what follows the name in the overview: "NAME [--key F]..."
+	summary string // the overview's line (may hold "\n" for more lines)
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	subs    []*command
+}
+
+// commands is the command line, in the order the overview lists it.
+var commands []*command
+
+func init() {
+	commands = []*command{
+		{name: "serve", args: "[--config FILE]", summary: "serve every bare repository under DATA/repos (creates DATA on first start)", run: cmdServe},
+		{name: "init", summary: "create the data directory and its store without serving", run: cmdInit},
+		{name: "repo", summary: "repositories", subs: []*command{
+			{name: "create", args: "NAME [--default-branch B]", summary: "create an empty bare repository (names may be nested: team/app)", run: cmdRepoCreate},
+			{name: "import", args: "NAME SOURCE", summary: "create a repository as a mirror of a local path or URL, maintained at once", run: cmdRepoImport},
+			{name: "list", summary: "list repositories", run: cmdRepoList},
+			{name: "show", args: "NAME", summary: "object layout: packs, preferred pack and what it covers, bitmap, checkout, last run", run: cmdRepoShow},
+			{name: "set-head", args: "NAME BRANCH", summary: "make BRANCH the default branch (what HEAD names, what clones check out)", run: cmdRepoSetHead},
+			{name: "quota", args: "NAME [SIZE|off]", summary: "show the size on disk and quota, or set the quota (500M, 2G)", run: cmdRepoQuota},
+		}},
+		{name: "default-branch", args: "[BRANCH]", summary: "the branch new repositories' HEAD names (main)", run: cmdDefaultBranch},
+		{name: "maintain", args: "[REPO...]", summary: "bring repositories into the layout that serves clones fastest (serve does it in the background)", run: cmdMaintain},
+		{name: "user", summary: "users", subs: []*command{
+			{name: "add", args: "NAME [--key F]...", summary: "register a user, with SSH public keys", run: cmdUserAdd},
+			{name: "list", summary: "list users", run: cmdUserList},
+			{name: "remove", args: "NAME", summary: "remove a user with their keys, tokens and grants", run: cmdUserRemove},
+		}},
+		{name: "key", summary: "SSH keys", subs: []*command{
+			{name: "add", args: "USER FILE", summary: "add an SSH public key to a user", run: cmdKeyAdd},
+			{name: "remove", args: "FP|FILE", summary: "remove a key by SHA256 fingerprint or public key file", run: cmdKeyRemove},
+			{name: "list", args: "[USER]", summary: "list keys with their fingerprints", run: cmdKeyList},
+		}},
+		{name: "token", summary: "HTTP tokens", subs: []*command{
+			{name: "create", args: "USER", summary: "create an HTTP token; printed once, alone on the last line", run: cmdTokenCreate},
+			{name: "revoke", args: "ID", summary: "revoke a token (it stays listed)", run: cmdTokenRevoke},
+			{name: "list", args: "[USER]", summary: "list tokens: id, user, created, expiry, revoked (never secrets)", run: cmdTokenList},
+		}},
+		{name: "grant", args: "USER ROLE PATTERN", summary: "give USER read, write or admin on repos PATTERN matches\n('*' within a path segment, '**' any depth: team/*, **)", run: cmdGrant},
+		{name: "revoke", args: "USER PATTERN", summary: "remove USER's grant on PATTERN", run: cmdRevoke},
+		{name: "grants", args: "[USER]", summary: "list grants", run: cmdGrants},
+		{name: "anonymous-read", args: "on|off [PATTERN]", summary: "anonymous read server-wide (default on) or per pattern", run: cmdAnonRead},
+		{name: "protect", args: "REPO_PAT REF_PAT", summary: "no force-push, no delete below admin (e.g. refs/heads/main)", run: cmdProtect},
+		{name: "rule", summary: "ref rules", subs: []*command{
+			{name: "add", args: "[--at N] allow|deny OPS REPO_PAT REF_PAT WHO", summary: "ordered ref rule; first match decides (OPS: create,\npush, force-push, delete, all; WHO: user, role:R, *)", run: cmdRuleAdd},
+			{name: "list", summary: "show the ref rules in evaluation order", run: cmdRuleList},
+			{name: "remove", args: "N", summary: "remove the rule at position N", run: cmdRuleRemove},
+		}},
+		{name: "access", summary: "the whole access model as a file", subs: []*command{
+			{name: "export", args: "[-o FILE]", summary: "write users, keys, grants, rules, settings as TOML", run: cmdAccessExport},
+			{name: "import", args: "FILE [--dry-run] [--prune]", summary: "replace the access model with a TOML file's (--dry-run: show the changes)", run: cmdAccessImport},
+		}},
+		{name: "governor", summary: "what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)", run: cmdGovernor},
+		{name: "netem", args: "--upstream HOST:PORT", summary: "a proxy that adds latency, jitter, a bandwidth limit or resets; counts round trips", run: cmdNetem},
+		{name: "rtt", args: "URL...", summary: "round trips and wall of ls-remote, no-op fetch, clone at several added RTTs\n(protocol v0/v2, SSH with/without ControlMaster)", run: cmdRTT},
+		{name: "compare", args: "-- CMD_A -- CMD_B", summary: "paired, order-shuffled timing of two commands: median ratio, 95% CI, verdict", run: cmdCompare},
+		{name: "advise", args: "URL...", summary: "measure a repository's transports and clone options; recommendations with evidence", run: cmdAdvise},
+		{name: "bench", args: "--url URL | --demo", summary: "replay the clone/fetch study (T1-T10) against a server: tables + report.html", run: cmdBench},
+		{name: "synth", args: "--shape S --out DIR", summary: "make a repository shaped like the clone study's jquery, swift or linux (--scale F,\n--pull-refs N: unfetched refs/pull/*/head as hosted repositories have)", run: cmdSynth},
+		{name: "sizer", args: "REPO [--json]", summary: "repository measures as git-sizer reports them, with a level of concern", run: cmdSizer},
+		{name: "version", summary: "print the version", run: cmdVersion},
+	}
+}
+
+const usageHead = `packwire: a Git server for git://, smart HTTP and SSH, on one request pipeline
 
 usage: packwire COMMAND [ARGS] [FLAGS]
 
 commands:
-  serve                      serve every bare repository under DATA/repos
-  repo create NAME           create an empty bare repository (names may be nested: team/app)
-  repo import NAME SOURCE    create a repository as a mirror of a local path or URL, maintained at once
-  repo list                  list repositories
-  repo show NAME             object layout: packs, preferred pack and what it covers, bitmap, checkout, last run
-  maintain [REPO...]         bring repositories into the layout that serves clones fastest (serve does it in the background)
-  user add NAME [--key F]... register a user, with SSH public keys
-  user list                  list users
-  user remove NAME           remove a user with their keys, tokens and grants
-  key add USER FILE          add an SSH public key to a user
-  key remove FP|FILE         remove a key by SHA256 fingerprint or public key file
-  key list [USER]            list keys with their fingerprints
-  token create USER          create an HTTP token; printed once, alone on the last line
-  token revoke ID            revoke a token (it stays listed)
-  token list [USER]          list tokens: id, user, created, expiry, revoked (never secrets)
-  grant USER ROLE PATTERN    give USER read, write or admin on repos PATTERN matches
-                             ('*' within a path segment, '**' any depth: team/*, **)
-  revoke USER PATTERN        remove USER's grant on PATTERN
-  grants [USER]              list grants
-  default-branch [BRANCH]    the branch new repositories' HEAD names (main)
-  anonymous-read on|off [PATTERN]
-                             anonymous read server-wide (default on) or per pattern
-  protect REPO_PAT REF_PAT   no force-push, no delete below admin (e.g. refs/heads/main)
-  rule add [--at N] allow|deny OPS REPO_PAT REF_PAT WHO
-                             ordered ref rule; first match decides (OPS: create,
-                             push, force-push, delete, all; WHO: user, role:R, *)
-  rule list                  show the ref rules in evaluation order
-  rule remove N              remove the rule at position N
-  access export [-o FILE]    write users, keys, grants, rules, settings as TOML
-  access import FILE         replace the access model with a TOML file's
-  governor                   what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)
-  netem --upstream HOST:PORT a proxy that adds latency, jitter, a bandwidth limit or resets; counts round trips
-  rtt URL...                 round trips and wall of ls-remote, no-op fetch, clone at several added RTTs
-                             (protocol v0/v2, SSH with/without ControlMaster)
-  compare -- CMD_A -- CMD_B  paired, order-shuffled timing of two commands: median ratio, 95% CI, verdict
-  advise URL...              measure a repository's transports and clone options; recommendations with evidence
-  bench --url URL | --demo   replay the clone/fetch study (T1-T10) against a server: tables + report.html
-  synth --shape S --out DIR  make a repository shaped like the clone study's jquery, swift or linux (--scale F,
-                             --pull-refs N: unfetched refs/pull/*/head as hosted repositories have)
-  sizer REPO [--json]        repository measures as git-sizer reports them, with a level of concern
-  version                    print the version
-
-The commands from serve to governor take --data DIR (default
-./packwire-data) and are safe to run while the server runs; the lab's
-commands (netem to sizer) work on URLs and directories and take none. "packwire COMMAND --help" shows a command's flags.
 `
+
+const usageTail = `
+The commands from serve to governor take --data DIR (default
+$PACKWIRE_DATA, else ./packwire-data); only serve and init create it, the
+others need it to exist and are safe to run while the server runs. The
+lab's commands (netem to sizer) work on URLs and directories and take
+none. "packwire COMMAND --help" (or "packwire help COMMAND") shows a
+command's flags.
+`
+
+// overview is the top-level usage: every command and subcommand of the table.
+func overview() string {
+	var b strings.Builder
+	b.WriteString(usageHead)
+	for _, c := range commands {
+		if c.subs == nil {
+			writeEntry(&b, c.name, c)
+			continue
+		}
+		for _, sub := range c.subs {
+			writeEntry(&b, c.name+" "+sub.name, sub)
+		}
+	}
+	b.WriteString(usageTail)
+	return b.String()
+}
+
+// writeEntry writes one overview line: name and arguments, then the summary
+// from column 30 (on the next line when they are longer).
+func writeEntry(b *strings.Builder, name string, c *command) {
+	const col = 29
+	left := "  " + strings.TrimSpace(name+" "+c.args)
+	lines := strings.Split(c.summary, "\n")
+	if len(left) < col {
+		fmt.Fprintf(b, "%-*s%s\n", col, left, lines[0])
+	} else {
+		fmt.Fprintf(b, "%s\n%*s%s\n", left, col, "", lines[0])
+	}
+	for _, l := range lines[1:] {
+		fmt.Fprintf(b, "%*s%s\n", col, "", l)
+	}
+}
+
+// groupUsage lists a group's subcommands, for "packwire GROUP --help" and
+// for a group given no or an unknown subcommand.
+func groupUsage(g *command) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: packwire %s SUBCOMMAND [ARGS] [FLAGS]\n\n%s:\n", g.name, g.summary)
+	for _, sub := range g.subs {
+		writeEntry(&b, g.name+" "+sub.name, sub)
+	}
+	fmt.Fprintf(&b, "\n\"packwire %s SUBCOMMAND --help\" shows a subcommand's flags.\n", g.name)
+	return b.String()
+}
+
+func lookup(list []*command, name string) *command {
+	for _, c := range list {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -71,79 +165,84 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run executes one command and returns the process exit code.
+// run executes one command and returns the process exit code: 0, 1 for a
+// failure, 2 for a command line packwire did not understand.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, overview())
 		return 2
 	}
-	var err error
-	switch args[0] {
-	case "serve":
-		err = cmdServe(ctx, args[1:], stdout, stderr)
-	case "repo":
-		err = cmdRepo(ctx, args[1:], stdout, stderr)
-	case "user":
-		err = cmdUser(ctx, args[1:], stdout, stderr)
-	case "key":
-		err = cmdKey(ctx, args[1:], stdout, stderr)
-	case "token":
-		err = cmdToken(ctx, args[1:], stdout, stderr)
-	case "governor":
-		err = cmdGovernor(ctx, args[1:], stdout, stderr)
-	case "grant":
-		err = cmdGrant(ctx, args[1:], stdout, stderr)
-	case "revoke":
-		err = cmdRevoke(ctx, args[1:], stdout, stderr)
-	case "grants":
-		err = cmdGrants(ctx, args[1:], stdout, stderr)
-	case "default-branch":
-		err = cmdDefaultBranch(ctx, args[1:], stdout, stderr)
-	case "anonymous-read":
-		err = cmdAnonRead(ctx, args[1:], stdout, stderr)
-	case "protect":
-		err = cmdProtect(ctx, args[1:], stdout, stderr)
-	case "rule":
-		err = cmdRule(ctx, args[1:], stdout, stderr)
-	case "access":
-		err = cmdAccess(ctx, args[1:], stdout, stderr)
-	case "maintain":
-		err = cmdMaintain(ctx, args[1:], stdout, stderr)
-	case "bench":
-		err = cmdBench(ctx, args[1:], stdout, stderr)
-	case "netem":
-		err = cmdNetem(ctx, args[1:], stdout, stderr)
-	case "rtt":
-		err = cmdRTT(ctx, args[1:], stdout, stderr)
-	case "compare":
-		err = cmdCompare(ctx, args[1:], stdout, stderr)
-	case "advise":
-		err = cmdAdvise(ctx, args[1:], stdout, stderr)
-	case "synth":
-		err = cmdSynth(ctx, args[1:], stdout, stderr)
-	case "sizer":
-		err = cmdSizer(ctx, args[1:], stdout, stderr)
-	case "version", "--version":
-		fmt.Fprintln(stdout, "packwire", version)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-	default:
-		fmt.Fprintf(stderr, "packwire: unknown command %q\n\n%s", args[0], usage)
-		return 2
-	}
-	if errors.Is(err, flag.ErrHelp) {
+	switch {
+	case isHelp(args[0]):
+		fmt.Fprint(stdout, overview())
 		return 0
+	case args[0] == "--version":
+		args = []string{"version"}
+	case args[0] == "help":
+		if len(args) == 1 {
+			fmt.Fprint(stdout, overview())
+			return 0
+		}
+		args = append(args[1:len(args):len(args)], "--help") // "help repo create" is "repo create --help"
 	}
+	return exitCode(dispatch(ctx, args, stdout, stderr), stdout, stderr)
+}
+
+// dispatch finds the command args name and runs it.
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := lookup(commands, args[0])
+	if c == nil {
+		return usageError{fmt.Sprintf("unknown command %q\n\n%s", args[0], overview())}
+	}
+	if c.subs == nil {
+		return c.run(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) == 1 {
+		return usageError{fmt.Sprintf("%s needs a subcommand\n\n%s", c.name, groupUsage(c))}
+	}
+	if isHelp(args[1]) {
+		return helpText{groupUsage(c)}
+	}
+	sub := lookup(c.subs, args[1])
+	if sub == nil {
+		return usageError{fmt.Sprintf("unknown %s command %q\n\n%s", c.name, args[1], groupUsage(c))}
+	}
+	return sub.run(ctx, args[2:], stdout, stderr)
+}
+
+// exitCode prints what a command returned and maps it to an exit status.
+func exitCode(err error, stdout, stderr io.Writer) int {
+	var help helpText
 	var ue usageError
-	if errors.As(err, &ue) {
+	var noData *datadir.NoDataError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &help):
+		fmt.Fprint(stdout, help.text)
+		return 0
+	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "packwire: %s\n", ue.msg)
 		return 2
+	case errors.As(err, &noData):
+		fmt.Fprintf(stderr, "packwire: %s (start packwire serve --data %s first, or pass --data)\n", noData, noData.Dir)
+		return 2
 	}
+	fmt.Fprintf(stderr, "packwire: %v\n", err)
+	return 1
+}
+
+func cmdVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", "version", "Print the version.", stderr)
+	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		fmt.Fprintf(stderr, "packwire: %v\n", err)
-		return 1
+		return err
 	}
-	return 0
+	if err := wantArgs(args, pos, 0, 0, "version"); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "packwire", version)
+	return nil
 }
 
 // usageError is a mistake in the command line (exit status 2).

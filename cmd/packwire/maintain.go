@@ -163,8 +163,8 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer data.Close()
-	if len(pos) != 1 {
-		return usagef("usage: packwire repo show NAME")
+	if err := wantArgs(args, pos, 1, 1, "repo show NAME [--data DIR]"); err != nil {
+		return err
 	}
 	r, err := data.Repos.Resolve(pos[0])
 	if err != nil {

@@ -20,7 +20,7 @@ func TestImportMaintainShow(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src.git")
 	env.Build(src, gittest.Shape{Commits: 10, Branches: 2, Tags: 2, Seed: 3})
 	env.Git(src, "update-ref", "refs/pull/1/head", "main~3")
-	data := filepath.Join(t.TempDir(), "data")
+	data := newData(t)
 	out, code := packwire(t, "repo", "import", "app", src, "--data", data)
 	if code != 0 || !strings.Contains(out, "full run (imported): ok") {
 		t.Fatalf("repo import: %d %s", code, out)
@@ -67,7 +67,7 @@ func TestImportMaintainShow(t *testing.T) {
 // run brings it into shape.
 func TestMaintainKilledAtRandomPoints(t *testing.T) {
 	env := gittest.New(t)
-	data := filepath.Join(t.TempDir(), "data")
+	data := newData(t)
 	if out, code := packwire(t, "repo", "create", "app", "--data", data); code != 0 {
 		t.Fatal(out)
 	}

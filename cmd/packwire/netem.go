@@ -38,8 +38,8 @@ example: packwire netem --listen 127.0.0.1:9419 --upstream localhost:9418 --dela
 	if err != nil {
 		return err
 	}
-	if len(rest) > 0 {
-		return usagef("netem takes no arguments besides flags, got %q", rest)
+	if err := wantArgs(args, rest, 0, 0, "netem --upstream HOST:PORT [FLAGS] (no arguments besides flags)"); err != nil {
+		return err
 	}
 	if *upstream == "" {
 		return usagef("netem needs --upstream HOST:PORT")

@@ -16,7 +16,7 @@ import (
 // thing by killing receive-pack mid-pack.
 func TestMaintainRemovesStaleQuarantines(t *testing.T) {
 	env := gittest.New(t)
-	data := filepath.Join(t.TempDir(), "data")
+	data := newData(t)
 	if out, code := packwire(t, "repo", "create", "app", "--data", data); code != 0 {
 		t.Fatal(out)
 	}

@@ -14,24 +14,36 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"packwire/internal/datadir"
 	"packwire/internal/server"
+	"packwire/internal/transport/forwarded"
 )
 
-func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// parseServe reads serve's flags and --config file into a server
+// configuration and the shutdown grace period.
+func parseServe(args []string, stderr io.Writer) (server.Config, time.Duration, error) {
 	d := server.Defaults
-	fs := newFlagSet("serve", "serve [FLAGS]", `Serve every bare repository under DATA/repos over git://, smart HTTP and SSH.
+	fs := newFlagSet("serve", "serve [--config FILE] [FLAGS]", `Serve every bare repository under DATA/repos over git://, smart HTTP and SSH.
 The data directory is created on first start, with its SQLite store and SSH
 host keys that persist (ed25519, ECDSA P-256, RSA 3072; an older data
 directory gains the keys it lacks). An empty address turns a transport off.
 SIGINT or SIGTERM stops accepting, lets running requests finish within --grace,
-then exits 0.`, stderr)
+then exits 0.
+
+--config FILE (default $PACKWIRE_CONFIG) reads flags from a TOML file whose
+keys are the flag names without "--": max-pack-jobs = 8, http = ":8080",
+timeout = "10m", fetch-cache = false, trusted-proxies = ["10.0.0.0/8"].
+Flags on the command line override the file; an unknown key or a value of
+the wrong type is an error naming its line. Durations take days too (30d).`, stderr)
 	cfg := d
-	fs.StringVar(&cfg.DataDir, "data", d.DataDir, "data directory")
+	configFile := fs.String("config", os.Getenv(envConfig), "read flags from this TOML file (keys: the flag names); the command line overrides it")
+	fs.StringVar(&cfg.DataDir, "data", datadir.Dir(), "data directory, created on first start; $PACKWIRE_DATA sets the default")
 	fs.StringVar(&cfg.GitAddr, "git", d.GitAddr, "git:// listen address (empty: off)")
 	fs.StringVar(&cfg.HTTPAddr, "http", d.HTTPAddr, "smart HTTP listen address (empty: off)")
 	fs.StringVar(&cfg.SSHAddr, "ssh", d.SSHAddr, "SSH listen address (empty: off)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM), with --tls-key")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "private key for --tls-cert (PEM)")
+	trusted := fs.String("trusted-proxies", "", "comma separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-For (client address: the rightmost one not itself a trusted proxy) and X-Forwarded-Proto are believed; from any other peer they are ignored (default: none)")
 	fs.DurationVar(&cfg.InitTimeout, "init-timeout", d.InitTimeout, "time a client has to send its request (git:// request line, SSH handshake, HTTP headers)")
 	fs.DurationVar(&cfg.IdleTimeout, "timeout", d.IdleTimeout, "end a request when no data moved either way for this long (0: never)")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", d.MaxConnections, "concurrent connections per git://, SSH and HTTP listener; more are refused (git://: an ERR line; SSH: closed before the handshake; HTTP: 503 with Retry-After and a one-line text) and logged (0: no limit)")
@@ -51,7 +63,7 @@ then exits 0.`, stderr)
 	fs.Int64Var(&cfg.RequestMinRate, "request-min-rate", d.RequestMinRate, "bytes/s a fetch request (HTTP body, git:// or SSH fetch command) must average after --init-timeout before it takes a slot; a slower one is refused (\"request too slow\", HTTP 408) (0: no bound)")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", d.RequestTimeout, "time a fetch request may take to arrive whole, however fast (0: no bound)")
 	fs.BoolVar(&cfg.AllowUnreachableWants, "allow-unreachable-wants", d.AllowUnreachableWants, "serve any object a client asks for by id, as git's protocol v2 does, even when no visible ref reaches it (a deleted branch's commits until gc); off: such wants are refused (\"not our ref\"), which costs a partial clone's lazy fetch one rev-list (see README)")
-	fs.IntVar(&cfg.MaxRequestsPerClient, "max-requests-per-client", d.MaxRequestsPerClient, "requests (git processes) one user, or one anonymous address, may run at once; more are refused with \"server busy\" (0: no limit; raise it for load tests from one machine, or behind a proxy that hides client addresses)")
+	fs.IntVar(&cfg.MaxRequestsPerClient, "max-requests-per-client", d.MaxRequestsPerClient, "requests (git processes) one user, or one anonymous address, may run at once; more are refused with \"server busy\" (0: no limit; raise it for load tests from one machine; behind a reverse proxy, see --trusted-proxies)")
 	fs.BoolVar(&cfg.PackCache, "pack-cache", d.PackCache, "share identical pack-objects runs between concurrent fetches and reuse finished packs (off by default; the fetch cache shares more over HTTP v2: a 16-clone herd cost 2.04 s of CPU with it, 2.46 s unshared, 0.30 s with the fetch cache; it is what shares over git:// and SSH; see README)")
 	fs.Int64Var(&cfg.PackCacheMaxBytes, "pack-cache-max-bytes", d.PackCacheMaxBytes, "finished packs kept on disk in total, least recently used dropped first (0: share concurrent runs only)")
 	fs.DurationVar(&cfg.PackCacheMaxAge, "pack-cache-max-age", d.PackCacheMaxAge, "how long a finished pack may be reused (0: until evicted)")
@@ -71,11 +83,23 @@ then exits 0.`, stderr)
 	fs.StringVar(&cfg.LabDir, "lab-dir", "", "directory of the lab's reports the dashboard lists (default DATA/lab)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running requests get to finish before they are killed")
 	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")
-	if _, err := parseInterspersed(fs, args); err != nil {
-		return err
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return cfg, 0, err
 	}
-	if err := server.CheckPlatform(); err != nil {
-		return err // before anything is created on disk
+	if err := wantArgs(args, pos, 0, 0, "serve [--config FILE] [FLAGS] (no arguments besides flags)"); err != nil {
+		return cfg, 0, err
+	}
+	if *configFile != "" {
+		if err := applyConfig(fs, *configFile); err != nil {
+			return cfg, 0, err
+		}
+	}
+	if cfg.TrustedProxies, err = forwarded.Parse(*trusted); err != nil {
+		return cfg, 0, usagef("--trusted-proxies: %v", err)
+	}
+	if err := checkTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
+		return cfg, 0, err
 	}
 	if *ciphers != "" {
 		cfg.SSHCiphers = strings.Split(*ciphers, ",")
@@ -86,7 +110,18 @@ then exits 0.`, stderr)
 	case "json":
 		cfg.Log = slog.New(slog.NewJSONHandler(stderr, nil))
 	default:
-		return usagef("--log-format must be text or json")
+		return cfg, 0, usagef("--log-format %s: text or json", *logFormat)
+	}
+	return cfg, *grace, nil
+}
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, grace, err := parseServe(args, stderr)
+	if err != nil {
+		return err
+	}
+	if err := server.CheckPlatform(); err != nil {
+		return err // before anything is created on disk
 	}
 	if _, err := exec.LookPath("git"); err != nil {
 		return fmt.Errorf("git is not installed or not on PATH: packwire serves through git's own upload-pack and receive-pack (install it, e.g. apt-get install git)")
@@ -128,11 +163,33 @@ then exits 0.`, stderr)
 
 	<-sigCtx.Done()
 	stop() // a second signal kills at once
-	fmt.Fprintf(stdout, "packwire: shutting down, waiting up to %s for %d running requests\n", *grace, srv.Pipeline.InFlight())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
+	fmt.Fprintf(stdout, "packwire: shutting down, waiting up to %s for %d running requests\n", grace, srv.Pipeline.InFlight())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		fmt.Fprintf(stderr, "packwire: shutdown: %v\n", err)
+	}
+	return nil
+}
+
+// checkTLS wants both halves of a certificate or neither, and files that
+// can be read, saying which one is wrong.
+func checkTLS(cert, key string) error {
+	switch {
+	case cert != "" && key == "":
+		return usagef("--tls-cert given without --tls-key")
+	case key != "" && cert == "":
+		return usagef("--tls-key given without --tls-cert")
+	}
+	for _, f := range []struct{ flag, path string }{{"tls-cert", cert}, {"tls-key", key}} {
+		if f.path == "" {
+			continue
+		}
+		fh, err := os.Open(f.path)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", f.flag, err)
+		}
+		fh.Close()
 	}
 	return nil
 }

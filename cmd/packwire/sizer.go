@@ -26,8 +26,8 @@ func cmdSizer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usagef("usage: packwire sizer REPO [--json]")
+	if err := wantArgs(args, pos, 1, 1, "sizer REPO [--json] [--threshold N]"); err != nil {
+		return err
 	}
 	r, err := sizer.Measure(ctx, pos[0])
 	if err != nil {

@@ -55,7 +55,7 @@ func cmdSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch {
 	case len(pos) > 0:
-		return usagef("synth takes no arguments (got %q); see packwire synth --help", pos[0])
+		return wantArgs(args, pos, 0, 0, "synth --shape "+strings.Join(synth.Shapes(), "|")+" --out DIR [FLAGS] (no arguments besides flags)")
 	case o.Shape == "":
 		return usagef("synth needs --shape (%s)", strings.Join(synth.Shapes(), ", "))
 	case o.Out == "":

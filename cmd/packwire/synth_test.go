@@ -10,7 +10,7 @@ import (
 
 func TestSynthCommand(t *testing.T) {
 	env := gittest.New(t)
-	data := filepath.Join(t.TempDir(), "data")
+	data := newData(t)
 	out := filepath.Join(data, "repos", "jq.git")
 	got, code := packwire(t, "synth", "--shape", "jquery", "--scale", "0.02", "--out", out, "--quiet")
 	if code != 0 || !strings.Contains(got, "jquery x0.02 (seed 1): 157 commits") {
@@ -33,7 +33,7 @@ func TestSynthCommand(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2: %s", args, code, got)
 		}
 	}
-	if got, code := packwire(t, "synth", "--shape", "jquery", "--out", out, "--scale", "x"); code == 0 || !strings.Contains(got, `invalid value "x"`) {
+	if got, code := packwire(t, "synth", "--shape", "jquery", "--out", out, "--scale", "x"); code != 2 || !strings.Contains(got, `--scale x: not a number`) {
 		t.Fatalf("bad scale: %d %s", code, got)
 	}
 	if got, code := packwire(t, "synth", "--shape", "hg", "--out", t.TempDir()); code != 1 || !strings.Contains(got, `unknown shape "hg"`) {

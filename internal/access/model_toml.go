@@ -186,6 +186,7 @@ func ParseFile(data []byte) (store.Model, error) {
 		m.AnonReads = append(m.AnonReads, store.AnonRead{RepoPattern: a.Repo, Enabled: a.Read == "on"})
 	}
 	users := map[string]bool{}
+	keyOwner := map[string]string{} // fingerprint -> user
 	for i, u := range f.Users {
 		if !ValidUserName(u.Name) {
 			return m, fmt.Errorf("user %d: invalid name %q", i+1, u.Name)
@@ -200,14 +201,24 @@ func ParseFile(data []byte) (store.Model, error) {
 			if err != nil {
 				return m, fmt.Errorf("user %q: bad key %q: %v", u.Name, trunc(line, 40), err)
 			}
-			m.Keys = append(m.Keys, store.Key{Fingerprint: ssh.FingerprintSHA256(pub), User: u.Name,
+			fp := ssh.FingerprintSHA256(pub)
+			if owner, dup := keyOwner[fp]; dup {
+				return m, fmt.Errorf("key %s is listed twice (users %q and %q): a key identifies one user", fp, owner, u.Name)
+			}
+			keyOwner[fp] = u.Name
+			m.Keys = append(m.Keys, store.Key{Fingerprint: fp, User: u.Name,
 				PublicKey: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub))), Comment: comment})
 		}
 	}
+	granted := map[[2]string]int{} // user, repo -> grant number
 	for i, g := range f.Grants {
 		if !users[g.User] {
 			return m, fmt.Errorf("grant %d: no user %q in the file", i+1, g.User)
 		}
+		if n, dup := granted[[2]string{g.User, g.Repo}]; dup {
+			return m, fmt.Errorf("grant %d: %s already has a grant on %s (grant %d)", i+1, g.User, g.Repo, n)
+		}
+		granted[[2]string{g.User, g.Repo}] = i + 1
 		if _, err := ParseRole(g.Role); err != nil {
 			return m, fmt.Errorf("grant %d: %v", i+1, err)
 		}
@@ -238,18 +249,41 @@ func ParseFile(data []byte) (store.Model, error) {
 		if err := ValidWho(r.Who); err != nil {
 			return m, fmt.Errorf("rule %d: %v", i+1, err)
 		}
+		if r.Who != "*" && !strings.HasPrefix(r.Who, "role:") && !users[r.Who] {
+			// As for grants: the file replaces the users, so a rule for
+			// anyone else would never match.
+			return m, fmt.Errorf("rule %d: no user %q in the file", i+1, r.Who)
+		}
 		m.Rules = append(m.Rules, sr)
 	}
 	return m, nil
 }
 
-// Import replaces the access model with a file's.
-func (c *Controller) Import(ctx context.Context, data []byte) (store.Model, error) {
+// Import replaces the access model with a file's. Users not in the file
+// are removed (with their keys, tokens and grants) only if prune; otherwise
+// the import is refused with a *store.UsersRemovedError. The changes it
+// makes are computed before, outside its transaction: an admin command
+// writing meanwhile may make them differ.
+func (c *Controller) Import(ctx context.Context, data []byte, prune bool) (store.Model, []Change, error) {
+	m, changes, err := c.PlanImport(ctx, data)
+	if err != nil {
+		return m, nil, err
+	}
+	return m, changes, c.Store.ReplaceModel(ctx, m, prune)
+}
+
+// PlanImport parses a model file and says what importing it would change,
+// changing nothing.
+func (c *Controller) PlanImport(ctx context.Context, data []byte) (store.Model, []Change, error) {
 	m, err := ParseFile(data)
 	if err != nil {
-		return m, err
+		return m, nil, err
 	}
-	return m, c.Store.ReplaceModel(ctx, m)
+	cur, err := c.Current(ctx)
+	if err != nil {
+		return m, nil, err
+	}
+	return m, Diff(cur, m), nil
 }
 
 // keyLine finds the line where key k is defined: its last component as

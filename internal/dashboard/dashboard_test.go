@@ -32,7 +32,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	data, err := datadir.Open(ctx, filepath.Join(t.TempDir(), "data"))
+	data, err := datadir.Create(ctx, filepath.Join(t.TempDir(), "data"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"packwire/internal/governor"
 	"packwire/internal/maintain"
+	"packwire/internal/transport/forwarded"
 )
 
 // mixWindow is how far back the request mix per repository looks.
@@ -131,10 +132,7 @@ func (h *Handler) cloneURLs(r *http.Request) []urlBase {
 		return host + ":" + strconv.Itoa(port)
 	}
 	var out []urlBase
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
+	scheme := forwarded.Scheme(r) // https behind a TLS proxy too
 	out = append(out, urlBase{Transport: scheme, URL: scheme + "://" + r.Host + "/", Suffix: ".git"})
 	if h.SSHAddr != nil {
 		out = append(out, urlBase{Transport: "ssh", URL: "ssh://git@" + hostPort(h.SSHAddr, 22) + "/"})

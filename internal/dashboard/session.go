@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"packwire/internal/access"
+	"packwire/internal/transport/forwarded"
 )
 
 // cookieName holds a random session id; the token never leaves the login form.
@@ -139,7 +140,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := h.sessions.create(p.User, access.TokenID(token), h.SessionTTL)
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: Prefix, HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: Prefix, HttpOnly: true, Secure: forwarded.Scheme(r) == "https",
 		SameSite: http.SameSiteStrictMode, MaxAge: int(h.SessionTTL / time.Second)})
 	h.log().Info("dashboard: login", "user", p.User, "remote", r.RemoteAddr)
 	http.Redirect(w, r, Prefix+"now", http.StatusSeeOther)
@@ -149,7 +150,7 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(cookieName); err == nil {
 		h.sessions.drop(c.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, HttpOnly: true, Secure: forwarded.Scheme(r) == "https",
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 }

@@ -1,5 +1,6 @@
-// Package datadir owns the layout of packwire's data directory, created on
-// first use:
+// Package datadir owns the layout of packwire's data directory, created by
+// Create (packwire serve, packwire init) and only opened by Open (every
+// admin command), so that a mistyped --data never makes a new, empty one:
 //
 //	DIR/repos/                  bare repositories (team/app -> repos/team/app.git)
 //	DIR/packwire.db             the embedded SQLite store
@@ -40,19 +41,77 @@ type Data struct {
 	Access *access.Controller
 }
 
-// Open creates the data directory if needed and opens its store.
+// EnvDir names the environment variable that, when set, replaces DefaultDir
+// as every command's default data directory.
+const EnvDir = "PACKWIRE_DATA"
+
+// StoreFile is the store's file name: a directory holding it is packwire data.
+const StoreFile = "packwire.db"
+
+// Dir is the data directory to use when none is given: $PACKWIRE_DATA, else
+// DefaultDir.
+func Dir() string {
+	if d := os.Getenv(EnvDir); d != "" {
+		return d
+	}
+	return DefaultDir
+}
+
+// NoDataError is Open's answer for a directory that holds no packwire data
+// (missing, or without a store): nothing was created.
+type NoDataError struct {
+	Dir string // absolute
+}
+
+func (e *NoDataError) Error() string {
+	return fmt.Sprintf("no packwire data in %s", e.Dir)
+}
+
+// Create opens the data directory, creating it and its store if needed.
+func Create(ctx context.Context, dir string) (*Data, error) {
+	return open(ctx, dir, true)
+}
+
+// Open opens an existing data directory; one without a store is a
+// *NoDataError, and nothing is created.
 func Open(ctx context.Context, dir string) (*Data, error) {
+	return open(ctx, dir, false)
+}
+
+// Exists reports whether dir holds packwire data (its store).
+func Exists(dir string) (bool, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false, err
+	}
+	st, err := os.Stat(filepath.Join(abs, StoreFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return st.Mode().IsRegular(), nil
+}
+
+func open(ctx context.Context, dir string, create bool) (*Data, error) {
 	if dir == "" {
-		dir = DefaultDir
+		dir = Dir()
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(abs, "repos"), 0o755); err != nil {
+	if create {
+		if err := os.MkdirAll(filepath.Join(abs, "repos"), 0o755); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+	} else if ok, err := Exists(abs); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
+	} else if !ok {
+		return nil, &NoDataError{Dir: abs}
 	}
-	st, err := store.Open(ctx, filepath.Join(abs, "packwire.db"))
+	st, err := store.Open(ctx, filepath.Join(abs, StoreFile))
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package datadir
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/rsa"
@@ -136,5 +137,53 @@ func TestWriteExclusive(t *testing.T) {
 	st, _ := os.Stat(path)
 	if string(got) != "first" || st.Mode().Perm() != 0o600 {
 		t.Fatalf("key file %q mode %v, want \"first\" 0600", got, st.Mode().Perm())
+	}
+}
+
+// TestOpenNeverCreates: Open on a missing directory, or on one without a
+// store, is a NoDataError and leaves the file system as it was; Create
+// makes the store, which Open then opens.
+func TestOpenNeverCreates(t *testing.T) {
+	ctx := context.Background()
+	parent := t.TempDir()
+	missing := filepath.Join(parent, "typo", "data")
+	empty := filepath.Join(parent, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{missing, empty} {
+		_, err := Open(ctx, dir)
+		var nd *NoDataError
+		if !errors.As(err, &nd) || nd.Dir != dir {
+			t.Fatalf("Open(%s): %v, want a NoDataError naming it", dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(parent, "typo")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Open created the missing directory: %v", err)
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) != 0 {
+		t.Fatalf("Open wrote into a directory without a store: %v", entries)
+	}
+	d, err := Create(ctx, missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d, err = Open(ctx, missing)
+	if err != nil {
+		t.Fatalf("Open after Create: %v", err)
+	}
+	d.Close()
+}
+
+// TestDirFromEnvironment: $PACKWIRE_DATA replaces the default directory.
+func TestDirFromEnvironment(t *testing.T) {
+	t.Setenv(EnvDir, "")
+	if Dir() != DefaultDir {
+		t.Fatalf("Dir() = %q without %s", Dir(), EnvDir)
+	}
+	t.Setenv(EnvDir, "/srv/packwire")
+	if Dir() != "/srv/packwire" {
+		t.Fatalf("Dir() = %q with %s=/srv/packwire", Dir(), EnvDir)
 	}
 }

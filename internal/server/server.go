@@ -36,6 +36,7 @@ import (
 	"packwire/internal/reach"
 	"packwire/internal/transport/accept"
 	"packwire/internal/transport/daemon"
+	"packwire/internal/transport/forwarded"
 	httptransport "packwire/internal/transport/http"
 	sshtransport "packwire/internal/transport/ssh"
 )
@@ -48,6 +49,12 @@ type Config struct {
 	SSHAddr  string // SSH listener, e.g. ":2222"
 
 	TLSCert, TLSKey string // serve HTTPS when both are set
+
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For and
+	// X-Forwarded-Proto are believed: the client address they name is the
+	// one requests record, log and count against MaxRequestsPerClient.
+	// Empty: the headers are ignored.
+	TrustedProxies forwarded.Trusted
 
 	InitTimeout    time.Duration // for the first request line / SSH handshake
 	IdleTimeout    time.Duration // no data either way for this long ends a request
@@ -184,7 +191,7 @@ type Server struct {
 	stopMaintain context.CancelFunc // ends the maintenance scheduler
 }
 
-// New opens the data directory (creating it) and builds the pipeline. It
+// New opens the data directory (creating it: datadir.Create) and builds the pipeline. It
 // refuses where CheckPlatform does (Windows).
 func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := CheckPlatform(); err != nil {
@@ -193,7 +200,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	data, err := datadir.Open(ctx, cfg.DataDir)
+	data, err := datadir.Create(ctx, cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -388,8 +395,12 @@ func (s *Server) Start() error {
 				routes["/metrics"] = s.metricsAuth(routes["/metrics"])
 			}
 		}
+		handler := exactRoutes(routes, dashboardPrefix(s.Dashboard, git))
+		if len(cfg.TrustedProxies) > 0 {
+			handler = cfg.TrustedProxies.Handler(handler)
+		}
 		s.http = &nethttp.Server{
-			Handler:           exactRoutes(routes, dashboardPrefix(s.Dashboard, git)),
+			Handler:           handler,
 			ReadHeaderTimeout: cfg.InitTimeout,
 			IdleTimeout:       cfg.IdleTimeout,
 			MaxHeaderBytes:    64 << 10,

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -312,11 +313,24 @@ type Model struct {
 	Tokens          []Token
 }
 
+// UsersRemovedError is ReplaceModel's refusal to remove users (and with
+// them their keys, tokens and grants) it was not allowed to prune.
+type UsersRemovedError struct {
+	Users []string
+}
+
+func (e *UsersRemovedError) Error() string {
+	return fmt.Sprintf("would remove users %s", strings.Join(e.Users, ", "))
+}
+
 // ReplaceModel makes the store hold exactly m (users, keys, grants, rules,
 // anonymous read settings) in one transaction. Users that stay keep their
-// tokens; users not in m are removed with theirs. m.Tokens is ignored:
-// tokens cannot be imported, only revoked in place (see RevokeToken).
-func (s *Store) ReplaceModel(ctx context.Context, m Model) error {
+// tokens; users not in m are removed with theirs, only if prune: otherwise
+// that is a *UsersRemovedError and nothing changes (decided inside the
+// transaction, so a user added meanwhile is never removed unasked).
+// m.Tokens is ignored: tokens cannot be imported, only revoked in place
+// (see RevokeToken).
+func (s *Store) ReplaceModel(ctx context.Context, m Model, prune bool) error {
 	tx, err := s.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -332,6 +346,12 @@ func (s *Store) ReplaceModel(ctx context.Context, m Model) error {
 	for _, u := range m.Users {
 		exec("INSERT OR IGNORE INTO keep_users(name) VALUES(?)", u.Name)
 		exec("INSERT INTO users(name, created) VALUES(?, ?) ON CONFLICT(name) DO NOTHING", u.Name, now())
+	}
+	if err == nil && !prune {
+		var removed []string
+		if removed, err = usersNotKept(ctx, tx); err == nil && len(removed) > 0 {
+			return &UsersRemovedError{Users: removed}
+		}
 	}
 	exec("DELETE FROM users WHERE name NOT IN (SELECT name FROM keep_users)")
 	exec("DELETE FROM ssh_keys")
@@ -360,4 +380,21 @@ func (s *Store) ReplaceModel(ctx context.Context, m Model) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+func usersNotKept(ctx context.Context, tx *sql.Tx) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT name FROM users WHERE name NOT IN (SELECT name FROM keep_users) ORDER BY name")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		names = append(names, n)
+	}
+	return names, rows.Err()
 }

@@ -89,7 +89,7 @@ func newHarness(t *testing.T, configure func(*Server)) *harness {
 	}
 	env := gittest.New(t)
 	ctx := context.Background()
-	d, err := datadir.Open(ctx, t.TempDir())
+	d, err := datadir.Create(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"packwire/internal/server"
+)
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "packwire.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestServeConfigFile: every kind of value a config file holds reaches the
+// server's configuration, flags on the command line win, and $PACKWIRE_CONFIG
+// names the file when --config does not.
+func TestServeConfigFile(t *testing.T) {
+	path := writeConfig(t, `# packwire serve --config
+data = "/srv/git"
+http = "127.0.0.1:8081"
+git = ""
+max-pack-jobs = 8
+max-request-body = 1048576
+timeout = "90s"
+records-max-age = "7d"
+fetch-cache = false
+allow-unreachable-wants = true
+ssh-ciphers = ["aes128-gcm@openssh.com", "chacha20-poly1305@openssh.com"]
+trusted-proxies = ["10.0.0.0/8", "192.0.2.7"]
+grace = "5s"
+log-format = "json"
+`)
+	cfg, grace, err := parseServe([]string{"--config", path, "--max-pack-jobs", "3", "--git", ":9419"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := server.Defaults
+	if cfg.DataDir != "/srv/git" || cfg.HTTPAddr != "127.0.0.1:8081" || cfg.MaxRequestBody != 1<<20 ||
+		cfg.IdleTimeout != 90*time.Second || cfg.RecordsMaxAge != 7*24*time.Hour || cfg.FetchCache || !cfg.AllowUnreachableWants ||
+		strings.Join(cfg.SSHCiphers, ",") != "aes128-gcm@openssh.com,chacha20-poly1305@openssh.com" || grace != 5*time.Second ||
+		cfg.TrustedProxies.String() != "10.0.0.0/8,192.0.2.7/32" {
+		t.Fatalf("file values not applied: %+v grace %s", cfg, grace)
+	}
+	if cfg.MaxPackJobs != 3 || cfg.GitAddr != ":9419" {
+		t.Fatalf("the command line did not override the file: max-pack-jobs %d, git %q", cfg.MaxPackJobs, cfg.GitAddr)
+	}
+	if cfg.SSHAddr != want.SSHAddr || cfg.MaxQueue != want.MaxQueue {
+		t.Fatalf("keys not in the file changed: ssh %q, max-queue %d", cfg.SSHAddr, cfg.MaxQueue)
+	}
+	if !cfg.TrustedProxies.Contains(netip.MustParseAddr("10.1.2.3")) || cfg.TrustedProxies.Contains(netip.MustParseAddr("192.0.2.8")) {
+		t.Fatalf("trusted proxies: %s", cfg.TrustedProxies)
+	}
+
+	t.Setenv(envConfig, path)
+	cfg, _, err = parseServe(nil, io.Discard)
+	if err != nil || cfg.MaxPackJobs != 8 {
+		t.Fatalf("$%s: max-pack-jobs %d, %v", envConfig, cfg.MaxPackJobs, err)
+	}
+}
+
+// TestServeConfigFileErrors: unknown keys and values of the wrong type are
+// usage errors naming the file, the line and the key, also for keys the
+// command line overrides.
+func TestServeConfigFileErrors(t *testing.T) {
+	for _, c := range []struct {
+		text, args, want string
+	}{
+		{"http = \":8080\"\n\n# tuning\n\n\n\n\n\n\n\n\nmax-pak-jobs = 8\n", "", `:12: unknown key "max-pak-jobs" (did you mean "max-pack-jobs"?)`},
+		{"[server]\nhttp = \":8080\"\n", "", `:1: unknown key "server"`},
+		{"http = \":8080\"\nmax-pack-jobs = \"8\"\n", "", `:2: max-pack-jobs: want a whole number (no quotes), got the string "8"`},
+		{"max-pack-jobs = \"8\"\n", "--max-pack-jobs 4", `:1: max-pack-jobs: want a whole number`},
+		{"timeout = 30\n", "", `:1: timeout: want a duration as a string ("30s", "10m", "30d"), got the number 30`},
+		{"timeout = \"30 seconds\"\n", "", `:1: timeout = "30 seconds": a duration like 720h, 30m, 90s or 30d`},
+		{"fetch-cache = \"off\"\n", "", `:1: fetch-cache: want true or false, got the string "off"`},
+		{"http = [1, 2]\n", "", `:1: http: want a string or a list of strings, got a list holding the number 1`},
+		{"config = \"other.toml\"\n", "", `:1: unknown key "config"`},
+		{"http = \":8080\n", "", `:1: `},
+	} {
+		path := writeConfig(t, c.text)
+		_, _, err := parseServe(append([]string{"--config", path}, strings.Fields(c.args)...), io.Discard)
+		ue, ok := err.(usageError)
+		if !ok || !strings.Contains(ue.msg, "config "+path+c.want) {
+			t.Errorf("%q: %v, want a usage error with %q", c.text, err, "config FILE"+c.want)
+		}
+	}
+	if _, _, err := parseServe([]string{"--config", filepath.Join(t.TempDir(), "none.toml")}, io.Discard); err == nil || !strings.Contains(err.Error(), "none.toml: no such file") {
+		t.Errorf("missing config file: %v", err)
+	}
+}
+
+// TestServeConfigFileEndToEnd: the real binary serves what its config file
+// says (transports off or on, the data directory), and a flag overrides a
+// key; a bad file stops it with exit 2 before anything is created.
+func TestServeConfigFileEndToEnd(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "from-config")
+	path := writeConfig(t, "data = \""+data+"\"\ngit = \"\"\nssh = \"\"\nhttp = \"127.0.0.1:0\"\nmaintain-interval = \"0s\"\n")
+	cmd := exec.Command(binary, "serve", "--config", path, "--git", "127.0.0.1:0")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(stdout)
+	var lines []string
+	for sc.Scan() && !strings.Contains(sc.Text(), "dashboard at") {
+		lines = append(lines, sc.Text())
+	}
+	out := strings.Join(lines, "\n")
+	if !strings.Contains(out, "serving "+filepath.Join(data, "repos")) || !strings.Contains(out, "git://   listening on 127.0.0.1:") ||
+		!strings.Contains(out, "http://  listening on 127.0.0.1:") || strings.Contains(out, "ssh://") {
+		t.Fatalf("serve --config: want data from the file, git from the flag, http on, ssh off:\n%s", out)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { io.Copy(io.Discard, stdout); done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop on SIGINT")
+	}
+
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	bad := writeConfig(t, "data = \""+fresh+"\"\nmax-pak-jobs = 8\n")
+	if _, stderr, code := pw(t, "", nil, "serve", "--config", bad); code != 2 || stderr != "packwire: config "+bad+`:2: unknown key "max-pak-jobs" (did you mean "max-pack-jobs"?); the keys are the flags of packwire serve --help, without --`+"\n" {
+		t.Fatalf("bad config: exit %d %q", code, stderr)
+	}
+	if _, err := os.Stat(fresh); err == nil {
+		t.Fatal("serve with a bad config created its data directory")
+	}
+}
