@@ -38,7 +38,7 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 
 func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("usage: packwire repo create NAME | repo import NAME SOURCE | repo list | repo show NAME | repo set-head NAME BRANCH | repo quota NAME [SIZE|off]")
+		return usagef("usage: packwire repo create NAME | repo import NAME SOURCE | repo list | repo show NAME | repo set-head NAME BRANCH | repo quota NAME [SIZE|off] | repo delete NAME | repo restore NAME | repo trash | repo rename OLD NEW | repo set-description NAME TEXT")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -88,7 +88,7 @@ func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("repo import %s: imported, but bringing it into the serving layout failed (packwire maintain retries): %w", pos[0], err)
 		}
 	case "list":
-		data, _, err := openData(ctx, "repo list", "repo list [--data DIR]", "List repositories.", args, stderr, nil)
+		data, _, err := openData(ctx, "repo list", "repo list [--data DIR]", "List repositories, with their descriptions where set (deleted ones: repo trash).", args, stderr, nil)
 		if err != nil {
 			return err
 		}
@@ -97,15 +97,23 @@ func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		for _, r := range repos {
-			fmt.Fprintln(stdout, r.Name)
-		}
+		printRepoList(stdout, repos)
 	case "show":
 		return cmdRepoShow(ctx, args, stdout, stderr)
 	case "set-head":
 		return cmdRepoSetHead(ctx, args, stdout, stderr)
 	case "quota":
 		return cmdRepoQuota(ctx, args, stdout, stderr)
+	case "delete":
+		return cmdRepoDelete(ctx, args, stdout, stderr)
+	case "restore":
+		return cmdRepoRestore(ctx, args, stdout, stderr)
+	case "trash":
+		return cmdRepoTrash(ctx, args, stdout, stderr)
+	case "rename":
+		return cmdRepoRename(ctx, args, stdout, stderr)
+	case "set-description":
+		return cmdRepoSetDescription(ctx, args, stdout, stderr)
 	default:
 		return usagef("unknown repo command %q", sub)
 	}

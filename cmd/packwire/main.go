@@ -22,6 +22,12 @@ commands:
   repo import NAME SOURCE    create a repository as a mirror of a local path or URL, maintained at once
   repo list                  list repositories
   repo show NAME             object layout: packs, preferred pack and what it covers, bitmap, checkout, last run
+  repo delete NAME           move a repository into the trash (restorable for --trash-retention, 7 days)
+  repo restore NAME          bring a deleted repository back (--at TIMESTAMP: one of several versions)
+  repo trash                 list deleted repositories
+  repo rename OLD NEW        rename a repository; lists the grants and rules that no longer match
+  repo set-description NAME TEXT
+                             the repository's description (git's description file)
   maintain [REPO...]         bring repositories into the layout that serves clones fastest (serve does it in the background)
   user add NAME [--key F]... register a user, with SSH public keys
   user list                  list users
