@@ -29,6 +29,8 @@ commands:
   repo set-description NAME TEXT
                              the repository's description (git's description file)
   maintain [REPO...]         bring repositories into the layout that serves clones fastest (serve does it in the background)
+  backup OUT                 a consistent snapshot of the data directory while the server runs (store, host keys, repositories)
+  restore BACKUP --data NEW  rebuild a data directory from a backup
   user add NAME [--key F]... register a user, with SSH public keys
   user list                  list users
   user remove NAME           remove a user with their keys, tokens and grants
@@ -115,6 +117,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdAccess(ctx, args[1:], stdout, stderr)
 	case "maintain":
 		err = cmdMaintain(ctx, args[1:], stdout, stderr)
+	case "backup":
+		err = cmdBackup(ctx, args[1:], stdout, stderr)
+	case "restore":
+		err = cmdRestore(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout, stderr)
 	case "netem":
