@@ -108,6 +108,10 @@ func Create(ctx context.Context, dataDir, out string, opts Options) (*Manifest, 
 		dbs = append(dbs, governor.FileName)
 	}
 	for _, name := range dbs {
+		if _, err := os.Stat(filepath.Join(src, name)); errors.Is(err, fs.ErrNotExist) && name != storeFile {
+			opts.logf("%s: none in %s (never served), not included", name, dataDir)
+			continue
+		}
 		if err := vacuumInto(ctx, filepath.Join(src, name), filepath.Join(tmp, name)); err != nil {
 			return nil, stats, fmt.Errorf("%s: %w", name, err)
 		}
