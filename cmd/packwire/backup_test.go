@@ -40,7 +40,8 @@ func refsOf(t *testing.T, env *gittest.Env, dir string) map[string]string {
 }
 
 // TestBackupWhilePushing takes a backup while three clients push over HTTP
-// as fast as they can, restores it into a new data directory and serves it:
+// as fast as they can (each pushes 3 times before it starts and 3 times
+// after it ends, at least), restores it into a new data directory and serves it:
 // every ref in the backup holds a value it really held (a consistent past
 // state), every object those refs reach is there (git fsck --full), clones
 // work over HTTP and SSH, the SSH host keys are the same, and the users'
@@ -122,28 +123,44 @@ func TestBackupWhilePushing(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(time.Second)
+	// Each pusher pushes at least `more` times more than it had (bounded
+	// in time: a loaded machine pushes slower, never fewer times).
+	waitPushes := func(more int) []int {
+		mu.Lock()
+		from := append([]int(nil), pushes...)
+		mu.Unlock()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			mu.Lock()
+			done := true
+			for i := range pushes {
+				done = done && pushes[i] >= from[i]+more
+			}
+			now := append([]int(nil), pushes...)
+			mu.Unlock()
+			if done || t.Failed() {
+				return now
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pushes stalled: %v", now)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	before := waitPushes(3)
 	out := filepath.Join(t.TempDir(), "backup")
-	mu.Lock()
-	before := fmt.Sprint(pushes)
-	mu.Unlock()
 	start := time.Now()
 	backupOut, code := packwire(t, "backup", "--data", s.Data.Dir, out)
 	took := time.Since(start)
-	time.Sleep(time.Second)
+	after := waitPushes(3)
 	close(stop)
 	wg.Wait()
 	if code != 0 {
 		t.Fatalf("backup: %d\n%s", code, backupOut)
 	}
-	t.Logf("backup took %s, pushes by pusher %s before it, %v at the end\n%s", took.Round(time.Millisecond), before, pushes, backupOut)
+	t.Logf("backup took %s; pushes by pusher: %v before it, %v after\n%s", took.Round(time.Millisecond), before, after, backupOut)
 	if t.Failed() {
 		return
-	}
-	for _, n := range pushes {
-		if n < 3 {
-			t.Fatalf("too few pushes around the backup to prove anything: %v", pushes)
-		}
 	}
 
 	m, err := backup.ReadManifest(out)

@@ -379,3 +379,20 @@ func TestMaintainExpiresTrash(t *testing.T) {
 		t.Fatalf("trash after maintain: %+v", list)
 	}
 }
+
+// TestLifecycleHelp: every new command explains itself and creates nothing.
+func TestLifecycleHelp(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{{"repo", "delete"}, {"repo", "restore"}, {"repo", "trash"}, {"repo", "rename"},
+		{"repo", "set-description"}, {"backup"}, {"restore"}} {
+		cmd := exec.Command(binary, append(args, "--help")...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), "usage: packwire "+strings.Join(args, " ")) {
+			t.Errorf("%s --help: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("--help created %v", entries)
+	}
+}
