@@ -53,6 +53,9 @@ exits normally: maintenance removes one in which nothing was written for an
 hour (serve: twice --timeout, at least an hour), whatever else the
 repository needs, and says so with its size.
 
+Without REPO, deleted repositories (packwire repo delete) older than
+--trash-retention are removed from the trash for good.
+
 git runs at a lower CPU priority (nice 10) and never blocks clones or pushes.
 packwire serve does the same in the background (--maintain-interval).
 Each run is recorded in the governor; "packwire repo show NAME" shows the layout.`
