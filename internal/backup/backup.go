@@ -152,7 +152,8 @@ func Create(ctx context.Context, dataDir, out string, opts Options) (*Manifest, 
 	if err := writeManifest(filepath.Join(tmp, ManifestFile), m); err != nil {
 		return nil, stats, err
 	}
-	if err := moveIntoPlace(tmp, out); err != nil {
+	// Private host keys and token hashes: the backup is its owner's alone.
+	if err := moveIntoPlace(tmp, out, 0o700); err != nil {
 		return nil, stats, err
 	}
 	return m, stats, nil
@@ -178,10 +179,10 @@ func newTarget(dir, kind string) (string, error) {
 }
 
 // moveIntoPlace renames the finished tmp onto dir (an empty dir is
-// replaced).
-func moveIntoPlace(tmp, dir string) error {
+// replaced), with the given mode.
+func moveIntoPlace(tmp, dir string, mode os.FileMode) error {
 	os.Remove(dir) // only if empty: newTarget checked, and a non-empty one fails the rename
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	if err := os.Chmod(tmp, mode); err != nil {
 		return err
 	}
 	return os.Rename(tmp, dir)

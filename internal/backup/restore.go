@@ -70,7 +70,7 @@ func Restore(ctx context.Context, dir, dataDir string, opts Options) (*Manifest,
 	if err := st.Close(); err != nil {
 		return nil, stats, err
 	}
-	if err := moveIntoPlace(tmp, dataDir); err != nil {
+	if err := moveIntoPlace(tmp, dataDir, 0o755); err != nil { // as datadir.Open makes it
 		return nil, stats, err
 	}
 	return m, stats, nil
