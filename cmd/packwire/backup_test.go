@@ -247,7 +247,7 @@ func TestBackupRefusals(t *testing.T) {
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
 		t.Fatal("backup created the data directory")
 	}
-	data := filepath.Join(tmp, "data")
+	data := makeData(t)
 	if out, code := packwire(t, "repo", "create", "app", "--data", data); code != 0 {
 		t.Fatal(out)
 	}

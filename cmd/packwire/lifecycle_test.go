@@ -351,10 +351,26 @@ func TestTrashExpiry(t *testing.T) {
 	}
 }
 
+// makeData makes an empty data directory, as packwire serve does on its
+// first start, for admin commands (which do not create one).
+func makeData(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(filepath.Join(dir, "repos"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), filepath.Join(dir, "packwire.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	return dir
+}
+
 // TestMaintainExpiresTrash: packwire maintain removes expired trash too
 // (--dry-run only names it), for servers run without the scheduler.
 func TestMaintainExpiresTrash(t *testing.T) {
-	data := filepath.Join(t.TempDir(), "data")
+	data := makeData(t)
 	for _, args := range [][]string{{"repo", "create", "app"}, {"repo", "delete", "app"}, {"repo", "create", "app"}, {"repo", "delete", "app"}} {
 		if out, code := packwire(t, append(args, "--data", data)...); code != 0 {
 			t.Fatal(out)

@@ -12,13 +12,30 @@ import (
 	"packwire/internal/gittest"
 	"packwire/internal/maintain"
 	"packwire/internal/repo"
+	"packwire/internal/store"
 )
+
+// makeData makes an empty data directory, as packwire serve does on its
+// first start.
+func makeData(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(filepath.Join(dir, "repos"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), filepath.Join(dir, storeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	return dir
+}
 
 // newData makes a data directory with repository app (history, branches,
 // tags, a loose object) and returns it.
 func newData(t *testing.T, env *gittest.Env) (*datadir.Data, repo.Repo) {
 	t.Helper()
-	data, err := datadir.Open(context.Background(), filepath.Join(t.TempDir(), "data"))
+	data, err := datadir.Open(context.Background(), makeData(t))
 	if err != nil {
 		t.Fatal(err)
 	}
