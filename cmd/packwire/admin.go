@@ -92,7 +92,7 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 func cmdRepoList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	data, pos, err := openData(ctx, "repo list", "repo list [--data DIR]", "List repositories.", args, stderr, nil)
+	data, pos, err := openData(ctx, "repo list", "repo list [--data DIR]", "List repositories, with their descriptions where set (deleted ones: repo trash).", args, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -104,9 +104,7 @@ func cmdRepoList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	for _, r := range repos {
-		fmt.Fprintln(stdout, r.Name)
-	}
+	printRepoList(stdout, repos)
 	return nil
 }
 

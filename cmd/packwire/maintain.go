@@ -12,6 +12,7 @@ import (
 
 	"packwire/internal/datadir"
 	"packwire/internal/governor"
+	"packwire/internal/lifecycle"
 	"packwire/internal/maintain"
 	"packwire/internal/repo"
 )
@@ -52,6 +53,9 @@ exits normally: maintenance removes one in which nothing was written for an
 hour (serve: twice --timeout, at least an hour), whatever else the
 repository needs, and says so with its size.
 
+Without REPO, deleted repositories (packwire repo delete) older than
+--trash-retention are removed from the trash for good.
+
 git runs at a lower CPU priority (nice 10) and never blocks clones or pushes.
 packwire serve does the same in the background (--maintain-interval).
 Each run is recorded in the governor; "packwire repo show NAME" shows the layout.`
@@ -60,11 +64,13 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var full, dryRun bool
 	var drift float64
 	var expire string
+	var trashRetention time.Duration
 	data, pos, err := openData(ctx, "maintain", "maintain [--data DIR] [--full] [--dry-run] [REPO...]", maintainHelp, args, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&full, "full", false, "rebuild the layout from scratch whatever the checks say")
 		fs.BoolVar(&dryRun, "dry-run", false, "only say what each repository needs")
 		fs.Float64Var(&drift, "drift", maintain.DefaultDrift, "rebuild the preferred pack when the drift passes this fraction")
 		fs.StringVar(&expire, "cruft-expiration", "2.weeks.ago", "keep unreachable objects this long (git date)")
+		fs.DurationVar(&trashRetention, "trash-retention", lifecycle.DefaultTrashRetention, "without REPO: remove deleted repositories (packwire repo delete) older than this for good (0: keep them)")
 	})
 	if err != nil {
 		return err
@@ -91,6 +97,9 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	m := maintain.New(maintain.Options{Drift: drift, CruftExpiration: expire, Record: gov.RecordMaintenance,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	var failed error
+	if len(pos) == 0 && trashRetention > 0 {
+		failed = expireTrash(data.Repos, trashRetention, dryRun, stdout)
+	}
 	for _, r := range repos {
 		sweepQuarantines(m, r, dryRun, stdout)
 		kind, reason := maintain.Full, "requested (--full)"
@@ -116,6 +125,25 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	return failed
+}
+
+// expireTrash removes (with dryRun, lists) the deleted repositories past
+// retention.
+func expireTrash(root repo.Root, retention time.Duration, dryRun bool, w io.Writer) error {
+	if dryRun {
+		list, err := root.ListTrash()
+		for _, t := range list {
+			if time.Since(t.Deleted) > retention {
+				fmt.Fprintf(w, "%s: would remove deleted version %s from the trash\n", t.Name, t.Stamp())
+			}
+		}
+		return err
+	}
+	removed, err := lifecycle.ExpireTrash(root, retention, time.Now())
+	for _, t := range removed {
+		fmt.Fprintf(w, "%s: removed deleted version %s from the trash\n", t.Name, t.Stamp())
+	}
+	return err
 }
 
 // sweepQuarantines removes (with dryRun, lists) what pushes killed
@@ -182,6 +210,9 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stdout, "%s at %s\n", r.Name, r.Path)
 	if head := repo.Head(r); head != "" {
 		fmt.Fprintf(stdout, "HEAD: refs/heads/%s\n", head)
+	}
+	if d := repo.Description(r); d != "" {
+		fmt.Fprintf(stdout, "description: %s\n", d)
 	}
 	if err := printUsage(stdout, r); err != nil {
 		return err

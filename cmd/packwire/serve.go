@@ -80,6 +80,7 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 	fs.DurationVar(&cfg.MaintainInterval, "maintain-interval", d.MaintainInterval, "check every repository this often and run the maintenance it needs (see packwire maintain --help; 0: never)")
 	fs.IntVar(&cfg.MaintainConcurrency, "maintain-concurrency", d.MaintainConcurrency, "repositories maintained at once")
 	fs.DurationVar(&cfg.MaintainBudget, "maintain-budget", d.MaintainBudget, "maintenance CPU time allowed per hour, all repositories together (0: no bound)")
+	fs.DurationVar(&cfg.TrashRetention, "trash-retention", d.TrashRetention, "keep deleted repositories (packwire repo delete) restorable this long; the maintenance scheduler removes older ones (0: keep them for good)")
 	fs.StringVar(&cfg.LabDir, "lab-dir", "", "directory of the lab's reports the dashboard lists (default DATA/lab)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running requests get to finish before they are killed")
 	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")

@@ -37,6 +37,7 @@ import (
 	"packwire/internal/governor"
 	"packwire/internal/procgroup"
 	"packwire/internal/repo"
+	"packwire/internal/repolock"
 )
 
 // Kind is what a run does.
@@ -452,6 +453,16 @@ func (m *Maintainer) Run(ctx context.Context, r repo.Repo, kind Kind, reason str
 		return run, err
 	}
 	defer unlock()
+	// Nobody moves the repository away mid-run (repo delete, rename); one
+	// being moved now is skipped like one being maintained.
+	held, err := repolock.TryShared(r.Path)
+	if errors.Is(err, repolock.ErrBusy) {
+		return run, ErrBusy
+	}
+	if err != nil {
+		return run, err
+	}
+	defer held.Release()
 	s := &session{m: m, dir: r.Path}
 	if before, err := Inspect(r.Path); err == nil {
 		run.PacksBefore, run.BytesBefore = len(before.Packs), before.Bytes()
@@ -487,6 +498,11 @@ func (m *Maintainer) Run(ctx context.Context, r repo.Repo, kind Kind, reason str
 	}
 	return run, err
 }
+
+// Lock takes the repository's maintenance lock without waiting (ErrBusy
+// while a run holds it), for others that must not race maintenance's
+// removal of packs: a backup copying the objects.
+func Lock(dir string) (unlock func(), err error) { return lock(dir) }
 
 func lock(dir string) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)

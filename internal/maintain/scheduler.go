@@ -20,6 +20,9 @@ type Scheduler struct {
 	// Budget is the CPU (user+system of maintenance git) allowed per hour;
 	// when the last hour's runs used it up, the pass stops early. 0: none.
 	Budget time.Duration
+	// Sweep, if set, runs at the start of every pass, for housekeeping
+	// beyond single repositories (the trash of deleted ones).
+	Sweep func(context.Context)
 
 	mu   sync.Mutex
 	used []spent // runs of the last hour
@@ -66,6 +69,9 @@ func (s *Scheduler) spentLastHour(now time.Time) time.Duration {
 
 // Pass checks every repository once. It returns how many runs it made.
 func (s *Scheduler) Pass(ctx context.Context) int {
+	if s.Sweep != nil {
+		s.Sweep(ctx)
+	}
 	repos, err := s.Repos()
 	if err != nil {
 		s.M.Log.Error("maintenance: listing repositories", "error", err.Error())

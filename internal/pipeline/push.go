@@ -20,6 +20,7 @@ import (
 	"packwire/internal/push"
 	"packwire/internal/pushguard"
 	"packwire/internal/repo"
+	"packwire/internal/repolock"
 	"packwire/internal/units"
 )
 
@@ -172,6 +173,14 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		return res, err
 	}
 
+	// The repository stays where it is until the push has ended: repo
+	// delete and rename, run by another process, refuse meanwhile.
+	moveLock, err := c.holdRepo(ctx, stderr)
+	if err != nil {
+		return total, err
+	}
+	defer moveLock.Release()
+
 	if p.FsckPushes {
 		// git's own checks of what is pushed; its messages reach the client.
 		spec.Config = append(spec.Config, "receive.fsckObjects=true")
@@ -303,6 +312,25 @@ func (c *Call) refuseWholePush(ctx context.Context, preq *push.Request, in *bufi
 		}
 	}
 	return res, nil
+}
+
+// holdRepo takes the repository's move lock for a push, or says that the
+// repository was deleted or renamed since the push began, as if it had
+// never been found.
+func (c *Call) holdRepo(ctx context.Context, stderr io.Writer) (*repolock.Lock, error) {
+	lock, err := repolock.Shared(ctx, c.Repo.Path)
+	if errors.Is(err, repolock.ErrMoved) {
+		msg := fmt.Sprintf("repository '%s' not found", c.Repo.Name)
+		c.p.log().Info("refused", "id", c.ID, "transport", c.Request.Transport, "repo", c.Repo.Name, "user", c.Request.Principal.String(), "reason", "moved or deleted during the push")
+		if stderr != nil {
+			fmt.Fprintf(stderr, "fatal: %s\n", msg)
+		}
+		return nil, &Error{Code: CodeNotFound, Message: msg, Err: err}
+	}
+	if err != nil && ctx.Err() == nil {
+		return nil, &Error{Code: CodeInternal, Message: "internal error locking the repository", Err: err}
+	}
+	return lock, err
 }
 
 // pushRoom is the largest pack the push may send (0: no bound), from

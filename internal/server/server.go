@@ -28,6 +28,7 @@ import (
 	"packwire/internal/fetchcache"
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
+	"packwire/internal/lifecycle"
 	"packwire/internal/limiter"
 	"packwire/internal/maintain"
 	"packwire/internal/packcache"
@@ -110,6 +111,9 @@ type Config struct {
 	MaintainInterval    time.Duration // how often repositories are checked for maintenance (0: never)
 	MaintainConcurrency int           // repositories maintained at once
 	MaintainBudget      time.Duration // maintenance CPU allowed per hour (0: no bound)
+	// TrashRetention is how long deleted repositories stay restorable;
+	// the maintenance scheduler removes older ones (0: kept for good).
+	TrashRetention time.Duration
 
 	LabDir string // the lab's reports, shown by the dashboard (default DATA/lab)
 
@@ -158,6 +162,7 @@ var Defaults = Config{
 	MaintainInterval:    10 * time.Minute,
 	MaintainConcurrency: 1,
 	MaintainBudget:      15 * time.Minute,
+	TrashRetention:      lifecycle.DefaultTrashRetention,
 }
 
 // Server is a running packwire.
@@ -189,6 +194,20 @@ type Server struct {
 	err       error
 
 	stopMaintain context.CancelFunc // ends the maintenance scheduler
+}
+
+// expireTrash removes the deleted repositories past TrashRetention.
+func (s *Server) expireTrash(context.Context) {
+	if s.Config.TrashRetention <= 0 {
+		return
+	}
+	removed, err := lifecycle.ExpireTrash(s.Data.Repos, s.Config.TrashRetention, time.Now())
+	for _, t := range removed {
+		s.Config.Log.Info("trash: deleted repository removed for good", "repo", t.Name, "deleted", t.Deleted.Format(time.RFC3339), "retention", s.Config.TrashRetention.String())
+	}
+	if err != nil {
+		s.Config.Log.Error("trash: removing expired repositories", "error", err.Error())
+	}
 }
 
 // New opens the data directory (creating it: datadir.Create) and builds the pipeline. It
@@ -415,7 +434,7 @@ func (s *Server) Start() error {
 	}
 	if cfg.MaintainInterval > 0 {
 		sched := &maintain.Scheduler{M: s.Maintainer, Repos: s.Data.Repos.List, Interval: cfg.MaintainInterval,
-			Concurrency: cfg.MaintainConcurrency, Budget: cfg.MaintainBudget}
+			Concurrency: cfg.MaintainConcurrency, Budget: cfg.MaintainBudget, Sweep: s.expireTrash}
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopMaintain = cancel
 		s.wg.Add(1)
