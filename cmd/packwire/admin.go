@@ -14,6 +14,7 @@ import (
 
 	"packwire/internal/access"
 	"packwire/internal/datadir"
+	"packwire/internal/repo"
 	"packwire/internal/store"
 )
 
@@ -60,6 +61,7 @@ func cmdRepoCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fmt.Errorf("repo create %s: %w", pos[0], err)
 	}
+	recordRepoChange(ctx, data, stderr, "repo create", r.Name, "HEAD -> "+repo.Head(r))
 	fmt.Fprintf(stdout, "created %s at %s\n", r.Name, r.Path)
 	return nil
 }
@@ -81,6 +83,7 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fmt.Errorf("repo import %s: %w", pos[0], err)
 	}
+	recordRepoChange(ctx, data, stderr, "repo import", r.Name, "from "+redactURL(pos[1]))
 	fmt.Fprintf(stdout, "imported %s from %s at %s\n", r.Name, pos[1], r.Path)
 	if noMaintain {
 		return nil

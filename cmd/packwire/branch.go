@@ -60,6 +60,7 @@ func cmdRepoSetHead(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := repo.SetHead(ctx, r, pos[1]); err != nil {
 		return fmt.Errorf("repo set-head %s: %w", r.Name, err)
 	}
+	recordRepoChange(ctx, data, stderr, "repo set-head", r.Name, "refs/heads/"+pos[1])
 	fmt.Fprintf(stdout, "%s: HEAD -> refs/heads/%s\n", r.Name, pos[1])
 	return nil
 }
@@ -90,6 +91,7 @@ func cmdRepoQuota(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if err := repo.SetQuota(ctx, r, bytes); err != nil {
 			return fmt.Errorf("repo quota %s: %w", r.Name, err)
 		}
+		recordRepoChange(ctx, data, stderr, "repo quota", r.Name, pos[1])
 	}
 	return printUsage(stdout, r)
 }

@@ -33,6 +33,7 @@ func cmdRepoDelete(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fmt.Errorf("repo delete %s: %w", pos[0], err)
 	}
+	recordRepoChange(ctx, data, stderr, "repo delete", t.Name, "in the trash as "+t.Stamp())
 	fmt.Fprintf(stdout, "deleted %s: in the trash as %s (packwire repo restore %s --at %s)\n", t.Name, t.Stamp(), t.Name, t.Stamp())
 	return nil
 }
@@ -57,6 +58,7 @@ func cmdRepoRestore(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("repo restore %s: %w", pos[0], err)
 	}
+	recordRepoChange(ctx, data, stderr, "repo restore", r.Name, "deleted "+t.Stamp())
 	fmt.Fprintf(stdout, "restored %s (deleted %s)\n", r.Name, t.Stamp())
 	return nil
 }
@@ -106,6 +108,7 @@ packwire grant, rule and anonymous-read.`, args, stderr, nil)
 	if err != nil {
 		return fmt.Errorf("repo rename %s %s: %w", pos[0], pos[1], err)
 	}
+	recordRepoChange(ctx, data, stderr, "repo rename", from.Name, "to "+to.Name)
 	fmt.Fprintf(stdout, "renamed %s to %s\n", from.Name, to.Name)
 	changes, err := lifecycle.AccessChanges(ctx, data.Store, from.Name, to.Name)
 	if err != nil {
@@ -152,6 +155,7 @@ func cmdRepoSetDescription(ctx context.Context, args []string, stdout, stderr io
 	if err := repo.SetDescription(r, pos[1]); err != nil {
 		return fmt.Errorf("repo set-description %s: %w", r.Name, err)
 	}
+	recordRepoChange(ctx, data, stderr, "repo set-description", r.Name, pos[1])
 	fmt.Fprintf(stdout, "%s: description set\n", r.Name)
 	return nil
 }

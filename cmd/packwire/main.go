@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"packwire/internal/datadir"
+	"packwire/internal/store"
 )
 
 // command is one entry of the command line. A leaf has run; a group has
@@ -81,6 +82,7 @@ func init() {
 			{name: "export", args: "[-o FILE]", summary: "write users, keys, grants, rules, settings as TOML", run: cmdAccessExport},
 			{name: "import", args: "FILE [--dry-run] [--prune]", summary: "replace the access model with a TOML file's (--dry-run: show the changes)", run: cmdAccessImport},
 		}},
+		{name: "audit", args: "[--limit N] [--json]", summary: "every change to users, keys, tokens, grants, rules, settings, repositories: who, what, when", run: cmdAudit},
 		{name: "governor", summary: "what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)", run: cmdGovernor},
 		{name: "netem", args: "--upstream HOST:PORT", summary: "a proxy that adds latency, jitter, a bandwidth limit or resets; counts round trips", run: cmdNetem},
 		{name: "rtt", args: "URL...", summary: "round trips and wall of ls-remote, no-op fetch, clone at several added RTTs\n(protocol v0/v2, SSH with/without ControlMaster)", run: cmdRTT},
@@ -175,6 +177,7 @@ func main() {
 // run executes one command and returns the process exit code: 0, 1 for a
 // failure, 2 for a command line packwire did not understand.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ctx = store.WithActor(ctx, cliActor())
 	if len(args) == 0 {
 		fmt.Fprint(stderr, overview())
 		return 2

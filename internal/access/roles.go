@@ -105,13 +105,7 @@ func ValidWho(who string) error {
 }
 
 // RuleText renders a rule the way the CLI takes it and logs show it.
-func RuleText(r store.Rule) string {
-	verb := "deny"
-	if r.Allow {
-		verb = "allow"
-	}
-	return fmt.Sprintf("%s %s %s %s %s", verb, r.Ops, r.RepoPattern, r.RefPattern, r.Who)
-}
+func RuleText(r store.Rule) string { return store.RuleText(r) }
 
 // RefDecision is the verdict on one ref operation.
 type RefDecision struct {

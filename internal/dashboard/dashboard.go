@@ -77,7 +77,7 @@ func (h *Handler) init() {
 			"user": userText, "pct": percentText, "add": func(a, b int) int { return a + b },
 		}
 		h.pages = map[string]*template.Template{}
-		for _, page := range []string{"login", "now", "costs", "repos", "lab", "error"} {
+		for _, page := range []string{"login", "now", "costs", "repos", "lab", "audit", "error"} {
 			h.pages[page] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html"))
 		}
 		if h.SessionTTL <= 0 {
@@ -143,9 +143,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.repos(w, r, who)
 	case path == "lab" && get:
 		h.lab(w, r, who)
+	case path == "audit" && get:
+		h.audit(w, r, who)
 	case strings.HasPrefix(path, "lab/") && get:
 		h.labFile(w, r, strings.TrimPrefix(path, "lab/"))
-	case path == "logout" || path == "now" || path == "now.json" || path == "costs" || path == "repos" || path == "lab":
+	case path == "logout" || path == "now" || path == "now.json" || path == "costs" || path == "repos" || path == "lab" || path == "audit":
 		w.Header().Set("Allow", "GET")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	default:

@@ -109,7 +109,7 @@ func (f *fixture) do(method, target string, body io.Reader, opts ...reqOpt) *htt
 	return w
 }
 
-var pages = []string{"/-/", "/-/now", "/-/now.json", "/-/costs", "/-/costs?window=7d", "/-/repos", "/-/lab", "/-/lab/run1/report.html", "/-/lab/run1/samples.csv"}
+var pages = []string{"/-/", "/-/now", "/-/now.json", "/-/costs", "/-/costs?window=7d", "/-/repos", "/-/audit", "/-/lab", "/-/lab/run1/report.html", "/-/lab/run1/samples.csv"}
 
 func TestWithoutAnAdminOnlyTheLoginForm(t *testing.T) {
 	f := newFixture(t)

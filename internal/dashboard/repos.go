@@ -142,3 +142,13 @@ func (h *Handler) cloneURLs(r *http.Request) []urlBase {
 	}
 	return out
 }
+
+// audit shows the latest changes of the audit log.
+func (h *Handler) audit(w http.ResponseWriter, r *http.Request, who string) {
+	entries, err := h.Access.Store.Audit(r.Context(), 200)
+	if err != nil {
+		h.fail(w, who, http.StatusInternalServerError, "reading the audit log failed", err)
+		return
+	}
+	h.render(w, "audit", page{Title: "Audit log", Nav: "audit", User: who, Data: entries})
+}

@@ -40,21 +40,25 @@ func (s *Store) SetGrant(ctx context.Context, g Grant) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.DB.ExecContext(ctx, `INSERT INTO grants(user_id, repo_pattern, role, created) VALUES(?, ?, ?, ?)
+	return s.change(ctx, "grant", g.User, g.Role+" on "+g.RepoPattern, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO grants(user_id, repo_pattern, role, created) VALUES(?, ?, ?, ?)
 		ON CONFLICT(user_id, repo_pattern) DO UPDATE SET role = excluded.role`, u.ID, g.RepoPattern, g.Role, now())
-	return err
+		return err
+	})
 }
 
 // RemoveGrant removes user's grant on exactly pattern.
 func (s *Store) RemoveGrant(ctx context.Context, user, pattern string) error {
-	res, err := s.DB.ExecContext(ctx, `DELETE FROM grants WHERE repo_pattern = ? AND user_id = (SELECT id FROM users WHERE name = ?)`, pattern, user)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return s.change(ctx, "revoke", user, "grant on "+pattern, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM grants WHERE repo_pattern = ? AND user_id = (SELECT id FROM users WHERE name = ?)`, pattern, user)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
 }
 
 // Grants returns the grants of user, or every grant if user is empty.
@@ -93,14 +97,22 @@ func (s *Store) Setting(ctx context.Context, key, def string) (string, error) {
 
 // SetSetting stores a server-wide setting.
 func (s *Store) SetSetting(ctx context.Context, key, value string) error {
-	_, err := s.DB.ExecContext(ctx, "INSERT INTO settings(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
-	return err
+	return s.change(ctx, "setting", key, value, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO settings(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
+		return err
+	})
 }
 
 // SetAnonRead sets the anonymous read override of a repository pattern.
 func (s *Store) SetAnonRead(ctx context.Context, a AnonRead) error {
-	_, err := s.DB.ExecContext(ctx, "INSERT INTO anonymous_read(repo_pattern, enabled) VALUES(?, ?) ON CONFLICT(repo_pattern) DO UPDATE SET enabled = excluded.enabled", a.RepoPattern, a.Enabled)
-	return err
+	onOff := "off"
+	if a.Enabled {
+		onOff = "on"
+	}
+	return s.change(ctx, "anonymous-read", a.RepoPattern, onOff, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO anonymous_read(repo_pattern, enabled) VALUES(?, ?) ON CONFLICT(repo_pattern) DO UPDATE SET enabled = excluded.enabled", a.RepoPattern, a.Enabled)
+		return err
+	})
 }
 
 // AnonReads returns every per-pattern anonymous read override.
@@ -166,6 +178,9 @@ func (s *Store) InsertRules(ctx context.Context, pos int, rules ...Rule) (int, e
 			pos+i, r.Allow, r.Ops, r.RepoPattern, r.RefPattern, r.Who); err != nil {
 			return 0, err
 		}
+		if err := audit(ctx, tx, "rule add", fmt.Sprintf("#%d", pos+i), RuleText(r)); err != nil {
+			return 0, err
+		}
 	}
 	return pos, tx.Commit()
 }
@@ -190,6 +205,9 @@ func (s *Store) RemoveRule(ctx context.Context, pos int) (Rule, error) {
 		return Rule{}, err
 	}
 	if _, err := tx.ExecContext(ctx, "DELETE FROM ref_rules WHERE position = ?", pos); err != nil {
+		return Rule{}, err
+	}
+	if err := audit(ctx, tx, "rule remove", fmt.Sprintf("#%d", pos), RuleText(r)); err != nil {
 		return Rule{}, err
 	}
 	if err := renumber(ctx, tx); err != nil {
@@ -232,8 +250,10 @@ func (s *Store) RemoveKey(ctx context.Context, fingerprint string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	_, err = s.DB.ExecContext(ctx, "DELETE FROM ssh_keys WHERE fingerprint = ?", fingerprint)
-	return owner, err
+	return owner, s.change(ctx, "key remove", owner, fingerprint, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "DELETE FROM ssh_keys WHERE fingerprint = ?", fingerprint)
+		return err
+	})
 }
 
 // Keys returns the keys of user, or every key if user is empty.
@@ -291,14 +311,16 @@ func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
 
 // RevokeToken marks a token revoked; it stays listed.
 func (s *Store) RevokeToken(ctx context.Context, id string) error {
-	res, err := s.DB.ExecContext(ctx, "UPDATE tokens SET revoked = COALESCE(revoked, ?) WHERE id = ?", now(), id)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("token %s: %w", id, ErrNotFound)
-	}
-	return nil
+	return s.change(ctx, "token revoke", id, "", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "UPDATE tokens SET revoked = COALESCE(revoked, ?) WHERE id = ?", now(), id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("token %s: %w", id, ErrNotFound)
+		}
+		return nil
+	})
 }
 
 // Model is the whole access model, for export and import. Tokens are
@@ -373,6 +395,10 @@ func (s *Store) ReplaceModel(ctx context.Context, m Model, prune bool) error {
 	}
 	exec("INSERT INTO settings(key, value) VALUES('anonymous-read', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", m.AnonReadDefault)
 	exec("DROP TABLE keep_users")
+	if err == nil {
+		err = audit(ctx, tx, "access import", "", fmt.Sprintf("%d users, %d keys, %d grants, %d rules, %d anonymous-read patterns (prune %v)",
+			len(m.Users), len(m.Keys), len(m.Grants), len(m.Rules), len(m.AnonReads), prune))
+	}
 	if err != nil {
 		if isUnique(err) {
 			return fmt.Errorf("%w (a key listed twice, or a duplicate grant)", ErrExists)
@@ -397,4 +423,13 @@ func usersNotKept(ctx context.Context, tx *sql.Tx) ([]string, error) {
 		names = append(names, n)
 	}
 	return names, rows.Err()
+}
+
+// RuleText renders a rule as the CLI takes it, logs and the audit log show it.
+func RuleText(r Rule) string {
+	verb := "deny"
+	if r.Allow {
+		verb = "allow"
+	}
+	return fmt.Sprintf("%s %s %s %s %s", verb, r.Ops, r.RepoPattern, r.RefPattern, r.Who)
 }

@@ -75,6 +75,16 @@ var migrations = []string{
 	// 3: a token's scope: "" (whatever its user may) or "metrics" (/metrics
 	// only, for a Prometheus server's configuration).
 	`ALTER TABLE tokens ADD COLUMN scope TEXT NOT NULL DEFAULT '';`,
+	// 4: the audit log: every change to the access model and the
+	// repositories, who made it and when (audit.go).
+	`CREATE TABLE audit (
+		id     INTEGER PRIMARY KEY,
+		at     INTEGER NOT NULL, -- unix nanoseconds
+		actor  TEXT NOT NULL,
+		action TEXT NOT NULL,
+		target TEXT NOT NULL,
+		detail TEXT NOT NULL DEFAULT ''
+	);`,
 }
 
 // Open opens (creating if needed) packwire's main database at path

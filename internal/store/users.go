@@ -44,27 +44,36 @@ func isUnique(err error) bool {
 
 // AddUser registers a user.
 func (s *Store) AddUser(ctx context.Context, name string) (User, error) {
-	res, err := s.DB.ExecContext(ctx, "INSERT INTO users(name, created) VALUES(?, ?)", name, now())
-	if isUnique(err) {
-		return User{}, ErrExists
-	}
+	var id int64
+	err := s.change(ctx, "user add", name, "", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "INSERT INTO users(name, created) VALUES(?, ?)", name, now())
+		if isUnique(err) {
+			return ErrExists
+		}
+		if err != nil {
+			return err
+		}
+		id, _ = res.LastInsertId()
+		return nil
+	})
 	if err != nil {
 		return User{}, err
 	}
-	id, _ := res.LastInsertId()
 	return User{ID: id, Name: name, Created: time.Now()}, nil
 }
 
 // RemoveUser deletes a user with their keys and tokens.
 func (s *Store) RemoveUser(ctx context.Context, name string) error {
-	res, err := s.DB.ExecContext(ctx, "DELETE FROM users WHERE name = ?", name)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return s.change(ctx, "user remove", name, "with their keys, tokens and grants", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM users WHERE name = ?", name)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
 }
 
 // GetUser looks a user up by name.
@@ -105,12 +114,14 @@ func (s *Store) AddKey(ctx context.Context, user string, k Key) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.DB.ExecContext(ctx, "INSERT INTO ssh_keys(fingerprint, user_id, public_key, comment, created) VALUES(?, ?, ?, ?, ?)",
-		k.Fingerprint, u.ID, k.PublicKey, k.Comment, now())
-	if isUnique(err) {
-		return ErrExists
-	}
-	return err
+	return s.change(ctx, "key add", user, k.Fingerprint, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO ssh_keys(fingerprint, user_id, public_key, comment, created) VALUES(?, ?, ?, ?, ?)",
+			k.Fingerprint, u.ID, k.PublicKey, k.Comment, now())
+		if isUnique(err) {
+			return ErrExists
+		}
+		return err
+	})
 }
 
 // KeyOwner returns the user a key fingerprint belongs to.
@@ -133,8 +144,17 @@ func (s *Store) AddToken(ctx context.Context, user, id string, hash []byte, expi
 	if !expires.IsZero() {
 		exp = expires.Unix()
 	}
-	_, err = s.DB.ExecContext(ctx, "INSERT INTO tokens(id, user_id, hash, created, expires, scope) VALUES(?, ?, ?, ?, ?, ?)", id, u.ID, hash, now(), exp, scope)
-	return err
+	detail := "id " + id
+	if scope != "" {
+		detail += ", scope " + scope
+	}
+	if !expires.IsZero() {
+		detail += ", expires " + expires.UTC().Format(time.RFC3339)
+	}
+	return s.change(ctx, "token create", user, detail, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO tokens(id, user_id, hash, created, expires, scope) VALUES(?, ?, ?, ?, ?, ?)", id, u.ID, hash, now(), exp, scope)
+		return err
+	})
 }
 
 // GetToken looks a token up by its public id.
