@@ -84,3 +84,76 @@ func redactURL(raw string) string {
 	}
 	return u.String()
 }
+
+// cmdUserShow shows one user: keys, tokens (never secrets), grants, and the
+// ref rules that name them.
+func cmdUserShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "user show NAME [--data DIR]"
+	data, pos, err := openData(ctx, "user show", syn, "Show a user's SSH keys (fingerprints), HTTP tokens (ids, never secrets),\ngrants, and the ref rules that name them.", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if err := wantArgs(args, pos, 1, 1, syn); err != nil {
+		return err
+	}
+	name := pos[0]
+	u, err := data.Store.GetUser(ctx, name)
+	if err != nil {
+		return fmt.Errorf("user show: no user %q", name)
+	}
+	fmt.Fprintf(stdout, "user %s (since %s)\n", u.Name, u.Created.UTC().Format(time.RFC3339))
+	keys, err := data.Store.Keys(ctx, name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "keys: %d\n", len(keys))
+	for _, k := range keys {
+		fmt.Fprintf(stdout, "  %s %s\n", k.Fingerprint, k.Comment)
+	}
+	tokens, err := data.Store.Tokens(ctx)
+	if err != nil {
+		return err
+	}
+	var mine []store.Token
+	for _, t := range tokens {
+		if t.User == name {
+			mine = append(mine, t)
+		}
+	}
+	fmt.Fprintf(stdout, "tokens: %d\n", len(mine))
+	for _, t := range mine {
+		state := "active"
+		switch {
+		case !t.Revoked.IsZero():
+			state = "revoked " + t.Revoked.UTC().Format(time.RFC3339)
+		case !t.Expires.IsZero() && time.Now().After(t.Expires):
+			state = "expired " + t.Expires.UTC().Format(time.RFC3339)
+		case !t.Expires.IsZero():
+			state = "expires " + t.Expires.UTC().Format(time.RFC3339)
+		}
+		scope := t.Scope
+		if scope == "" {
+			scope = "all"
+		}
+		fmt.Fprintf(stdout, "  %s scope %s, %s\n", t.ID, scope, state)
+	}
+	grants, err := data.Store.Grants(ctx, name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "grants: %d\n", len(grants))
+	for _, g := range grants {
+		fmt.Fprintf(stdout, "  %s on %s\n", g.Role, g.RepoPattern)
+	}
+	rules, err := data.Store.Rules(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range rules {
+		if r.Who == name {
+			fmt.Fprintf(stdout, "rule #%d: %s\n", r.Position, store.RuleText(r))
+		}
+	}
+	return nil
+}

@@ -29,9 +29,16 @@ func TestAuditLog(t *testing.T) {
 		{"revoke", "alice", "team/*"},
 		{"user", "remove", "alice"},
 	}
-	for _, s := range steps {
+	for i, s := range steps {
 		if out, code := packwire(t, append(s, "--data", data)...); code != 0 {
 			t.Fatalf("packwire %s: %d %s", strings.Join(s, " "), code, out)
+		}
+		if i == 3 { // user show, once alice has a key, a grant and a token
+			out, code := packwire(t, "user", "show", "alice", "--data", data)
+			if code != 0 || !strings.Contains(out, "keys: 1") || !strings.Contains(out, "write on team/*") ||
+				!strings.Contains(out, "scope metrics, active") || strings.Contains(out, "pwt_") {
+				t.Fatalf("user show: %d\n%s", code, out)
+			}
 		}
 	}
 	out, code := packwire(t, "audit", "--json", "--limit", "0", "--data", data)

@@ -56,6 +56,7 @@ func init() {
 		{name: "user", summary: "users", subs: []*command{
 			{name: "add", args: "NAME [--key F]...", summary: "register a user, with SSH public keys", run: cmdUserAdd},
 			{name: "list", summary: "list users", run: cmdUserList},
+			{name: "show", args: "NAME", summary: "a user's keys, tokens (ids, never secrets), grants and the rules that name them", run: cmdUserShow},
 			{name: "remove", args: "NAME", summary: "remove a user with their keys, tokens and grants", run: cmdUserRemove},
 		}},
 		{name: "key", summary: "SSH keys", subs: []*command{
