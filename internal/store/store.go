@@ -75,6 +75,9 @@ var migrations = []string{
 	// 3: a token's scope: "" (whatever its user may) or "metrics" (/metrics
 	// only, for a Prometheus server's configuration).
 	`ALTER TABLE tokens ADD COLUMN scope TEXT NOT NULL DEFAULT '';`,
+	// 4: webhooks and the outbox of deliveries (webhooks, push mirrors)
+	// with every attempt (outbox.go).
+	outboxMigration,
 }
 
 // Open opens (creating if needed) packwire's main database at path
