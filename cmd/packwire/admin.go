@@ -38,7 +38,7 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 
 func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("usage: packwire repo create NAME | repo import NAME SOURCE | repo list | repo show NAME | repo set-head NAME BRANCH | repo quota NAME [SIZE|off]")
+		return usagef("usage: packwire repo create NAME | repo import NAME SOURCE [--mirror] | repo list | repo show NAME | repo set-head NAME BRANCH | repo quota NAME [SIZE|off] | repo sync NAME | repo mirror add|list|remove")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -63,30 +63,9 @@ func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("repo create %s: %w", pos[0], err)
 		}
 		fmt.Fprintf(stdout, "created %s at %s\n", r.Name, r.Path)
+		publishRepoCreated(ctx, data, r, "", false, stderr)
 	case "import":
-		var noMaintain bool
-		data, pos, err := openData(ctx, "repo import", "repo import NAME SOURCE [--data DIR] [--no-maintain]", "Create a repository as a mirror (all refs) of a local path or URL, and bring it\ninto the serving layout at once (see packwire maintain --help).", args, stderr,
-			func(fs *flag.FlagSet) {
-				fs.BoolVar(&noMaintain, "no-maintain", false, "keep the imported object layout as it is (the serve scheduler will still maintain it)")
-			})
-		if err != nil {
-			return err
-		}
-		defer data.Close()
-		if len(pos) != 2 {
-			return usagef("usage: packwire repo import NAME SOURCE")
-		}
-		r, err := data.Repos.Import(ctx, pos[0], pos[1])
-		if err != nil {
-			return fmt.Errorf("repo import %s: %w", pos[0], err)
-		}
-		fmt.Fprintf(stdout, "imported %s from %s at %s\n", r.Name, pos[1], r.Path)
-		if noMaintain {
-			break
-		}
-		if err := maintainImported(ctx, data, r, stdout); err != nil {
-			return fmt.Errorf("repo import %s: imported, but bringing it into the serving layout failed (packwire maintain retries): %w", pos[0], err)
-		}
+		return cmdRepoImport(ctx, args, stdout, stderr)
 	case "list":
 		data, _, err := openData(ctx, "repo list", "repo list [--data DIR]", "List repositories.", args, stderr, nil)
 		if err != nil {
@@ -106,6 +85,10 @@ func cmdRepo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdRepoSetHead(ctx, args, stdout, stderr)
 	case "quota":
 		return cmdRepoQuota(ctx, args, stdout, stderr)
+	case "sync":
+		return cmdRepoSync(ctx, args, stdout, stderr)
+	case "mirror":
+		return cmdRepoMirror(ctx, args, stdout, stderr)
 	default:
 		return usagef("unknown repo command %q", sub)
 	}

@@ -19,7 +19,10 @@ usage: packwire COMMAND [ARGS] [FLAGS]
 commands:
   serve                      serve every bare repository under DATA/repos
   repo create NAME           create an empty bare repository (names may be nested: team/app)
-  repo import NAME SOURCE    create a repository as a mirror of a local path or URL, maintained at once
+  repo import NAME SOURCE    create a repository as a copy of a local path or URL, maintained at once
+                             (--mirror: a read-only mirror the server keeps in sync, --interval D)
+  repo sync NAME             sync a read-only mirror with its upstream now
+  repo mirror add NAME URL   send every push on to URL (a push mirror); repo mirror list|remove
   repo list                  list repositories
   repo show NAME             object layout: packs, preferred pack and what it covers, bitmap, checkout, last run
   maintain [REPO...]         bring repositories into the layout that serves clones fastest (serve does it in the background)
@@ -47,6 +50,9 @@ commands:
   rule remove N              remove the rule at position N
   access export [-o FILE]    write users, keys, grants, rules, settings as TOML
   access import FILE         replace the access model with a TOML file's
+  hook add REPO_PAT URL      POST a JSON payload to URL on push, ref-delete, repo-create (--secret S signs it)
+  hook list|remove ID|deliveries [ID]
+                             webhooks (never their secrets), and each delivery's attempts
   governor                   what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)
   netem --upstream HOST:PORT a proxy that adds latency, jitter, a bandwidth limit or resets; counts round trips
   rtt URL...                 round trips and wall of ls-remote, no-op fetch, clone at several added RTTs
@@ -107,6 +113,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdRule(ctx, args[1:], stdout, stderr)
 	case "access":
 		err = cmdAccess(ctx, args[1:], stdout, stderr)
+	case "hook":
+		err = cmdHook(ctx, args[1:], stdout, stderr)
 	case "maintain":
 		err = cmdMaintain(ctx, args[1:], stdout, stderr)
 	case "bench":
