@@ -87,10 +87,10 @@ type Delivery struct {
 	Created     time.Time `json:"created"`
 	State       string    `json:"state"`
 	Attempts    int       `json:"attempts"`
-	NextAttempt time.Time `json:"next_attempt"`
+	NextAttempt time.Time `json:"next_attempt,omitzero"`
 	LastStatus  int       `json:"last_status,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
-	Finished    time.Time `json:"finished"`
+	Finished    time.Time `json:"finished,omitzero"`
 	// LastLatency is how long the last attempt took (0: none yet).
 	LastLatency time.Duration `json:"last_latency_ns,omitempty"`
 }
@@ -152,7 +152,10 @@ func scanDelivery(row interface{ Scan(...any) error }) (Delivery, error) {
 		return Delivery{}, err
 	}
 	d.LastLatency = time.Duration(latency)
-	d.Created, d.NextAttempt = time.UnixMilli(created), time.UnixMilli(next)
+	d.Created = time.UnixMilli(created)
+	if next > 0 {
+		d.NextAttempt = time.UnixMilli(next)
+	}
 	if finished > 0 {
 		d.Finished = time.UnixMilli(finished)
 	}
