@@ -404,8 +404,8 @@ func TestWebhookPendingSurvivesRestart(t *testing.T) {
 
 // TestSlowWebhookDoesNotSlowPushes: a receiver that takes 5 s per request
 // must not slow pushes down. Pushes to a repository its hook matches and
-// to one no hook matches are interleaved; the medians must stay within
-// 1.5x and 100 ms of each other.
+// to one no hook matches are interleaved in pairs; the median per-pair
+// ratio must stay under 1.5 and the medians within 100 ms.
 func TestSlowWebhookDoesNotSlowPushes(t *testing.T) {
 	s := startServer(t, func(c *Config) { c.HookTimeout = 10 * time.Second })
 	slow := newHookReceiver(t, "127.0.0.1:0", func(_ int, r *http.Request) int {
@@ -426,8 +426,9 @@ func TestSlowWebhookDoesNotSlowPushes(t *testing.T) {
 		s.env.Git("", "clone", "-q", s.httpURL(name), w)
 		work[name] = w
 	}
-	const rounds = 9
+	const rounds = 15
 	walls := map[string][]time.Duration{}
+	var ratios []float64 // per pair: with the hook / without, from adjacent pushes
 	for i := 0; i < rounds; i++ {
 		order := []string{"hooked/app", "plain/app"}
 		if i%2 == 1 {
@@ -436,13 +437,18 @@ func TestSlowWebhookDoesNotSlowPushes(t *testing.T) {
 		for _, name := range order {
 			walls[name] = append(walls[name], commitAndPush(t, s.env, work[name], s.pushURL(name)))
 		}
+		ratios = append(ratios, float64(walls["hooked/app"][i])/float64(walls["plain/app"][i]))
 	}
 	hooked, plain := median(walls["hooked/app"]), median(walls["plain/app"])
-	t.Logf("push wall, median of %d interleaved: with a 5 s webhook %s, without %s (%.2fx); all with: %v; without: %v",
-		rounds, hooked.Round(time.Millisecond), plain.Round(time.Millisecond), float64(hooked)/float64(plain),
+	sort.Float64s(ratios)
+	ratio := ratios[len(ratios)/2]
+	t.Logf("push wall, %d interleaved pairs: median with a 5 s webhook %s, without %s; per-pair ratio median %.2fx (quartiles %.2f-%.2f); with: %v; without: %v",
+		rounds, hooked.Round(time.Millisecond), plain.Round(time.Millisecond), ratio, ratios[len(ratios)/4], ratios[3*len(ratios)/4],
 		roundAll(walls["hooked/app"]), roundAll(walls["plain/app"]))
-	if hooked > plain*3/2 || hooked > plain+100*time.Millisecond {
-		t.Fatalf("pushes with a slow webhook took %s (median), without %s", hooked, plain)
+	// Pairs rather than the two medians for the ratio: a burst of load on
+	// the machine slows both pushes of a pair alike.
+	if ratio > 1.5 || hooked > plain+100*time.Millisecond {
+		t.Fatalf("pushes with a slow webhook: median %s, without %s, per-pair ratio median %.2f", hooked, plain, ratio)
 	}
 	ds, err := s.Data.Store.Deliveries(context.Background(), store.DeliveryFilter{Kind: store.KindWebhook, Limit: 100})
 	if err != nil {
