@@ -17,13 +17,15 @@ import (
 	"packwire/internal/units"
 )
 
-const mirrorNote = `A pull mirror's upstream and interval live in the repository's own git
-config (remote.origin.url, packwire.pullMirror, packwire.mirrorInterval),
-credentials in its packwire-credentials.json (0600): they move with the
-repository when it is renamed, deleted and restored, or backed up. A URL's
-user and password (or --token) are taken out of the URL, never printed or
-logged, and given to git by a credential helper from its environment, so
-no command line carries them.`
+const mirrorNote = `Mirror settings live in the repository's own git config (a read-only
+mirror: remote.origin.url, packwire.pullMirror, packwire.mirrorInterval; push
+mirrors: remote.packwire-push-N.url), credentials in its
+packwire-credentials.json (0600): they move with the repository when it is
+renamed, deleted and restored, or backed up. A URL's user and password (or
+--token) are taken out of the URL, never printed or logged, and given to git
+by a credential helper from its environment, so no command line carries
+them. URLs: http(s), ssh (the server user's keys), git, file, user@host:path
+or a local path.`
 
 // cmdRepoImport creates a repository from a source, as a one-off copy or a
 // read-only pull mirror.
