@@ -63,34 +63,7 @@ func cmdRepoCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	recordRepoChange(ctx, data, stderr, "repo create", r.Name, "HEAD -> "+repo.Head(r))
 	fmt.Fprintf(stdout, "created %s at %s\n", r.Name, r.Path)
-	return nil
-}
-
-func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var noMaintain bool
-	data, pos, err := openData(ctx, "repo import", "repo import NAME SOURCE [--data DIR] [--no-maintain]", "Create a repository as a mirror (all refs) of a local path or URL, and bring it\ninto the serving layout at once (see packwire maintain --help).", args, stderr,
-		func(fs *flag.FlagSet) {
-			fs.BoolVar(&noMaintain, "no-maintain", false, "keep the imported object layout as it is (the serve scheduler will still maintain it)")
-		})
-	if err != nil {
-		return err
-	}
-	defer data.Close()
-	if err := wantArgs(args, pos, 2, 2, "repo import NAME SOURCE [--data DIR] [--no-maintain]"); err != nil {
-		return err
-	}
-	r, err := data.Repos.Import(ctx, pos[0], pos[1])
-	if err != nil {
-		return fmt.Errorf("repo import %s: %w", pos[0], err)
-	}
-	recordRepoChange(ctx, data, stderr, "repo import", r.Name, "from "+redactURL(pos[1]))
-	fmt.Fprintf(stdout, "imported %s from %s at %s\n", r.Name, pos[1], r.Path)
-	if noMaintain {
-		return nil
-	}
-	if err := maintainImported(ctx, data, r, stdout); err != nil {
-		return fmt.Errorf("repo import %s: imported, but bringing it into the serving layout failed (packwire maintain retries): %w", pos[0], err)
-	}
+	publishRepoCreated(ctx, data, r, "", false, stderr)
 	return nil
 }
 

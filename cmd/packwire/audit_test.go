@@ -25,6 +25,10 @@ func TestAuditLog(t *testing.T) {
 		{"repo", "create", "team/app"},
 		{"repo", "set-description", "team/app", "the app"},
 		{"repo", "rename", "team/app", "team/core"},
+		{"hook", "add", "team/*", "https://ci:hunter2@ci.example/hook?token=s3cret", "--secret", "hook-secret"},
+		{"repo", "mirror", "add", "team/core", "https://bob:pw-xyz@mirror.example/core"},
+		{"repo", "mirror", "remove", "team/core", "1"},
+		{"hook", "remove", "1"},
 		{"repo", "delete", "team/core"},
 		{"revoke", "alice", "team/*"},
 		{"user", "remove", "alice"},
@@ -60,7 +64,7 @@ func TestAuditLog(t *testing.T) {
 	}
 	want := []string{"user add alice", "key add alice", "grant alice", "token create alice", "rule add #1", "rule add #2",
 		"setting anonymous-read", "repo create team/app", "repo set-description team/app", "repo rename team/app",
-		"repo delete team/core", "revoke alice", "user remove alice"}
+		"hook add team/*", "repo mirror add team/core", "repo mirror remove team/core", "hook remove team/*", "repo delete team/core", "revoke alice", "user remove alice"}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Fatalf("audit log:\n got %s\nwant %s", strings.Join(got, "; "), strings.Join(want, "; "))
 	}
@@ -72,6 +76,14 @@ func TestAuditLog(t *testing.T) {
 	}
 	// Secrets never reach it: a token's id is recorded, never the token.
 	all, _ := packwire(t, "audit", "--json", "--limit", "0", "--data", data)
+	for _, secret := range []string{"hunter2", "s3cret", "hook-secret", "pw-xyz"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("the audit log holds the secret %q:\n%s", secret, all)
+		}
+	}
+	if !strings.Contains(all, "https://ci.example/hook") {
+		t.Errorf("the hook's URL (without credentials) is not recorded:\n%s", all)
+	}
 	if strings.Contains(all, "pwt_") {
 		t.Fatalf("a token in the audit log:\n%s", all)
 	}

@@ -42,14 +42,19 @@ func pw(t *testing.T, dir string, env []string, args ...string) (string, string,
 // walked by the tests below without being listed here.
 func leaves() [][]string {
 	var out [][]string
-	for _, c := range commands {
+	var walk func(words []string, c *command)
+	walk = func(words []string, c *command) {
+		words = append(words[:len(words):len(words)], c.name)
 		if c.subs == nil {
-			out = append(out, []string{c.name})
-			continue
+			out = append(out, words)
+			return
 		}
 		for _, s := range c.subs {
-			out = append(out, []string{c.name, s.name})
+			walk(words, s)
 		}
+	}
+	for _, c := range commands {
+		walk(nil, c)
 	}
 	return out
 }

@@ -38,7 +38,13 @@ func init() {
 		{name: "init", summary: "create the data directory and its store without serving", run: cmdInit},
 		{name: "repo", summary: "repositories", subs: []*command{
 			{name: "create", args: "NAME [--default-branch B]", summary: "create an empty bare repository (names may be nested: team/app)", run: cmdRepoCreate},
-			{name: "import", args: "NAME SOURCE", summary: "create a repository as a mirror of a local path or URL, maintained at once", run: cmdRepoImport},
+			{name: "import", args: "NAME SOURCE", summary: "create a repository as a copy of a local path or URL, maintained at once\n(--mirror: a read-only mirror the server keeps in sync, --interval D)", run: cmdRepoImport},
+			{name: "sync", args: "NAME", summary: "sync a read-only mirror with its upstream now", run: cmdRepoSync},
+			{name: "mirror", summary: "push mirrors: every acknowledged push sent on to another server", subs: []*command{
+				{name: "add", args: "NAME URL", summary: "send every push of NAME on to URL (git push --mirror, queued and retried)", run: cmdRepoMirrorAdd},
+				{name: "list", args: "NAME", summary: "the upstream NAME mirrors and its push mirrors, with their last sync or delivery", run: cmdRepoMirrorList},
+				{name: "remove", args: "NAME ID", summary: "remove a push mirror and its credentials", run: cmdRepoMirrorRemove},
+			}},
 			{name: "list", summary: "list repositories", run: cmdRepoList},
 			{name: "show", args: "NAME", summary: "object layout: packs, preferred pack and what it covers, bitmap, checkout, last run", run: cmdRepoShow},
 			{name: "set-head", args: "NAME BRANCH", summary: "make BRANCH the default branch (what HEAD names, what clones check out)", run: cmdRepoSetHead},
@@ -83,6 +89,12 @@ func init() {
 			{name: "export", args: "[-o FILE]", summary: "write users, keys, grants, rules, settings as TOML", run: cmdAccessExport},
 			{name: "import", args: "FILE [--dry-run] [--prune]", summary: "replace the access model with a TOML file's (--dry-run: show the changes)", run: cmdAccessImport},
 		}},
+		{name: "hook", summary: "webhooks", subs: []*command{
+			{name: "add", args: "REPO_PAT URL", summary: "POST a JSON payload to URL on push, ref-delete, repo-create (--secret S signs it)", run: cmdHookAdd},
+			{name: "list", summary: "list webhooks (never their secrets)", run: cmdHookList},
+			{name: "remove", args: "ID", summary: "remove a webhook", run: cmdHookRemove},
+			{name: "deliveries", args: "[ID]", summary: "the newest deliveries: state, attempts, last status and latency", run: cmdHookDeliveries},
+		}},
 		{name: "audit", args: "[--limit N] [--json]", summary: "every change to users, keys, tokens, grants, rules, settings, repositories: who, what, when", run: cmdAudit},
 		{name: "governor", summary: "what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)", run: cmdGovernor},
 		{name: "netem", args: "--upstream HOST:PORT", summary: "a proxy that adds latency, jitter, a bandwidth limit or resets; counts round trips", run: cmdNetem},
@@ -117,16 +129,22 @@ func overview() string {
 	var b strings.Builder
 	b.WriteString(usageHead)
 	for _, c := range commands {
-		if c.subs == nil {
-			writeEntry(&b, c.name, c)
-			continue
-		}
-		for _, sub := range c.subs {
-			writeEntry(&b, c.name+" "+sub.name, sub)
-		}
+		writeLeaves(&b, c.name, c)
 	}
 	b.WriteString(usageTail)
 	return b.String()
+}
+
+// writeLeaves writes the overview lines of c, named name, or of every
+// command below it when c is a group (groups may nest: repo mirror add).
+func writeLeaves(b *strings.Builder, name string, c *command) {
+	if c.subs == nil {
+		writeEntry(b, name, c)
+		return
+	}
+	for _, sub := range c.subs {
+		writeLeaves(b, name+" "+sub.name, sub)
+	}
 }
 
 // writeEntry writes one overview line: name and arguments, then the summary
@@ -146,14 +164,13 @@ func writeEntry(b *strings.Builder, name string, c *command) {
 }
 
 // groupUsage lists a group's subcommands, for "packwire GROUP --help" and
-// for a group given no or an unknown subcommand.
-func groupUsage(g *command) string {
+// for a group given no or an unknown subcommand; name is the group's full
+// name ("repo mirror").
+func groupUsage(name string, g *command) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "usage: packwire %s SUBCOMMAND [ARGS] [FLAGS]\n\n%s:\n", g.name, g.summary)
-	for _, sub := range g.subs {
-		writeEntry(&b, g.name+" "+sub.name, sub)
-	}
-	fmt.Fprintf(&b, "\n\"packwire %s SUBCOMMAND --help\" shows a subcommand's flags.\n", g.name)
+	fmt.Fprintf(&b, "usage: packwire %s SUBCOMMAND [ARGS] [FLAGS]\n\n%s:\n", name, g.summary)
+	writeLeaves(&b, name, g)
+	fmt.Fprintf(&b, "\n\"packwire %s SUBCOMMAND --help\" shows a subcommand's flags.\n", name)
 	return b.String()
 }
 
@@ -205,20 +222,26 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c == nil {
 		return usageError{fmt.Sprintf("unknown command %q\n\n%s", args[0], overview())}
 	}
+	return dispatchIn(ctx, c.name, c, args[1:], stdout, stderr)
+}
+
+// dispatchIn runs c, named name, with the arguments after its name: a
+// leaf runs, a group picks its subcommand from args.
+func dispatchIn(ctx context.Context, name string, c *command, args []string, stdout, stderr io.Writer) error {
 	if c.subs == nil {
-		return c.run(ctx, args[1:], stdout, stderr)
+		return c.run(ctx, args, stdout, stderr)
 	}
-	if len(args) == 1 {
-		return usageError{fmt.Sprintf("%s needs a subcommand\n\n%s", c.name, groupUsage(c))}
+	if len(args) == 0 {
+		return usageError{fmt.Sprintf("%s needs a subcommand\n\n%s", name, groupUsage(name, c))}
 	}
-	if isHelp(args[1]) {
-		return helpText{groupUsage(c)}
+	if isHelp(args[0]) {
+		return helpText{groupUsage(name, c)}
 	}
-	sub := lookup(c.subs, args[1])
+	sub := lookup(c.subs, args[0])
 	if sub == nil {
-		return usageError{fmt.Sprintf("unknown %s command %q\n\n%s", c.name, args[1], groupUsage(c))}
+		return usageError{fmt.Sprintf("unknown %s command %q\n\n%s", name, args[0], groupUsage(name, c))}
 	}
-	return sub.run(ctx, args[2:], stdout, stderr)
+	return dispatchIn(ctx, name+" "+sub.name, sub, args[1:], stdout, stderr)
 }
 
 // exitCode prints what a command returned and maps it to an exit status.

@@ -21,6 +21,7 @@ type reposView struct {
 	Repos      []repoRow
 	MixWindow  string
 	PushSource string
+	Deliveries []deliveryRow // the newest webhook and push mirror deliveries
 }
 
 type repoRow struct {
@@ -101,6 +102,7 @@ func (h *Handler) repos(w http.ResponseWriter, r *http.Request, who string) {
 		}
 		v.Repos = append(v.Repos, row)
 	}
+	v.Deliveries = h.deliveries(ctx)
 	h.render(w, "repos", page{Title: "Repositories", Nav: "repos", User: who, Data: v})
 }
 

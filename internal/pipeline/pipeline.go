@@ -120,6 +120,14 @@ type Pipeline struct {
 	// fetches without haves (see fetch.go); nil: off.
 	FetchCache *fetchcache.Cache
 
+	// PushRefusal, if set, says why a repository takes no push at all (a
+	// read-only mirror), for writers who got past access ("": it takes them).
+	PushRefusal func(repo.Repo) string
+	// OnPush, if set, hears of every push that wrote refs once the client
+	// has its report (events.go), in the request's goroutine: it must be
+	// quick (webhooks and push mirrors queue one row).
+	OnPush func(context.Context, PushEvent)
+
 	capabilities capabilitiesCache // v2 advertisements for stateless HTTP
 
 	mu       sync.Mutex
@@ -304,6 +312,11 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 	call.Repo = r
 	switch err := model.Decide(req.Principal, op, r.Name); {
 	case err == nil:
+		if op == access.Write {
+			if refusal := p.readOnlyRefusal(r); refusal != "" {
+				return &Error{Code: CodeForbidden, Message: refusal}
+			}
+		}
 		return p.admit(ctx, call)
 	case errors.Is(err, access.ErrNoRead):
 		// Shown as the client wrote it, exactly like a missing repository.

@@ -214,6 +214,7 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		}
 	}
 	c.pushOutcome = judgeReport(rewrite.Final, plan.refused, ffOnly)
+	c.announcePush(ctx, plan.kept, rewrite.Final, res)
 	if branch, err := repo.FollowFirstPush(ctx, c.Repo, createdBranches(plan.kept, rewrite.Final)); err != nil {
 		p.log().Warn("HEAD not moved to the first pushed branch", "repo", c.Repo.Name, "error", err.Error())
 	} else if branch != "" {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -244,6 +245,21 @@ func (r Root) Create(ctx context.Context, raw string) (Repo, error) {
 // Import makes a bare mirror of source (a local path or any URL git clones
 // from). On failure nothing is left behind.
 func (r Root) Import(ctx context.Context, raw, source string) (Repo, error) {
+	return r.ImportWith(ctx, raw, source, ImportOptions{})
+}
+
+// ImportOptions change how ImportWith clones.
+type ImportOptions struct {
+	GitArgs []string // before "clone": -c settings such as a credential helper
+	Env     []string // added to git's environment
+	// Finish, if set, runs on the clone before it is renamed into place
+	// (a pull mirror keeps its remote and says what it mirrors); without
+	// it the remote is removed.
+	Finish func(ctx context.Context, dir string) error
+}
+
+// ImportWith is Import with options.
+func (r Root) ImportWith(ctx context.Context, raw, source string, opts ImportOptions) (Repo, error) {
 	name, path, err := r.prepareNew(raw)
 	if err != nil {
 		return Repo{}, err
@@ -254,13 +270,22 @@ func (r Root) Import(ctx context.Context, raw, source string) (Repo, error) {
 	}
 	defer os.RemoveAll(tmp)
 	os.Remove(tmp) // git clone wants to create it
-	cmd := exec.CommandContext(ctx, "git", "clone", "--mirror", "--quiet", "--", source, tmp)
+	cmd := exec.CommandContext(ctx, "git", append(slices.Clone(opts.GitArgs), "clone", "--mirror", "--quiet", "--", source, tmp)...)
+	if opts.Env != nil {
+		cmd.Env = append(os.Environ(), opts.Env...)
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Repo{}, fmt.Errorf("git clone --mirror %s: %v: %s", source, err, strings.TrimSpace(string(out)))
 	}
-	// A mirror would keep fetching from its source on "git remote update";
-	// the served copy is the repository of record now.
-	exec.CommandContext(ctx, "git", "-C", tmp, "remote", "remove", "origin").Run()
+	if opts.Finish != nil {
+		if err := opts.Finish(ctx, tmp); err != nil {
+			return Repo{}, err
+		}
+	} else {
+		// A mirror would keep fetching from its source on "git remote
+		// update"; the served copy is the repository of record now.
+		exec.CommandContext(ctx, "git", "-C", tmp, "remote", "remove", "origin").Run()
+	}
 	if err := os.Rename(tmp, path); err != nil {
 		return Repo{}, err
 	}

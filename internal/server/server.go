@@ -31,6 +31,8 @@ import (
 	"packwire/internal/lifecycle"
 	"packwire/internal/limiter"
 	"packwire/internal/maintain"
+	"packwire/internal/mirror"
+	"packwire/internal/outbox"
 	"packwire/internal/packcache"
 	"packwire/internal/pipeline"
 	"packwire/internal/pushguard"
@@ -117,6 +119,16 @@ type Config struct {
 
 	LabDir string // the lab's reports, shown by the dashboard (default DATA/lab)
 
+	// Webhooks and push mirrors (internal/outbox, outgoing.go).
+	DeliveryConcurrency int           // attempts in flight in all, one per target at most
+	HookTimeout         time.Duration // one webhook POST, answer included
+	MirrorPushTimeout   time.Duration // one push to a push mirror
+	DeliveryMinBackoff  time.Duration // the first retry's wait, doubling per failure...
+	DeliveryMaxBackoff  time.Duration // ...up to this
+	DeliveryGiveUp      time.Duration // a delivery fails for good this long after it was queued
+	DeliveryPoll        time.Duration // how often queued rows are looked for (the command line's, retries)
+	MirrorCheck         time.Duration // how often pull mirrors are checked for a due sync (0: never)
+
 	Log *slog.Logger
 }
 
@@ -163,6 +175,15 @@ var Defaults = Config{
 	MaintainConcurrency: 1,
 	MaintainBudget:      15 * time.Minute,
 	TrashRetention:      lifecycle.DefaultTrashRetention,
+
+	DeliveryConcurrency: outbox.DefaultConcurrency,
+	HookTimeout:         outbox.DefaultTimeout,
+	MirrorPushTimeout:   mirror.DefaultPushTimeout,
+	DeliveryMinBackoff:  outbox.DefaultMinBackoff,
+	DeliveryMaxBackoff:  outbox.DefaultMaxBackoff,
+	DeliveryGiveUp:      outbox.DefaultGiveUpAfter,
+	DeliveryPoll:        outbox.DefaultPoll,
+	MirrorCheck:         mirror.DefaultCheck,
 }
 
 // Server is a running packwire.
@@ -178,6 +199,11 @@ type Server struct {
 	Maintainer *maintain.Maintainer
 	// Dashboard is the web dashboard under /-/ on the HTTP listener.
 	Dashboard *dashboard.Handler
+	// Outbox delivers webhooks and push mirrors, which Publisher queues;
+	// Mirrors syncs pull mirrors (outgoing.go).
+	Outbox    *outbox.Loop
+	Publisher *outbox.Publisher
+	Mirrors   *mirror.Syncer
 
 	// Listening addresses, set by Start for the listeners that are on.
 	GitAddr, HTTPAddr, SSHAddr, MetricsAddr net.Addr
@@ -194,6 +220,7 @@ type Server struct {
 	err       error
 
 	stopMaintain context.CancelFunc // ends the maintenance scheduler
+	stopOutgoing context.CancelFunc // ends the delivery loop and the mirror scheduler
 }
 
 // expireTrash removes the deleted repositories past TrashRetention.
@@ -282,6 +309,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance,
 		QuarantineAge: maintain.QuarantineAge(cfg.IdleTimeout)})
+	s.openOutgoing()
 	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })
 	gov.RegisterGauge("packwire_pack_jobs_queued", "Requests waiting for a pack generation slot.", func() float64 { _, q := s.Pipeline.Limiter.Stats(); return float64(q) })
 	if cfg.PackCache || cfg.FetchCache {
@@ -440,6 +468,7 @@ func (s *Server) Start() error {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); sched.Run(ctx) }()
 	}
+	s.startOutgoing()
 	if sshL != nil {
 		s.SSHAddr = sshL.Addr()
 		s.ssh = &sshtransport.Server{
@@ -667,6 +696,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.stopMaintain != nil {
 		s.stopMaintain() // a maintenance run in progress is killed; the layout stays servable
+	}
+	if s.stopOutgoing != nil {
+		s.stopOutgoing() // attempts in flight are cut and stay pending for the next start
 	}
 	s.wg.Wait()
 	s.Governor.Close()

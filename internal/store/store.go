@@ -85,6 +85,9 @@ var migrations = []string{
 		target TEXT NOT NULL,
 		detail TEXT NOT NULL DEFAULT ''
 	);`,
+	// 5: webhooks and the outbox of deliveries (webhooks, push mirrors)
+	// with every attempt (outbox.go).
+	outboxMigration,
 }
 
 // Open opens (creating if needed) packwire's main database at path

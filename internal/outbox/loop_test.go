@@ -1,0 +1,176 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"packwire/internal/store"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "packwire.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestBackoffDoublesToTheCap(t *testing.T) {
+	l := &Loop{MinBackoff: 10 * time.Second, MaxBackoff: time.Hour}
+	want := []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second}
+	for i, w := range want {
+		if got := l.Backoff(i + 1); got != w {
+			t.Fatalf("backoff(%d) = %s, want %s", i+1, got, w)
+		}
+	}
+	if got := l.Backoff(30); got != time.Hour {
+		t.Fatalf("backoff(30) = %s", got)
+	}
+	// 10 s doubling to 1 h, given up after a day: about 30 attempts.
+	d := store.Delivery{Created: time.Now()}
+	now, n := d.Created, 0
+	for {
+		n++
+		o := l.outcome(d, n, Result{Err: errors.New("down")}, now)
+		if o.State != store.DeliveryPending {
+			break
+		}
+		now = o.Next
+	}
+	if n < 25 || n > 35 || now.Sub(d.Created) > 24*time.Hour {
+		t.Fatalf("gave up after %d attempts, %s", n, now.Sub(d.Created))
+	}
+}
+
+// One attempt in flight per target, failures retried until delivered, a
+// coalescing kind's success covering what was queued before it, and a
+// stopped loop's pending rows picked up by the next one.
+func TestLoopRetriesSerializesAndCoalesces(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	var inFlight, maxInFlight atomic.Int32
+	var mu sync.Mutex
+	calls := map[string]int{}
+	flaky := SenderFunc(func(ctx context.Context, d store.Delivery) Result {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			m := maxInFlight.Load()
+			if n <= m || maxInFlight.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		calls[d.Target]++
+		c := calls[d.Target]
+		mu.Unlock()
+		if d.Target == "down" && c <= 2 {
+			return Result{Status: 500, Err: errors.New("HTTP 500")}
+		}
+		return Result{Status: 200}
+	})
+	var mirrorPushes atomic.Int32
+	mirror := SenderFunc(func(ctx context.Context, d store.Delivery) Result {
+		mirrorPushes.Add(1)
+		return Result{}
+	})
+	var queued []store.NewDelivery
+	for i := 0; i < 3; i++ {
+		queued = append(queued, store.NewDelivery{Kind: store.KindWebhook, Target: "down", Repo: "r", Event: "push", Payload: []byte("{}")},
+			store.NewDelivery{Kind: store.KindWebhook, Target: "up", Repo: "r", Event: "push", Payload: []byte("{}")})
+	}
+	for i := 0; i < 5; i++ {
+		queued = append(queued, store.NewDelivery{Kind: store.KindPushMirror, Target: "r#1", Repo: "r", Event: "push", Payload: []byte("{}")})
+	}
+	if err := st.EnqueueDeliveries(ctx, queued); err != nil {
+		t.Fatal(err)
+	}
+	l := &Loop{Store: st, Log: quiet, Concurrency: 8, MinBackoff: 30 * time.Millisecond, MaxBackoff: 60 * time.Millisecond, Poll: 20 * time.Millisecond,
+		Kinds: map[string]Kind{store.KindWebhook: {Sender: flaky}, store.KindPushMirror: {Sender: mirror, Coalesce: true}}}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { l.Run(runCtx); close(done) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ds, err := st.Deliveries(ctx, store.DeliveryFilter{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending := 0
+		for _, d := range ds {
+			if d.State == store.DeliveryPending {
+				pending++
+			}
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries still pending", pending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if m := maxInFlight.Load(); m > 2 {
+		t.Fatalf("%d webhook attempts in flight at once for 2 targets", m)
+	}
+	if n := mirrorPushes.Load(); n != 1 {
+		t.Fatalf("push mirror pushed %d times for 5 queued pushes, want 1 (coalesced)", n)
+	}
+	ds, _ := st.Deliveries(ctx, store.DeliveryFilter{Kind: store.KindWebhook, Target: "down", Limit: 10})
+	var attempts int
+	for _, d := range ds {
+		if d.State != store.DeliveryDelivered {
+			t.Fatalf("delivery %d: %s", d.ID, d.State)
+		}
+		attempts += d.Attempts
+	}
+	if attempts != 5 { // two failures, then three successes
+		t.Fatalf("%d attempts for the flaky target, want 5", attempts)
+	}
+	failures := 0
+	for _, d := range ds {
+		as, _ := st.Attempts(ctx, d.ID)
+		if len(as) != d.Attempts || as[len(as)-1].Status != 200 || as[len(as)-1].Error != "" {
+			t.Fatalf("delivery %d's attempts: %+v", d.ID, as)
+		}
+		for _, a := range as[:len(as)-1] {
+			if a.Status != 500 || a.Error != "HTTP 500" || a.Latency <= 0 {
+				t.Fatalf("failed attempt recorded as %+v", a)
+			}
+			failures++
+		}
+	}
+	if failures != 2 {
+		t.Fatalf("%d failed attempts recorded, want 2", failures)
+	}
+
+	// A loop stopped with work pending leaves it for the next one.
+	if err := st.EnqueueDeliveries(ctx, []store.NewDelivery{{Kind: store.KindWebhook, Target: "late", Repo: "r", Event: "push", Payload: []byte("{}")}}); err != nil {
+		t.Fatal(err)
+	}
+	l2 := &Loop{Store: st, Log: quiet, Poll: 20 * time.Millisecond, Kinds: l.Kinds}
+	runCtx, stop = context.WithCancel(ctx)
+	go l2.Run(runCtx)
+	defer stop()
+	for time.Now().Before(deadline) {
+		if ds, _ := st.Deliveries(ctx, store.DeliveryFilter{Target: "late"}); len(ds) == 1 && ds[0].State == store.DeliveryDelivered {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("a second loop did not deliver what was queued before it started")
+}
