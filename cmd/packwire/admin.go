@@ -23,6 +23,7 @@ import (
 func openData(ctx context.Context, name, synopsis, description string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*datadir.Data, []string, error) {
 	fs := newFlagSet(name, synopsis, description, stderr)
 	dir := dataFlag(fs)
+	database := databaseFlag(fs)
 	if extra != nil {
 		extra(fs)
 	}
@@ -33,7 +34,7 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 	if err := checkOwner(*dir); err != nil {
 		return nil, nil, err
 	}
-	data, err := datadir.Open(ctx, *dir)
+	data, err := datadir.OpenWith(ctx, *dir, *database)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -254,14 +255,21 @@ func dataFlag(fs *flag.FlagSet) *string {
 	return fs.String("data", datadir.Dir(), "data directory; $"+datadir.EnvDir+" sets the default")
 }
 
+// databaseFlag is --database: where the store is, when not the SQLite file
+// in the data directory.
+func databaseFlag(fs *flag.FlagSet) *string {
+	return fs.String("database", datadir.Database(), "keep the store (users, keys, tokens, grants, rules, settings, audit, webhooks) in PostgreSQL: postgres://USER@HOST/DB; default: the SQLite file in --data ($"+datadir.EnvDatabase+" sets the default)")
+}
+
 func cmdInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const syn = "init [--data DIR]"
+	const syn = "init [--data DIR] [--database URL]"
 	fs := newFlagSet("init", syn, `Create the data directory and its store, as packwire serve does on its
 first start, so that users, grants and repositories can be set up before
 the server runs. Admin commands never create one: a mistyped --data is an
 error, not a new empty server. Running init on existing data changes
 nothing.`, stderr)
 	dir := dataFlag(fs)
+	database := databaseFlag(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -276,7 +284,7 @@ nothing.`, stderr)
 	if err != nil {
 		return err
 	}
-	data, err := datadir.Create(ctx, *dir)
+	data, err := datadir.CreateWith(ctx, *dir, *database)
 	if err != nil {
 		return err
 	}

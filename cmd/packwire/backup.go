@@ -11,7 +11,9 @@ import (
 )
 
 const backupHelp = `Write a consistent snapshot of a data directory into OUT (a new or empty
-directory), safe while the server runs and pushes land:
+directory), safe while the server runs and pushes land. It covers a data
+directory with its SQLite store; a store kept in PostgreSQL (--database) is
+backed up with pg_dump or the provider's backups instead.
 
   - packwire.db (users, keys, token hashes, grants, rules, settings) by
     SQLite's VACUUM INTO; governor.db (request records) only with --governor;

@@ -38,6 +38,7 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 	cfg := d
 	configFile := fs.String("config", os.Getenv(envConfig), "read flags from this TOML file (keys: the flag names); the command line overrides it")
 	fs.StringVar(&cfg.DataDir, "data", datadir.Dir(), "data directory, created on first start; $PACKWIRE_DATA sets the default")
+	fs.StringVar(&cfg.Database, "database", datadir.Database(), "keep the store (users, keys, tokens, grants, rules, settings, audit, webhooks) in PostgreSQL: postgres://USER@HOST/DB; default: the SQLite file in --data ($"+datadir.EnvDatabase+" sets the default)")
 	fs.StringVar(&cfg.GitAddr, "git", d.GitAddr, "git:// listen address (empty: off)")
 	fs.StringVar(&cfg.HTTPAddr, "http", d.HTTPAddr, "smart HTTP listen address (empty: off)")
 	fs.StringVar(&cfg.SSHAddr, "ssh", d.SSHAddr, "SSH listen address (empty: off)")

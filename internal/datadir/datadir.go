@@ -3,7 +3,8 @@
 // admin command), so that a mistyped --data never makes a new, empty one:
 //
 //	DIR/repos/                  bare repositories (team/app -> repos/team/app.git)
-//	DIR/packwire.db             the embedded SQLite store
+//	DIR/packwire.db             the embedded SQLite store (unless --database
+//	                            names PostgreSQL: a cluster's shared store)
 //	DIR/ssh_host_ed25519_key    the SSH host keys (OpenSSH format, 0600)
 //	DIR/ssh_host_ecdsa_key      (P-256)
 //	DIR/ssh_host_rsa_key        (3072 bits)
@@ -67,15 +68,38 @@ func (e *NoDataError) Error() string {
 	return fmt.Sprintf("no packwire data in %s", e.Dir)
 }
 
+// EnvDatabase names the environment variable that, when set, is every
+// command's default --database.
+const EnvDatabase = "PACKWIRE_DATABASE"
+
+// Database is the database to use when none is given: $PACKWIRE_DATABASE,
+// else "" (the SQLite store in the data directory).
+func Database() string { return os.Getenv(EnvDatabase) }
+
 // Create opens the data directory, creating it and its store if needed.
 func Create(ctx context.Context, dir string) (*Data, error) {
-	return open(ctx, dir, true)
+	return CreateWith(ctx, dir, "")
 }
 
 // Open opens an existing data directory; one without a store is a
 // *NoDataError, and nothing is created.
 func Open(ctx context.Context, dir string) (*Data, error) {
-	return open(ctx, dir, false)
+	return OpenWith(ctx, dir, "")
+}
+
+// CreateWith is Create with the store in database: "" for the SQLite
+// file in the directory, or a postgres:// URL (the store's tables are
+// created there if missing).
+func CreateWith(ctx context.Context, dir, database string) (*Data, error) {
+	return open(ctx, dir, database, true)
+}
+
+// OpenWith is Open with the store in database. With PostgreSQL the data
+// directory need not exist (an admin command changing the access model
+// from any machine that reaches the database); it is never created, and
+// repositories are looked for in it.
+func OpenWith(ctx context.Context, dir, database string) (*Data, error) {
+	return open(ctx, dir, database, false)
 }
 
 // Exists reports whether dir holds packwire data (its store).
@@ -94,7 +118,7 @@ func Exists(dir string) (bool, error) {
 	return st.Mode().IsRegular(), nil
 }
 
-func open(ctx context.Context, dir string, create bool) (*Data, error) {
+func open(ctx context.Context, dir, database string, create bool) (*Data, error) {
 	if dir == "" {
 		dir = Dir()
 	}
@@ -102,16 +126,29 @@ func open(ctx context.Context, dir string, create bool) (*Data, error) {
 	if err != nil {
 		return nil, err
 	}
-	if create {
+	postgres := store.IsPostgresURL(database)
+	if database != "" && !postgres {
+		return nil, fmt.Errorf("--database %s: not a postgres:// URL (leave it out for the SQLite store in the data directory)", store.RedactDatabaseURL(database))
+	}
+	switch {
+	case create:
 		if err := os.MkdirAll(filepath.Join(abs, "repos"), 0o755); err != nil {
 			return nil, fmt.Errorf("data directory: %w", err)
 		}
-	} else if ok, err := Exists(abs); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
-	} else if !ok {
-		return nil, &NoDataError{Dir: abs}
+	case postgres: // the store is elsewhere: nothing to check here
+	default:
+		if ok, err := Exists(abs); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		} else if !ok {
+			return nil, &NoDataError{Dir: abs}
+		}
 	}
-	st, err := store.Open(ctx, filepath.Join(abs, StoreFile))
+	var st *store.Store
+	if postgres {
+		st, err = store.OpenPostgres(ctx, database)
+	} else {
+		st, err = store.Open(ctx, filepath.Join(abs, StoreFile))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -2,10 +2,11 @@ package governor
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math"
 	"time"
+
+	"packwire/internal/store"
 )
 
 // rollupMigration is the fourth migration: per-bucket sums of the request
@@ -170,7 +171,7 @@ func floorDiv(a, b int64) int64 {
 }
 
 // write adds the accumulated sums to the tables, inside tx.
-func (ru *rollups) write(ctx context.Context, tx *sql.Tx) error {
+func (ru *rollups) write(ctx context.Context, tx *store.Tx) error {
 	sums, err := tx.PrepareContext(ctx, `INSERT INTO request_rollup (width, dim, bucket, key, key2, requests, errors, cpu_ns, bytes_in, bytes_out, wall_ns)
 		VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (width, dim, bucket, key, key2) DO UPDATE SET
 		requests = requests + excluded.requests, errors = errors + excluded.errors, cpu_ns = cpu_ns + excluded.cpu_ns,
@@ -234,7 +235,7 @@ func (g *Governor) backfillRollups(ctx context.Context) error {
 	return tx.Commit()
 }
 
-func sumRecordsInto(ctx context.Context, tx *sql.Tx, now time.Time) error {
+func sumRecordsInto(ctx context.Context, tx *store.Tx, now time.Time) error {
 	rows, err := tx.QueryContext(ctx, `SELECT start_ns, repo, user, kind, transport, pack_cache, result IN ('ok', 'challenged'),
 		cpu_user_ns + cpu_sys_ns, bytes_in, bytes_out, wall_ns FROM requests`)
 	if err != nil {

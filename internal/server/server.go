@@ -47,6 +47,7 @@ import (
 // Config is what `packwire serve` takes. Empty addresses turn a transport off.
 type Config struct {
 	DataDir  string
+	Database string // "" (SQLite in DataDir) or a postgres:// URL for the store
 	GitAddr  string // git:// listener, e.g. ":9418"
 	HTTPAddr string // smart HTTP listener, e.g. ":8080"
 	SSHAddr  string // SSH listener, e.g. ":2222"
@@ -246,7 +247,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	data, err := datadir.Create(ctx, cfg.DataDir)
+	data, err := datadir.CreateWith(ctx, cfg.DataDir, cfg.Database)
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ type AuditEntry struct {
 	Detail string    `json:"detail"` // the rest: a role and pattern, a fingerprint, a rule's text
 }
 
-// execer is a *sql.DB or a *sql.Tx.
+// execer is a *sql.DB or a *Tx.
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
@@ -51,7 +51,7 @@ func audit(ctx context.Context, x execer, action, target, detail string) error {
 }
 
 // change runs fn and records it, in one transaction.
-func (s *Store) change(ctx context.Context, action, target, detail string, fn func(tx *sql.Tx) error) error {
+func (s *Store) change(ctx context.Context, action, target, detail string, fn func(tx *Tx) error) error {
 	tx, err := s.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err

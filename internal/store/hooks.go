@@ -27,14 +27,9 @@ type Hook struct {
 // The audit log records it with the URL's credentials and query left out.
 func (s *Store) AddHook(ctx context.Context, h Hook) (id int64, err error) {
 	detail := fmt.Sprintf("%s -> %s, events %s", h.RepoPattern, urlWithoutSecrets(h.URL), strings.Join(h.Events, ","))
-	err = s.change(ctx, "hook add", h.RepoPattern, detail, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "INSERT INTO hooks(repo_pattern, url, secret, events, created) VALUES(?, ?, ?, ?, ?)",
-			h.RepoPattern, h.URL, h.Secret, strings.Join(h.Events, ","), now())
-		if err != nil {
-			return err
-		}
-		id, err = res.LastInsertId()
-		return err
+	err = s.change(ctx, "hook add", h.RepoPattern, detail, func(tx *Tx) error {
+		return tx.QueryRowContext(ctx, "INSERT INTO hooks(repo_pattern, url, secret, events, created) VALUES(?, ?, ?, ?, ?) RETURNING id",
+			h.RepoPattern, h.URL, h.Secret, strings.Join(h.Events, ","), now()).Scan(&id)
 	})
 	return id, err
 }
@@ -99,7 +94,7 @@ func (s *Store) RemoveHook(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	return s.change(ctx, "hook remove", h.RepoPattern, fmt.Sprintf("hook %d: %s", id, urlWithoutSecrets(h.URL)), func(tx *sql.Tx) error {
+	return s.change(ctx, "hook remove", h.RepoPattern, fmt.Sprintf("hook %d: %s", id, urlWithoutSecrets(h.URL)), func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM hooks WHERE id = ?", id)
 		if err != nil {
 			return err

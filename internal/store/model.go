@@ -40,7 +40,7 @@ func (s *Store) SetGrant(ctx context.Context, g Grant) error {
 	if err != nil {
 		return err
 	}
-	return s.change(ctx, "grant", g.User, g.Role+" on "+g.RepoPattern, func(tx *sql.Tx) error {
+	return s.change(ctx, "grant", g.User, g.Role+" on "+g.RepoPattern, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO grants(user_id, repo_pattern, role, created) VALUES(?, ?, ?, ?)
 		ON CONFLICT(user_id, repo_pattern) DO UPDATE SET role = excluded.role`, u.ID, g.RepoPattern, g.Role, now())
 		return err
@@ -49,7 +49,7 @@ func (s *Store) SetGrant(ctx context.Context, g Grant) error {
 
 // RemoveGrant removes user's grant on exactly pattern.
 func (s *Store) RemoveGrant(ctx context.Context, user, pattern string) error {
-	return s.change(ctx, "revoke", user, "grant on "+pattern, func(tx *sql.Tx) error {
+	return s.change(ctx, "revoke", user, "grant on "+pattern, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM grants WHERE repo_pattern = ? AND user_id = (SELECT id FROM users WHERE name = ?)`, pattern, user)
 		if err != nil {
 			return err
@@ -97,7 +97,7 @@ func (s *Store) Setting(ctx context.Context, key, def string) (string, error) {
 
 // SetSetting stores a server-wide setting.
 func (s *Store) SetSetting(ctx context.Context, key, value string) error {
-	return s.change(ctx, "setting", key, value, func(tx *sql.Tx) error {
+	return s.change(ctx, "setting", key, value, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, "INSERT INTO settings(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
 		return err
 	})
@@ -109,7 +109,7 @@ func (s *Store) SetAnonRead(ctx context.Context, a AnonRead) error {
 	if a.Enabled {
 		onOff = "on"
 	}
-	return s.change(ctx, "anonymous-read", a.RepoPattern, onOff, func(tx *sql.Tx) error {
+	return s.change(ctx, "anonymous-read", a.RepoPattern, onOff, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, "INSERT INTO anonymous_read(repo_pattern, enabled) VALUES(?, ?) ON CONFLICT(repo_pattern) DO UPDATE SET enabled = excluded.enabled", a.RepoPattern, a.Enabled)
 		return err
 	})
@@ -218,7 +218,7 @@ func (s *Store) RemoveRule(ctx context.Context, pos int) (Rule, error) {
 
 // renumber makes positions 1..n in the current order. (One UPDATE with a
 // counting subquery would see its own earlier writes: done row by row.)
-func renumber(ctx context.Context, tx *sql.Tx) error {
+func renumber(ctx context.Context, tx *Tx) error {
 	rows, err := tx.QueryContext(ctx, "SELECT id FROM ref_rules ORDER BY position, id")
 	if err != nil {
 		return err
@@ -250,7 +250,7 @@ func (s *Store) RemoveKey(ctx context.Context, fingerprint string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	return owner, s.change(ctx, "key remove", owner, fingerprint, func(tx *sql.Tx) error {
+	return owner, s.change(ctx, "key remove", owner, fingerprint, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, "DELETE FROM ssh_keys WHERE fingerprint = ?", fingerprint)
 		return err
 	})
@@ -311,7 +311,7 @@ func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
 
 // RevokeToken marks a token revoked; it stays listed.
 func (s *Store) RevokeToken(ctx context.Context, id string) error {
-	return s.change(ctx, "token revoke", id, "", func(tx *sql.Tx) error {
+	return s.change(ctx, "token revoke", id, "", func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, "UPDATE tokens SET revoked = COALESCE(revoked, ?) WHERE id = ?", now(), id)
 		if err != nil {
 			return err
@@ -366,7 +366,7 @@ func (s *Store) ReplaceModel(ctx context.Context, m Model, prune bool) error {
 	exec("CREATE TEMP TABLE IF NOT EXISTS keep_users(name TEXT PRIMARY KEY)")
 	exec("DELETE FROM keep_users")
 	for _, u := range m.Users {
-		exec("INSERT OR IGNORE INTO keep_users(name) VALUES(?)", u.Name)
+		exec("INSERT INTO keep_users(name) VALUES(?) ON CONFLICT(name) DO NOTHING", u.Name)
 		exec("INSERT INTO users(name, created) VALUES(?, ?) ON CONFLICT(name) DO NOTHING", u.Name, now())
 	}
 	if err == nil && !prune {
@@ -408,7 +408,7 @@ func (s *Store) ReplaceModel(ctx context.Context, m Model, prune bool) error {
 	return tx.Commit()
 }
 
-func usersNotKept(ctx context.Context, tx *sql.Tx) ([]string, error) {
+func usersNotKept(ctx context.Context, tx *Tx) ([]string, error) {
 	rows, err := tx.QueryContext(ctx, "SELECT name FROM users WHERE name NOT IN (SELECT name FROM keep_users) ORDER BY name")
 	if err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ var ErrExists = errors.New("already exists")
 
 // Store wraps the database handle.
 type Store struct {
-	DB *sql.DB
+	DB *DB
 }
 
 // migrations are applied in order; PRAGMA user_version records how many ran.
@@ -113,12 +113,86 @@ func OpenWith(ctx context.Context, path string, migrations []string) (*Store, er
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{DB: db}
+	s := &Store{DB: &DB{DB: db, Engine: SQLite}}
 	if err := s.migrate(ctx, migrations); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// OpenPostgres opens packwire's main database in PostgreSQL (a cluster's
+// shared state) and brings its schema up to date: the same migrations as
+// SQLite's, adapted (DB.ddl).
+func OpenPostgres(ctx context.Context, databaseURL string) (*Store, error) {
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxIdleConns(4)
+	s := &Store{DB: &DB{DB: db, Engine: Postgres}}
+	if err := s.migratePostgres(ctx, migrations); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: %w", RedactDatabaseURL(databaseURL), err)
+	}
+	return s, nil
+}
+
+// RedactDatabaseURL is a database URL fit for messages: no password.
+func RedactDatabaseURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable database URL)"
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// migratePostgres applies the migrations not yet applied, in one
+// transaction under an advisory lock, so that nodes starting together
+// apply each once; PostgreSQL's DDL is transactional, so a failed
+// migration leaves the schema as it was.
+func (s *Store) migratePostgres(ctx context.Context, migrations []string) error {
+	tx, err := s.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	// 0x7061636b77697265: "packwire".
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(8097880775658320485)"); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)"); err != nil {
+		return err
+	}
+	var version int
+	err = tx.QueryRowContext(ctx, "SELECT version FROM schema_version").Scan(&version)
+	if errors.Is(err, sql.ErrNoRows) {
+		if _, err = tx.ExecContext(ctx, "INSERT INTO schema_version(version) VALUES(0)"); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("the database's schema (version %d) is newer than this packwire's (%d): upgrade packwire", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, Postgres.ddl(migrations[i])); err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE schema_version SET version = ?", len(migrations)); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // Close closes the database.

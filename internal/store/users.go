@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
 	"time"
 )
 
@@ -37,24 +36,15 @@ type Token struct {
 // ScopeMetrics is the scope of a token good for /metrics and nothing else.
 const ScopeMetrics = "metrics"
 
-func isUnique(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") ||
-		err != nil && strings.Contains(err.Error(), "constraint failed: PRIMARY KEY")
-}
-
 // AddUser registers a user.
 func (s *Store) AddUser(ctx context.Context, name string) (User, error) {
 	var id int64
-	err := s.change(ctx, "user add", name, "", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "INSERT INTO users(name, created) VALUES(?, ?)", name, now())
+	err := s.change(ctx, "user add", name, "", func(tx *Tx) error {
+		err := tx.QueryRowContext(ctx, "INSERT INTO users(name, created) VALUES(?, ?) RETURNING id", name, now()).Scan(&id)
 		if isUnique(err) {
 			return ErrExists
 		}
-		if err != nil {
-			return err
-		}
-		id, _ = res.LastInsertId()
-		return nil
+		return err
 	})
 	if err != nil {
 		return User{}, err
@@ -64,7 +54,7 @@ func (s *Store) AddUser(ctx context.Context, name string) (User, error) {
 
 // RemoveUser deletes a user with their keys and tokens.
 func (s *Store) RemoveUser(ctx context.Context, name string) error {
-	return s.change(ctx, "user remove", name, "with their keys, tokens and grants", func(tx *sql.Tx) error {
+	return s.change(ctx, "user remove", name, "with their keys, tokens and grants", func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM users WHERE name = ?", name)
 		if err != nil {
 			return err
@@ -114,7 +104,7 @@ func (s *Store) AddKey(ctx context.Context, user string, k Key) error {
 	if err != nil {
 		return err
 	}
-	return s.change(ctx, "key add", user, k.Fingerprint, func(tx *sql.Tx) error {
+	return s.change(ctx, "key add", user, k.Fingerprint, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, "INSERT INTO ssh_keys(fingerprint, user_id, public_key, comment, created) VALUES(?, ?, ?, ?, ?)",
 			k.Fingerprint, u.ID, k.PublicKey, k.Comment, now())
 		if isUnique(err) {
@@ -151,7 +141,7 @@ func (s *Store) AddToken(ctx context.Context, user, id string, hash []byte, expi
 	if !expires.IsZero() {
 		detail += ", expires " + expires.UTC().Format(time.RFC3339)
 	}
-	return s.change(ctx, "token create", user, detail, func(tx *sql.Tx) error {
+	return s.change(ctx, "token create", user, detail, func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, "INSERT INTO tokens(id, user_id, hash, created, expires, scope) VALUES(?, ?, ?, ?, ?, ?)", id, u.ID, hash, now(), exp, scope)
 		return err
 	})
