@@ -182,3 +182,7 @@ func isUnique(err error) bool {
 	return strings.Contains(err.Error(), "UNIQUE constraint failed") ||
 		strings.Contains(err.Error(), "constraint failed: PRIMARY KEY")
 }
+
+// IsUnique tells whether err is a unique or primary key violation, for
+// packages that write their own rows (the cluster's).
+func IsUnique(err error) bool { return isUnique(err) }

@@ -88,6 +88,31 @@ var migrations = []string{
 	// 5: webhooks and the outbox of deliveries (webhooks, push mirrors)
 	// with every attempt (outbox.go).
 	outboxMigration,
+	// 6: the cluster (internal/server/cluster, PostgreSQL only in use):
+	// nodes and their heartbeats (PostgreSQL's clock), where each
+	// repository lives, its primary and generation, each replica's
+	// generation (-1: not yet on its node).
+	`CREATE TABLE nodes (
+		name         TEXT PRIMARY KEY,
+		url          TEXT NOT NULL,
+		listeners    TEXT NOT NULL DEFAULT '',
+		started_ms   INTEGER NOT NULL,
+		heartbeat_ms INTEGER NOT NULL
+	);
+	CREATE TABLE cluster_repos (
+		name         TEXT PRIMARY KEY,
+		primary_node TEXT NOT NULL REFERENCES nodes(name),
+		generation   INTEGER NOT NULL DEFAULT 0,
+		epoch        INTEGER NOT NULL DEFAULT 0,
+		created_ms   INTEGER NOT NULL
+	);
+	CREATE TABLE replicas (
+		repo       TEXT NOT NULL REFERENCES cluster_repos(name) ON DELETE CASCADE,
+		node       TEXT NOT NULL REFERENCES nodes(name),
+		generation INTEGER NOT NULL DEFAULT -1,
+		PRIMARY KEY (repo, node)
+	);
+	CREATE INDEX replicas_node ON replicas(node);`,
 }
 
 // Open opens (creating if needed) packwire's main database at path

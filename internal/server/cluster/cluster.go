@@ -1,0 +1,195 @@
+// Package cluster is where repositories live when several packwire nodes
+// share one PostgreSQL store: nodes and their heartbeats, each
+// repository's replicas, its primary and its generation, and the failover
+// that promotes an up-to-date replica when a primary's node stops
+// heartbeating. The server asks it where a repository lives; transports
+// never learn about nodes. See docs/ARCHITECTURE.md, "The cluster".
+//
+// Every time here is PostgreSQL's (clock_timestamp()), so nodes' clocks are
+// never compared with each other.
+package cluster
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"packwire/internal/store"
+)
+
+// dbNowMS is PostgreSQL's clock in unix milliseconds.
+const dbNowMS = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+
+// Defaults.
+const (
+	DefaultHeartbeat   = time.Second
+	DefaultNodeTimeout = 3 * time.Second
+	DefaultReplicas    = 3
+)
+
+// ErrNotClustered is the answer of a cluster command on a SQLite store.
+var ErrNotClustered = errors.New("not a cluster: the store is not in PostgreSQL (pass --database postgres://...)")
+
+// Node is this process's membership: it registers, heartbeats and runs
+// the failover monitor until its context ends.
+type Node struct {
+	DB        *store.DB
+	Name      string
+	URL       string // how other nodes reach this one (its internal HTTP base URL)
+	Listeners string // what clients reach: "git=...,http=...,ssh=..."
+	Heartbeat time.Duration
+	Timeout   time.Duration // a node whose heartbeat is older is unhealthy
+	Log       *slog.Logger
+}
+
+// Join registers the node (or updates its row after a restart) with a
+// fresh heartbeat.
+func (n *Node) Join(ctx context.Context) error {
+	if n.DB.Engine != store.Postgres {
+		return ErrNotClustered
+	}
+	if err := ValidName(n.Name); err != nil {
+		return err
+	}
+	_, err := n.DB.ExecContext(ctx, `INSERT INTO nodes(name, url, listeners, started_ms, heartbeat_ms)
+		VALUES(?, ?, ?, `+dbNowMS+`, `+dbNowMS+`)
+		ON CONFLICT(name) DO UPDATE SET url = excluded.url, listeners = excluded.listeners,
+			started_ms = excluded.started_ms, heartbeat_ms = excluded.heartbeat_ms`, n.Name, n.URL, n.Listeners)
+	if err != nil {
+		return fmt.Errorf("cluster: registering node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// ValidName: node names are short words (they appear in records and URLs).
+func ValidName(name string) error {
+	if name == "" || len(name) > 63 {
+		return fmt.Errorf("node name %q: 1 to 63 characters", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("node name %q: letters, digits, '-', '_', '.' only", name)
+		}
+	}
+	return nil
+}
+
+// Run heartbeats and runs the failover monitor every Heartbeat until ctx
+// ends. A failed heartbeat is logged and retried: the node is marked
+// unhealthy by the others if it stays failed for Timeout.
+func (n *Node) Run(ctx context.Context) {
+	t := time.NewTicker(n.heartbeat())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := n.beat(ctx); err != nil && ctx.Err() == nil {
+			n.Log.Warn("cluster: heartbeat failed", "node", n.Name, "error", err.Error())
+			continue
+		}
+		promoted, err := Failover(ctx, n.DB, n.timeout())
+		if err != nil && ctx.Err() == nil {
+			n.Log.Warn("cluster: failover check failed", "node", n.Name, "error", err.Error())
+		}
+		for _, p := range promoted {
+			n.Log.Info("cluster: primary promoted", "repo", p.Repo, "from", p.From, "to", p.To, "generation", p.Generation)
+		}
+	}
+}
+
+func (n *Node) beat(ctx context.Context) error {
+	res, err := n.DB.ExecContext(ctx, "UPDATE nodes SET heartbeat_ms = "+dbNowMS+" WHERE name = ?", n.Name)
+	if err != nil {
+		return err
+	}
+	if k, _ := res.RowsAffected(); k == 0 { // removed meanwhile: register again
+		return n.Join(ctx)
+	}
+	return nil
+}
+
+func (n *Node) heartbeat() time.Duration {
+	if n.Heartbeat > 0 {
+		return n.Heartbeat
+	}
+	return DefaultHeartbeat
+}
+
+func (n *Node) timeout() time.Duration {
+	if n.Timeout > 0 {
+		return n.Timeout
+	}
+	return DefaultNodeTimeout
+}
+
+// healthySQL is true for a node row (alias nd) heartbeating within the
+// timeout, given as the query's next argument in milliseconds.
+const healthySQL = "(" + dbNowMS + " - nd.heartbeat_ms <= ?)"
+
+// Promotion is one failover: repo's primary moved from From to To.
+type Promotion struct {
+	Repo, From, To string
+	Generation     int64
+}
+
+// Failover promotes, for every repository whose primary's node is
+// unhealthy, a healthy replica at the repository's generation (the one on
+// the node with the fewest primaries, then by name). Each promotion is one
+// conditional UPDATE on the primary and epoch it saw, so nodes running the
+// monitor at once promote each repository once, and never make two
+// primaries. A repository with no up-to-date healthy replica keeps its
+// primary (writes wait for it rather than lose acknowledged pushes).
+func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promotion, error) {
+	ms := timeout.Milliseconds()
+	rows, err := db.QueryContext(ctx, `SELECT r.name, r.primary_node, r.epoch, r.generation FROM cluster_repos r
+		JOIN nodes nd ON nd.name = r.primary_node WHERE NOT `+healthySQL, ms)
+	if err != nil {
+		return nil, err
+	}
+	type orphan struct {
+		name, primary string
+		epoch, gen    int64
+	}
+	var orphans []orphan
+	for rows.Next() {
+		var o orphan
+		if err := rows.Scan(&o.name, &o.primary, &o.epoch, &o.gen); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		orphans = append(orphans, o)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var done []Promotion
+	for _, o := range orphans {
+		var candidate string
+		err := db.QueryRowContext(ctx, `SELECT rp.node FROM replicas rp JOIN nodes nd ON nd.name = rp.node
+			WHERE rp.repo = ? AND rp.node <> ? AND rp.generation = ? AND `+healthySQL+`
+			ORDER BY (SELECT count(*) FROM cluster_repos c WHERE c.primary_node = rp.node), rp.node LIMIT 1`,
+			o.name, o.primary, o.gen, ms).Scan(&candidate)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // nothing up to date to promote
+		}
+		if err != nil {
+			return done, err
+		}
+		res, err := db.ExecContext(ctx, `UPDATE cluster_repos SET primary_node = ?, epoch = epoch + 1
+			WHERE name = ? AND primary_node = ? AND epoch = ?`, candidate, o.name, o.primary, o.epoch)
+		if err != nil {
+			return done, err
+		}
+		if k, _ := res.RowsAffected(); k == 1 {
+			done = append(done, Promotion{Repo: o.name, From: o.primary, To: candidate, Generation: o.gen})
+		}
+	}
+	return done, nil
+}

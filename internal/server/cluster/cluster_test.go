@@ -1,0 +1,168 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"packwire/internal/pgtest"
+	"packwire/internal/store"
+)
+
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.OpenPostgres(context.Background(), pgtest.Start(t).NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func join(t *testing.T, db *store.DB, names ...string) []*Node {
+	t.Helper()
+	var nodes []*Node
+	for _, name := range names {
+		n := &Node{DB: db, Name: name, URL: "http://" + name, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if err := n.Join(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes
+}
+
+// TestPlacementAndFailover: a repository is placed on three healthy nodes;
+// when its primary stops heartbeating, monitors racing on three nodes
+// promote exactly one up-to-date replica, never a stale one, and never a
+// replica of an unhealthy node.
+func TestPlacementAndFailover(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	db := st.DB
+	const timeout = 400 * time.Millisecond
+	nodes := join(t, db, "a", "b", "c", "d")
+	p, err := Place(ctx, db, "team/app", 3, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Replicas) != 3 || p.Primary != "a" {
+		t.Fatalf("placement %+v: want 3 replicas, primary a (least loaded, then by name)", p)
+	}
+	if _, err := Place(ctx, db, "team/app", 3, timeout); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("placing it twice: %v", err)
+	}
+	// The next repository goes to the least-loaded nodes: d first.
+	p2, err := Place(ctx, db, "team/lib", 1, timeout)
+	if err != nil || p2.Primary != "d" {
+		t.Fatalf("second placement %+v %v: want d", p2, err)
+	}
+	for _, r := range p.Replicas {
+		if ok, err := SetReplicaGeneration(ctx, db, "team/app", r.Node, 0); !ok || err != nil {
+			t.Fatalf("replica %s at 0: %v %v", r.Node, ok, err)
+		}
+	}
+	// A push committed generation 1 on a and b; c missed it.
+	if _, err := db.Exec("UPDATE cluster_repos SET generation = 1 WHERE name = 'team/app'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE replicas SET generation = 1 WHERE repo = 'team/app' AND node IN ('a', 'b')"); err != nil {
+		t.Fatal(err)
+	}
+	// A stale copy cannot be recorded as current.
+	if ok, _ := SetReplicaGeneration(ctx, db, "team/app", "c", 0); ok {
+		t.Fatal("a replica recorded at a generation the repository has left")
+	}
+	// Nothing happens while a heartbeats.
+	if got, err := Failover(ctx, db, timeout); err != nil || len(got) != 0 {
+		t.Fatalf("failover with every node healthy: %v %v", got, err)
+	}
+	// a stops; b, c, d keep beating.
+	deadline := time.Now().Add(2 * timeout)
+	for time.Now().Before(deadline) {
+		for _, n := range nodes[1:] {
+			if err := n.beat(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var mu sync.Mutex
+	var all []Promotion
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := Failover(ctx, db, timeout)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			all = append(all, got...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(all) != 1 || all[0].To != "b" || all[0].From != "a" {
+		t.Fatalf("promotions %+v: want exactly one, a -> b (c is stale)", all)
+	}
+	s, err := ReadStatus(ctx, db, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var healthy []string
+	for _, n := range s.Nodes {
+		if n.Healthy {
+			healthy = append(healthy, n.Name)
+		}
+	}
+	if len(s.Nodes) != 4 || len(healthy) != 3 || healthy[0] != "b" {
+		t.Fatalf("status nodes %+v", s.Nodes)
+	}
+	if len(s.Repos) != 2 || s.Repos[0].Name != "team/app" || s.Repos[0].Primary != "b" || s.Repos[0].Epoch != 1 {
+		t.Fatalf("status repos %+v", s.Repos)
+	}
+	// team/lib's only replica was d, healthy: untouched.
+	if s.Repos[1].Primary != "d" {
+		t.Fatalf("team/lib moved: %+v", s.Repos[1])
+	}
+}
+
+// TestFailoverKeepsPrimaryWithoutUpToDateReplica: if no healthy replica is
+// at the repository's generation, the primary stays (its writes wait for
+// it) rather than promote a copy that lacks acknowledged pushes.
+func TestFailoverKeepsPrimaryWithoutUpToDateReplica(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t).DB
+	const timeout = 300 * time.Millisecond
+	nodes := join(t, db, "a", "b")
+	if _, err := Place(ctx, db, "r", 2, timeout); err != nil {
+		t.Fatal(err)
+	}
+	db.Exec("UPDATE cluster_repos SET generation = 3 WHERE name = 'r'")
+	db.Exec("UPDATE replicas SET generation = 3 WHERE node = 'a'")
+	db.Exec("UPDATE replicas SET generation = 2 WHERE node = 'b'")
+	time.Sleep(timeout + 100*time.Millisecond)
+	nodes[1].beat(ctx)
+	got, err := Failover(ctx, db, timeout)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("promoted a stale replica: %+v %v", got, err)
+	}
+}
+
+func TestNotClusteredOnSQLite(t *testing.T) {
+	st, err := store.Open(context.Background(), t.TempDir()+"/p.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := &Node{DB: st.DB, Name: "a"}
+	if err := n.Join(context.Background()); !errors.Is(err, ErrNotClustered) {
+		t.Fatalf("join on SQLite: %v", err)
+	}
+}

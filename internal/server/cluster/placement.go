@@ -1,0 +1,227 @@
+package cluster
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"packwire/internal/store"
+)
+
+// ErrNotPlaced: the repository has no row in the cluster.
+var ErrNotPlaced = errors.New("not placed in the cluster")
+
+// Placement is where one repository lives.
+type Placement struct {
+	Repo       string
+	Primary    string
+	Generation int64
+	Epoch      int64
+	Replicas   []Replica
+}
+
+// Replica is one node's copy.
+type Replica struct {
+	Node       string `json:"node"`
+	URL        string `json:"url"`
+	Generation int64  `json:"generation"` // -1: not yet created on its node
+	Healthy    bool   `json:"healthy"`
+}
+
+// UpToDate tells whether the replica holds the repository's generation.
+func (p Placement) UpToDate(node string) bool {
+	for _, r := range p.Replicas {
+		if r.Node == node {
+			return r.Generation == p.Generation
+		}
+	}
+	return false
+}
+
+// Has tells whether node holds a replica.
+func (p Placement) Has(node string) bool {
+	for _, r := range p.Replicas {
+		if r.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// Place records a new repository on n healthy nodes (all healthy ones if
+// fewer), those with the fewest replicas first; the first is the primary.
+// The nodes create it when they next reconcile (Node.Reconcile).
+func Place(ctx context.Context, db *store.DB, repo string, n int, timeout time.Duration) (Placement, error) {
+	if db.Engine != store.Postgres {
+		return Placement{}, ErrNotClustered
+	}
+	if n <= 0 {
+		n = DefaultReplicas
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return Placement{}, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT nd.name FROM nodes nd WHERE `+healthySQL+`
+		ORDER BY (SELECT count(*) FROM replicas rp WHERE rp.node = nd.name), nd.name LIMIT ?`, timeout.Milliseconds(), n)
+	if err != nil {
+		return Placement{}, err
+	}
+	var nodes []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return Placement{}, err
+		}
+		nodes = append(nodes, name)
+	}
+	rows.Close()
+	if len(nodes) == 0 {
+		return Placement{}, errors.New("no healthy node to place it on (packwire cluster status)")
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms) VALUES(?, ?, "+dbNowMS+")", repo, nodes[0])
+	if store.IsUnique(err) {
+		return Placement{}, fmt.Errorf("repository %s: %w", repo, store.ErrExists)
+	}
+	if err != nil {
+		return Placement{}, err
+	}
+	p := Placement{Repo: repo, Primary: nodes[0]}
+	for _, node := range nodes {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO replicas(repo, node) VALUES(?, ?)", repo, node); err != nil {
+			return Placement{}, err
+		}
+		p.Replicas = append(p.Replicas, Replica{Node: node, Generation: -1})
+	}
+	return p, tx.Commit()
+}
+
+// Locate reads a repository's placement, with each replica's node URL and
+// health; ErrNotPlaced if the cluster does not know it.
+func Locate(ctx context.Context, db *store.DB, repo string, timeout time.Duration) (Placement, error) {
+	p := Placement{Repo: repo}
+	err := db.QueryRowContext(ctx, "SELECT primary_node, generation, epoch FROM cluster_repos WHERE name = ?", repo).Scan(&p.Primary, &p.Generation, &p.Epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return p, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
+	}
+	if err != nil {
+		return p, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT rp.node, nd.url, rp.generation, `+healthySQL+` FROM replicas rp
+		JOIN nodes nd ON nd.name = rp.node WHERE rp.repo = ? ORDER BY rp.node`, timeout.Milliseconds(), repo)
+	if err != nil {
+		return p, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r Replica
+		if err := rows.Scan(&r.Node, &r.URL, &r.Generation, &r.Healthy); err != nil {
+			return p, err
+		}
+		p.Replicas = append(p.Replicas, r)
+	}
+	return p, rows.Err()
+}
+
+// SetReplicaGeneration records that node's copy of repo holds generation
+// gen, only if the repository is still at gen (a push committed meanwhile
+// leaves the copy behind, to be caught up again). It tells whether it was
+// recorded.
+func SetReplicaGeneration(ctx context.Context, db *store.DB, repo, node string, gen int64) (bool, error) {
+	res, err := db.ExecContext(ctx, `UPDATE replicas SET generation = ? WHERE repo = ? AND node = ?
+		AND (SELECT generation FROM cluster_repos WHERE name = ?) = ?`, gen, repo, node, repo, gen)
+	if err != nil {
+		return false, err
+	}
+	k, _ := res.RowsAffected()
+	return k == 1, nil
+}
+
+// Status is the cluster as `packwire cluster status --json` prints it.
+type Status struct {
+	Nodes []NodeStatus `json:"nodes"`
+	Repos []RepoStatus `json:"repos"`
+}
+
+// NodeStatus is one node.
+type NodeStatus struct {
+	Name          string    `json:"name"`
+	URL           string    `json:"url"`
+	Listeners     string    `json:"listeners"`
+	Healthy       bool      `json:"healthy"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	HeartbeatAge  string    `json:"heartbeat_age"`
+	Started       time.Time `json:"started"`
+	Primaries     int       `json:"primaries"`
+	Replicas      int       `json:"replicas"`
+}
+
+// RepoStatus is one repository.
+type RepoStatus struct {
+	Name       string    `json:"name"`
+	Primary    string    `json:"primary"`
+	Generation int64     `json:"generation"`
+	Epoch      int64     `json:"epoch"`
+	Replicas   []Replica `json:"replicas"`
+}
+
+// ReadStatus reads every node and repository.
+func ReadStatus(ctx context.Context, db *store.DB, timeout time.Duration) (Status, error) {
+	if db.Engine != store.Postgres {
+		return Status{}, ErrNotClustered
+	}
+	st := Status{Nodes: []NodeStatus{}, Repos: []RepoStatus{}}
+	rows, err := db.QueryContext(ctx, `SELECT nd.name, nd.url, nd.listeners, nd.heartbeat_ms, nd.started_ms, `+dbNowMS+` - nd.heartbeat_ms, `+healthySQL+`,
+		(SELECT count(*) FROM cluster_repos c WHERE c.primary_node = nd.name), (SELECT count(*) FROM replicas rp WHERE rp.node = nd.name)
+		FROM nodes nd ORDER BY nd.name`, timeout.Milliseconds())
+	if err != nil {
+		return st, err
+	}
+	for rows.Next() {
+		var n NodeStatus
+		var beat, started, age int64
+		if err := rows.Scan(&n.Name, &n.URL, &n.Listeners, &beat, &started, &age, &n.Healthy, &n.Primaries, &n.Replicas); err != nil {
+			rows.Close()
+			return st, err
+		}
+		n.LastHeartbeat, n.Started = time.UnixMilli(beat).UTC(), time.UnixMilli(started).UTC()
+		n.HeartbeatAge = (time.Duration(age) * time.Millisecond).String()
+		st.Nodes = append(st.Nodes, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return st, err
+	}
+	rows, err = db.QueryContext(ctx, "SELECT name FROM cluster_repos ORDER BY name")
+	if err != nil {
+		return st, err
+	}
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return st, err
+		}
+		names = append(names, name)
+	}
+	rows.Close()
+	for _, name := range names {
+		p, err := Locate(ctx, db, name, timeout)
+		if errors.Is(err, ErrNotPlaced) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return st, err
+		}
+		if p.Replicas == nil {
+			p.Replicas = []Replica{}
+		}
+		st.Repos = append(st.Repos, RepoStatus{Name: p.Repo, Primary: p.Primary, Generation: p.Generation, Epoch: p.Epoch, Replicas: p.Replicas})
+	}
+	return st, nil
+}
