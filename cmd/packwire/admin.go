@@ -42,11 +42,13 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 }
 
 func cmdRepoCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const syn = "repo create NAME [--default-branch BRANCH] [--data DIR]"
+	const syn = "repo create NAME [--default-branch BRANCH] [--replicas N] [--data DIR]"
 	var branch string
+	var replicas int
 	data, pos, err := openData(ctx, "repo create", syn, "Create an empty bare repository. Names may be nested (team/app). Its HEAD names\nthe server's default branch (see packwire default-branch; main unless set).", args, stderr,
 		func(fs *flag.FlagSet) {
 			fs.StringVar(&branch, "default-branch", "", "the branch HEAD names (default: the server's default branch)")
+			fs.IntVar(&replicas, "replicas", 0, "in a cluster (--database with nodes): how many nodes hold it (default min(3, healthy nodes))")
 		})
 	if err != nil {
 		return err
@@ -57,6 +59,13 @@ func cmdRepoCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if branch != "" {
 		data.Repos.DefaultBranch = branch
+	}
+	if placed, err := placeInCluster(ctx, data, pos[0], replicas, stdout); placed || err != nil {
+		if err != nil {
+			return fmt.Errorf("repo create %s: %w", pos[0], err)
+		}
+		recordRepoChange(ctx, data, stderr, "repo create", pos[0], "placed in the cluster")
+		return nil
 	}
 	r, err := data.Repos.Create(ctx, pos[0])
 	if err != nil {

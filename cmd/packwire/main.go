@@ -95,6 +95,9 @@ func init() {
 			{name: "remove", args: "ID", summary: "remove a webhook", run: cmdHookRemove},
 			{name: "deliveries", args: "[ID]", summary: "the newest deliveries: state, attempts, last status and latency", run: cmdHookDeliveries},
 		}},
+		{name: "cluster", summary: "nodes sharing a PostgreSQL store", subs: []*command{
+			{name: "status", args: "[--json]", summary: "nodes (healthy, last heartbeat) and each repository's primary, replicas, generations", run: cmdClusterStatus},
+		}},
 		{name: "audit", args: "[--limit N] [--json]", summary: "every change to users, keys, tokens, grants, rules, settings, repositories: who, what, when", run: cmdAudit},
 		{name: "governor", summary: "what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)", run: cmdGovernor},
 		{name: "netem", args: "--upstream HOST:PORT", summary: "a proxy that adds latency, jitter, a bandwidth limit or resets; counts round trips", run: cmdNetem},

@@ -72,7 +72,22 @@ var (
 // every call so that admin commands take effect at once.
 type Controller struct {
 	Store *store.Store
+	// ClusterSecret, when set (a cluster node), is the password of
+	// ClusterUser: another node replicating a push or catching up a copy.
+	ClusterSecret string
 }
+
+// ClusterUser is the HTTP user name nodes of a cluster use with each
+// other; it is not a user of the store and cannot be created as one.
+const ClusterUser = "packwire-cluster"
+
+// ViaCluster marks the principal of a request from another node: it may
+// read and write every repository, and ref rules were already applied on
+// the node the client pushed to.
+const ViaCluster = "cluster"
+
+// IsCluster reports whether p is another node of the cluster.
+func (p Principal) IsCluster() bool { return p.Via == ViaCluster }
 
 // ErrNoRead: the principal may not read the repository. Transports show it
 // exactly like a missing repository, so that access never leaks existence.
@@ -156,6 +171,9 @@ func (m *Model) AnonRead(repoName string) bool {
 func (m *Model) Role(p Principal, repoName string) Role {
 	if p.IsAnonymous() {
 		return RoleNone
+	}
+	if p.IsCluster() {
+		return RoleAdmin
 	}
 	r := RoleNone
 	for _, g := range m.Grants {
@@ -265,6 +283,12 @@ var ownerAgnosticNames = map[string]bool{"": true, "token": true, "x-access-toke
 // one user's token can never be presented under another user's name. A
 // token scoped to /metrics is not one for git.
 func (c *Controller) PrincipalForToken(ctx context.Context, username, token string) (Principal, error) {
+	if username == ClusterUser {
+		if c.ClusterSecret == "" || subtle.ConstantTimeCompare([]byte(token), []byte(c.ClusterSecret)) != 1 {
+			return Principal{}, ErrBadCredentials
+		}
+		return Principal{User: ClusterUser, Via: ViaCluster}, nil
+	}
 	t, err := c.checkToken(ctx, username, token)
 	if err != nil {
 		return Principal{}, err

@@ -323,9 +323,10 @@ func trunc(s string, n int) string {
 	return s
 }
 
-// ValidUserName: letters, digits, '.', '_', '-', not starting with '.' or '-'.
+// ValidUserName: letters, digits, '.', '_', '-', not starting with '.' or '-';
+// ClusterUser is reserved for the nodes of a cluster.
 func ValidUserName(name string) bool {
-	if name == "" || len(name) > 64 || name[0] == '-' || name[0] == '.' {
+	if name == "" || len(name) > 64 || name[0] == '-' || name[0] == '.' || name == ClusterUser {
 		return false
 	}
 	for _, c := range name {

@@ -125,6 +125,9 @@ func (d RefDecision) Why() string {
 // Rules are evaluated in order; the first that matches the repository, the
 // ref, the subject and the operation decides. No match: allowed.
 func (m *Model) DecideRef(p Principal, repoName, ref string, op RefOp) RefDecision {
+	if p.IsCluster() { // replication: the rules were applied where the client pushed
+		return RefDecision{Allowed: true}
+	}
 	role := m.Role(p, repoName)
 	for i := range m.Rules {
 		r := &m.Rules[i]

@@ -27,7 +27,9 @@ const announceTimeout = 10 * time.Second
 // refs git wrote count even if the client left before reading it.
 func (c *Call) announcePush(ctx context.Context, kept []push.Command, report []string, res gitexec.Result) {
 	p := c.p
-	if p.OnPush == nil {
+	// A node replicating to this one: the node the client pushed to
+	// announces it.
+	if p.OnPush == nil || c.Request.Principal.IsCluster() {
 		return
 	}
 	written := writtenRefs(kept, report, res.ExitCode == 0)

@@ -128,6 +128,11 @@ type Pipeline struct {
 	// quick (webhooks and push mirrors queue one row).
 	OnPush func(context.Context, PushEvent)
 
+	// Cluster, if set, says whether this node serves a repository when
+	// nodes share one store (internal/server/cluster): asked once access
+	// is decided, so that transports never learn about nodes.
+	Cluster Router
+
 	capabilities capabilitiesCache // v2 advertisements for stateless HTTP
 
 	mu       sync.Mutex
@@ -142,8 +147,24 @@ type Pipeline struct {
 }
 
 // Call is a prepared, authorized request, ready to run.
+// Router decides whether this node serves a request for a repository of
+// a cluster, and what a push served here needs.
+type Router interface {
+	// Route returns how to serve, or a refusal (an *Error).
+	Route(ctx context.Context, repoName string, write bool, p access.Principal) (Route, error)
+}
+
+// Route is how this node serves a request: for a push, what receive-pack
+// needs besides the pipeline's own settings (the cluster's
+// reference-transaction hook, which replicates before git commits).
+type Route struct {
+	Env    []string
+	Config []string
+}
+
 type Call struct {
 	p         *Pipeline
+	route     Route
 	Request   Request
 	Repo      repo.Repo
 	ID        uint64
@@ -316,6 +337,17 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 			if refusal := p.readOnlyRefusal(r); refusal != "" {
 				return &Error{Code: CodeForbidden, Message: refusal}
 			}
+		}
+		if p.Cluster != nil {
+			route, err := p.Cluster.Route(ctx, r.Name, op == access.Write, req.Principal)
+			if err != nil {
+				var perr *Error
+				if errors.As(err, &perr) {
+					return perr
+				}
+				return &Error{Code: CodeUnavailable, Message: "cluster: " + err.Error(), Err: err}
+			}
+			call.route = route
 		}
 		return p.admit(ctx, call)
 	case errors.Is(err, access.ErrNoRead):

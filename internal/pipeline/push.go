@@ -200,6 +200,8 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		spec.Config = append(spec.Config, pushguard.Config(p.HooksDir)...)
 		spec.Env = append(spec.Env, hookmode.Env+"="+hookmode.ProcReceive, pushguard.EnvFFOnly+"="+list)
 	}
+	spec.Config = append(spec.Config, c.route.Config...)
+	spec.Env = append(spec.Env, c.route.Env...)
 	var out io.Writer = stdout
 	var rw *push.ReportWriter
 	if preq.Reports() {

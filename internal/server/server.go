@@ -37,6 +37,8 @@ import (
 	"packwire/internal/pipeline"
 	"packwire/internal/pushguard"
 	"packwire/internal/reach"
+	"packwire/internal/server/cluster"
+	"packwire/internal/server/cluster/route"
 	"packwire/internal/transport/accept"
 	"packwire/internal/transport/daemon"
 	"packwire/internal/transport/forwarded"
@@ -48,9 +50,15 @@ import (
 type Config struct {
 	DataDir  string
 	Database string // "" (SQLite in DataDir) or a postgres:// URL for the store
-	GitAddr  string // git:// listener, e.g. ":9418"
-	HTTPAddr string // smart HTTP listener, e.g. ":8080"
-	SSHAddr  string // SSH listener, e.g. ":2222"
+	// Node makes this server a node of the cluster in Database (see
+	// internal/server/cluster); "": a single server.
+	Node          string
+	NodeURL       string        // how other nodes reach this one; "": http://HTTP listener
+	NodeHeartbeat time.Duration // between heartbeats
+	NodeTimeout   time.Duration // a node whose heartbeat is older is unhealthy
+	GitAddr       string        // git:// listener, e.g. ":9418"
+	HTTPAddr      string        // smart HTTP listener, e.g. ":8080"
+	SSHAddr       string        // SSH listener, e.g. ":2222"
 
 	TLSCert, TLSKey string // serve HTTPS when both are set
 
@@ -185,6 +193,9 @@ var Defaults = Config{
 	DeliveryGiveUp:      outbox.DefaultGiveUpAfter,
 	DeliveryPoll:        outbox.DefaultPoll,
 	MirrorCheck:         mirror.DefaultCheck,
+
+	NodeHeartbeat: cluster.DefaultHeartbeat,
+	NodeTimeout:   cluster.DefaultNodeTimeout,
 }
 
 // Server is a running packwire.
@@ -222,6 +233,11 @@ type Server struct {
 
 	stopMaintain context.CancelFunc // ends the maintenance scheduler
 	stopOutgoing context.CancelFunc // ends the delivery loop and the mirror scheduler
+	stopNode     context.CancelFunc // ends the cluster node's loop
+
+	// Node and Router are this server's part of a cluster (Config.Node); nil otherwise.
+	Node   *cluster.Node
+	Router *route.Router
 }
 
 // expireTrash removes the deleted repositories past TrashRetention.
@@ -311,6 +327,11 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance,
 		QuarantineAge: maintain.QuarantineAge(cfg.IdleTimeout)})
 	s.openOutgoing()
+	if cfg.Node != "" {
+		if err = s.openCluster(ctx); err != nil {
+			return nil, err
+		}
+	}
 	gov.RegisterGauge("packwire_requests_in_flight", "Git processes running now.", func() float64 { return float64(s.Pipeline.InFlight()) })
 	gov.RegisterGauge("packwire_pack_jobs_queued", "Requests waiting for a pack generation slot.", func() float64 { _, q := s.Pipeline.Limiter.Stats(); return float64(q) })
 	if cfg.PackCache || cfg.FetchCache {
@@ -470,6 +491,12 @@ func (s *Server) Start() error {
 		go func() { defer s.wg.Done(); sched.Run(ctx) }()
 	}
 	s.startOutgoing()
+	if sshL != nil {
+		s.SSHAddr = sshL.Addr()
+	}
+	if err := s.startCluster(); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
 	if sshL != nil {
 		s.SSHAddr = sshL.Addr()
 		s.ssh = &sshtransport.Server{
@@ -697,6 +724,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.stopMaintain != nil {
 		s.stopMaintain() // a maintenance run in progress is killed; the layout stays servable
+	}
+	if s.stopNode != nil {
+		s.stopNode() // stops heartbeating: the other nodes see this one unhealthy
 	}
 	if s.stopOutgoing != nil {
 		s.stopOutgoing() // attempts in flight are cut and stay pending for the next start

@@ -43,6 +43,9 @@ type Node struct {
 	Heartbeat time.Duration
 	Timeout   time.Duration // a node whose heartbeat is older is unhealthy
 	Log       *slog.Logger
+	// OnTick, if set, runs after each heartbeat (the node's catch-up of
+	// its copies), in the loop's goroutine.
+	OnTick func(context.Context)
 }
 
 // Join registers the node (or updates its row after a restart) with a
@@ -100,6 +103,9 @@ func (n *Node) Run(ctx context.Context) {
 		for _, p := range promoted {
 			n.Log.Info("cluster: primary promoted", "repo", p.Repo, "from", p.From, "to", p.To, "generation", p.Generation)
 		}
+		if n.OnTick != nil {
+			n.OnTick(ctx)
+		}
 	}
 }
 
@@ -120,6 +126,9 @@ func (n *Node) heartbeat() time.Duration {
 	}
 	return DefaultHeartbeat
 }
+
+// NodeTimeout is how old a heartbeat may be before its node is unhealthy.
+func (n *Node) NodeTimeout() time.Duration { return n.timeout() }
 
 func (n *Node) timeout() time.Duration {
 	if n.Timeout > 0 {

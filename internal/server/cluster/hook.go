@@ -1,0 +1,236 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"packwire/internal/access"
+	"packwire/internal/store"
+)
+
+// HookName is the reference-transaction hook's file name.
+const HookName = "reference-transaction"
+
+// The primary's receive-pack runs the reference-transaction hook (this
+// binary) with these in its environment.
+const (
+	EnvDatabase = "PACKWIRE_CLUSTER_DATABASE"
+	EnvRepo     = "PACKWIRE_CLUSTER_REPO"
+	EnvNode     = "PACKWIRE_CLUSTER_NODE"
+	EnvSecret   = "PACKWIRE_CLUSTER_SECRET"
+	EnvTimeout  = "PACKWIRE_CLUSTER_TIMEOUT" // node timeout, a Go duration
+)
+
+// replicateTimeout bounds one replica's push of one transaction.
+const replicateTimeout = 2 * time.Minute
+
+// update is one line of the hook's input: "<old> <new> <ref>".
+type update struct{ old, new, ref string }
+
+// RunHook is the reference-transaction hook of a push on the primary. In
+// the "prepared" state (git holds the refs' locks, the pushed objects are
+// in the quarantine, nothing is committed) it locks the repository's row,
+// sends the update to every other replica (git push --atomic with each
+// ref's old value as a lease, so a replica that is not at the same state
+// refuses), and when a majority of the replicas, the primary counted,
+// hold it, commits the next generation and the voters' generations in
+// PostgreSQL. Only then does it exit 0 and git commit the primary's refs;
+// otherwise git aborts and the client is told the push failed. Other
+// states have nothing to do.
+func RunHook(args []string, stdin io.Reader, stderr io.Writer) int {
+	if len(args) < 1 || args[0] != "prepared" || os.Getenv(EnvRepo) == "" {
+		io.Copy(io.Discard, stdin)
+		return 0
+	}
+	var updates []update
+	sc := bufio.NewScanner(stdin)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		// HEAD is listed when its branch moves: replicas move the branch.
+		if len(f) == 3 && strings.HasPrefix(f[2], "refs/") {
+			updates = append(updates, update{f[0], f[1], f[2]})
+		}
+	}
+	if len(updates) == 0 {
+		return 0
+	}
+	timeout, _ := time.ParseDuration(os.Getenv(EnvTimeout))
+	if timeout <= 0 {
+		timeout = DefaultNodeTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout+30*time.Second)
+	defer cancel()
+	h := hook{repo: os.Getenv(EnvRepo), node: os.Getenv(EnvNode), secret: os.Getenv(EnvSecret), timeout: timeout}
+	if err := h.replicate(ctx, os.Getenv(EnvDatabase), updates); err != nil {
+		fmt.Fprintf(stderr, "packwire: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type hook struct {
+	repo, node, secret string
+	timeout            time.Duration
+}
+
+func (h hook) replicate(ctx context.Context, databaseURL string, updates []update) error {
+	raw, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	defer raw.Close()
+	db := &store.DB{DB: raw, Engine: store.Postgres}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("cluster: the store is unreachable, nothing was written: %w", err)
+	}
+	defer tx.Rollback()
+	// The row lock orders pushes to one repository: each replicates from
+	// the state the previous one committed.
+	var primary string
+	var gen, epoch int64
+	if err := tx.QueryRowContext(ctx, "SELECT primary_node, generation, epoch FROM cluster_repos WHERE name = ? FOR UPDATE", h.repo).Scan(&primary, &gen, &epoch); err != nil {
+		return fmt.Errorf("cluster: reading %s's placement: %w", h.repo, err)
+	}
+	if primary != h.node {
+		return fmt.Errorf("cluster: this node is no longer %s's primary (%s is); nothing was written, push again", h.repo, primary)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT rp.node, nd.url, rp.generation, `+healthySQL+` FROM replicas rp
+		JOIN nodes nd ON nd.name = rp.node WHERE rp.repo = ? ORDER BY rp.node`, h.timeout.Milliseconds(), h.repo)
+	if err != nil {
+		return err
+	}
+	var others []Replica
+	total := 0
+	for rows.Next() {
+		var r Replica
+		if err := rows.Scan(&r.Node, &r.URL, &r.Generation, &r.Healthy); err != nil {
+			rows.Close()
+			return err
+		}
+		total++
+		if r.Node != h.node {
+			others = append(others, r)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	voters := []string{h.node}
+	var failures []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, r := range others {
+		if !r.Healthy || r.Generation != gen {
+			failures = append(failures, fmt.Sprintf("%s: not up to date or unhealthy", r.Node))
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := pushTo(ctx, r.URL, h.repo, h.secret, updates)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures = append(failures, fmt.Sprintf("%s: %v", r.Node, err))
+				return
+			}
+			voters = append(voters, r.Node)
+		}()
+	}
+	wg.Wait()
+	if need := total/2 + 1; len(voters) < need {
+		return fmt.Errorf("cluster: only %d of %d replicas of %s took the push (%d needed); nothing was written: %s",
+			len(voters), total, h.repo, need, strings.Join(failures, "; "))
+	}
+	res, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = generation + 1 WHERE name = ? AND primary_node = ? AND epoch = ?", h.repo, h.node, epoch)
+	if err != nil {
+		return fmt.Errorf("cluster: committing the push: %w", err)
+	}
+	if k, _ := res.RowsAffected(); k != 1 {
+		return fmt.Errorf("cluster: %s's primary changed during the push; nothing was written, push again", h.repo)
+	}
+	args := []any{gen + 1, h.repo}
+	marks := make([]string, len(voters))
+	for i, v := range voters {
+		marks[i] = "?"
+		args = append(args, v)
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node IN ("+strings.Join(marks, ", ")+")", args...); err != nil {
+		return fmt.Errorf("cluster: committing the push: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("cluster: committing the push: %w", err)
+	}
+	return nil
+}
+
+// pushTo sends updates to one replica as the cluster user: one atomic
+// push, each ref leased at its old value (a zero old id: the ref must not
+// exist), from the primary's repository with its quarantine (git passes
+// the quarantine's environment to the hook, and on to this git).
+func pushTo(ctx context.Context, nodeURL, repo, secret string, updates []update) error {
+	ctx, cancel := context.WithTimeout(ctx, replicateTimeout)
+	defer cancel()
+	args := []string{"push", "--atomic", "--porcelain", "--no-verify"}
+	for _, u := range updates {
+		old := u.old
+		if isZero(old) {
+			old = ""
+		}
+		args = append(args, "--force-with-lease="+u.ref+":"+old)
+	}
+	args = append(args, RepoURL(nodeURL, repo))
+	for _, u := range updates {
+		if isZero(u.new) {
+			args = append(args, ":"+u.ref)
+		} else {
+			args = append(args, "+"+u.new+":"+u.ref)
+		}
+	}
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Env = append(os.Environ(), AuthEnv(secret)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, LastLines(string(out), 3))
+	}
+	return nil
+}
+
+// RepoURL is a repository on a node's HTTP listener.
+func RepoURL(nodeURL, repo string) string {
+	return strings.TrimRight(nodeURL, "/") + "/" + repo
+}
+
+// AuthEnv gives git the cluster user's credentials as an extra header
+// through its environment (never its command line, which other users of
+// the machine can read).
+func AuthEnv(secret string) []string {
+	basic := base64.StdEncoding.EncodeToString([]byte(access.ClusterUser + ":" + secret))
+	return []string{"GIT_CONFIG_COUNT=2",
+		"GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Basic " + basic,
+		"GIT_CONFIG_KEY_1=credential.helper", "GIT_CONFIG_VALUE_1=",
+		"GIT_TERMINAL_PROMPT=0"}
+}
+
+func isZero(id string) bool { return strings.Trim(id, "0") == "" }
+
+// LastLines is the end of git's output, for an error message.
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}

@@ -1,0 +1,229 @@
+// Package route is the pipeline's view of the cluster on one node (see
+// package cluster): which requests this node serves, what a push on the
+// primary needs, and keeping this node's copies current.
+package route
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"packwire/internal/access"
+	"packwire/internal/pipeline"
+	"packwire/internal/repo"
+	"packwire/internal/server/cluster"
+)
+
+// Router is the pipeline's view of the cluster on one node: which
+// requests this node serves, and what a push on the primary needs. It
+// also keeps this node's copies current (Reconcile).
+type Router struct {
+	Node        *cluster.Node
+	DatabaseURL string    // for the hook, which opens its own connection
+	Secret      string    // the cluster user's password
+	HooksDir    string    // core.hooksPath of pushes on the primary: proc-receive and reference-transaction
+	Repos       repo.Root // this node's repositories
+	// CatchUpWait bounds how long a read waits for this node's stale copy
+	// to catch up before it is refused.
+	CatchUpWait time.Duration
+
+	mu       sync.Mutex
+	catching map[string]chan struct{} // repositories being caught up, closed when done
+}
+
+// Route serves reads from an up-to-date copy on this node (catching a
+// stale one up first) and pushes on the primary, where receive-pack gets
+// the hook that replicates before git commits. Another node (the cluster
+// user) replicating or catching up is served from what is here.
+func (rt *Router) Route(ctx context.Context, name string, write bool, p access.Principal) (pipeline.Route, error) {
+	if p.IsCluster() {
+		return pipeline.Route{}, nil
+	}
+	pl, err := cluster.Locate(ctx, rt.Node.DB, name, rt.Node.NodeTimeout())
+	if errors.Is(err, cluster.ErrNotPlaced) {
+		// A repository on this node's disk that the cluster never placed:
+		// made before the node joined. Served as a single copy.
+		return pipeline.Route{}, nil
+	}
+	if err != nil {
+		return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second, Message: "cluster store unreachable, retry later", Err: err}
+	}
+	if write {
+		if pl.Primary != rt.Node.Name {
+			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: time.Second,
+				Message: fmt.Sprintf("'%s' takes pushes on node %s: push to %s (relaying pushes between nodes is not built yet)", name, pl.Primary, rt.clientURL(pl, pl.Primary))}
+		}
+		return pipeline.Route{
+			Config: []string{"core.hooksPath=" + rt.HooksDir},
+			Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvDatabase + "=" + rt.DatabaseURL, cluster.EnvRepo + "=" + name,
+				cluster.EnvNode + "=" + rt.Node.Name, cluster.EnvSecret + "=" + rt.Secret, cluster.EnvTimeout + "=" + rt.Node.NodeTimeout().String()},
+		}, nil
+	}
+	if pl.UpToDate(rt.Node.Name) {
+		return pipeline.Route{}, nil
+	}
+	if !pl.Has(rt.Node.Name) {
+		return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: time.Second,
+			Message: fmt.Sprintf("'%s' has no copy on this node: fetch from %s (relaying reads between nodes is not built yet)", name, rt.clientURL(pl, pl.Primary))}
+	}
+	// A stale copy: catch up from the primary before serving.
+	wait := rt.CatchUpWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	cctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := rt.catchUp(cctx, name); err != nil {
+		return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second,
+			Message: fmt.Sprintf("'%s' is not up to date on this node yet, retry shortly", name), Err: err}
+	}
+	return pipeline.Route{}, nil
+}
+
+// clientURL names a node for a refusal's message.
+func (rt *Router) clientURL(pl cluster.Placement, node string) string {
+	for _, r := range pl.Replicas {
+		if r.Node == node {
+			return r.URL
+		}
+	}
+	return node
+}
+
+// Reconcile brings every copy this node should hold up to its
+// repository's generation: creates the ones placed here (empty, or
+// fetched from the primary) and catches up stale ones. Run by the
+// node's loop and before a read of a stale copy.
+func (rt *Router) Reconcile(ctx context.Context) error {
+	rows, err := rt.Node.DB.QueryContext(ctx, `SELECT rp.repo FROM replicas rp JOIN cluster_repos c ON c.name = rp.repo
+		WHERE rp.node = ? AND rp.generation <> c.generation ORDER BY rp.repo`, rt.Node.Name)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return err
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	var errs []error
+	for _, n := range names {
+		if err := rt.catchUp(ctx, n); err != nil && ctx.Err() == nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// catchUp brings this node's copy of name to the repository's generation,
+// one catch-up per repository at a time (others wait for it).
+func (rt *Router) catchUp(ctx context.Context, name string) error {
+	rt.mu.Lock()
+	if rt.catching == nil {
+		rt.catching = map[string]chan struct{}{}
+	}
+	if ch, ok := rt.catching[name]; ok {
+		rt.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		pl, err := cluster.Locate(ctx, rt.Node.DB, name, rt.Node.NodeTimeout())
+		if err != nil {
+			return err
+		}
+		if !pl.UpToDate(rt.Node.Name) {
+			return errors.New("still behind after a catch-up")
+		}
+		return nil
+	}
+	ch := make(chan struct{})
+	rt.catching[name] = ch
+	rt.mu.Unlock()
+	defer func() {
+		rt.mu.Lock()
+		delete(rt.catching, name)
+		rt.mu.Unlock()
+		close(ch)
+	}()
+	for attempt := 0; attempt < 5; attempt++ {
+		pl, err := cluster.Locate(ctx, rt.Node.DB, name, rt.Node.NodeTimeout())
+		if err != nil {
+			return err
+		}
+		if pl.UpToDate(rt.Node.Name) {
+			return nil
+		}
+		r, err := rt.ensureLocal(ctx, name)
+		if err != nil {
+			return err
+		}
+		if pl.Generation > 0 && pl.Primary != rt.Node.Name {
+			primaryURL := rt.clientURL(pl, pl.Primary)
+			// Every ref as the primary has it, refs it no longer has
+			// deleted, in one transaction (--atomic).
+			cmd := exec.CommandContext(ctx, "git", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
+				cluster.RepoURL(primaryURL, name), "+refs/*:refs/*")
+			cmd.Env = append(os.Environ(), cluster.AuthEnv(rt.Secret)...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("fetching from the primary %s: %v: %s", pl.Primary, err, cluster.LastLines(string(out), 3))
+			}
+		}
+		// Recorded only if no push committed meanwhile; otherwise again.
+		ok, err := cluster.SetReplicaGeneration(ctx, rt.Node.DB, name, rt.Node.Name, pl.Generation)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return errors.New("the repository kept moving; will catch up later")
+}
+
+// ensureLocal returns this node's copy, creating an empty one if missing.
+func (rt *Router) ensureLocal(ctx context.Context, name string) (repo.Repo, error) {
+	r, err := rt.Repos.Resolve(name)
+	if err == nil {
+		return r, nil
+	}
+	if !errors.Is(err, repo.ErrNotFound) {
+		return r, err
+	}
+	r, err = rt.Repos.Create(ctx, name)
+	if errors.Is(err, repo.ErrExists) {
+		return rt.Repos.Resolve(name)
+	}
+	return r, err
+}
+
+// InstallHooks makes dir the hooks directory of pushes on a primary: the
+// reference-transaction hook and pushguard's proc-receive, both links to
+// the packwire binary (a push may need both).
+func InstallHooks(dir, executable string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, name := range []string{cluster.HookName, "proc-receive"} {
+		link := filepath.Join(dir, name)
+		if target, err := os.Readlink(link); err == nil && target == executable {
+			continue
+		}
+		tmp := link + ".tmp"
+		os.Remove(tmp)
+		if err := os.Symlink(executable, tmp); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, link); err != nil {
+			return err
+		}
+	}
+	return nil
+}

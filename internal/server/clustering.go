@@ -1,0 +1,92 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"packwire/internal/server/cluster"
+	"packwire/internal/server/cluster/route"
+	"packwire/internal/store"
+)
+
+// settingClusterSecret is the store setting holding the password nodes
+// use with each other; the first node to start creates it.
+const settingClusterSecret = "cluster-secret"
+
+// openCluster makes this server a node of the cluster its store is in
+// (Config.Node): the cluster user's secret for access, the hooks of pushes
+// on a primary, and the pipeline's router. It joins at Start, once its
+// HTTP listener (which other nodes call) is bound.
+func (s *Server) openCluster(ctx context.Context) error {
+	cfg := s.Config
+	if s.Data.Store.DB.Engine != store.Postgres {
+		return fmt.Errorf("--node %s: a cluster's nodes share a PostgreSQL store: pass --database postgres://...", cfg.Node)
+	}
+	if err := cluster.ValidName(cfg.Node); err != nil {
+		return err
+	}
+	if cfg.HTTPAddr == "" {
+		return errors.New("--node: nodes reach each other over HTTP: --http must not be empty")
+	}
+	secret, err := clusterSecret(ctx, s.Data.Store)
+	if err != nil {
+		return fmt.Errorf("cluster secret: %w", err)
+	}
+	s.Data.Access.ClusterSecret = secret
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	hooks := filepath.Join(s.Data.Dir, "run", "cluster-hooks")
+	if err := route.InstallHooks(hooks, exe); err != nil {
+		return fmt.Errorf("cluster hooks: %w", err)
+	}
+	s.Node = &cluster.Node{DB: s.Data.Store.DB, Name: cfg.Node, URL: cfg.NodeURL, Heartbeat: cfg.NodeHeartbeat, Timeout: cfg.NodeTimeout, Log: cfg.Log}
+	s.Router = &route.Router{Node: s.Node, DatabaseURL: cfg.Database, Secret: secret, HooksDir: hooks, Repos: s.Data.Repos}
+	s.Pipeline.Cluster = s.Router
+	return nil
+}
+
+// clusterSecret reads the cluster user's password, creating it once.
+func clusterSecret(ctx context.Context, st *store.Store) (string, error) {
+	b := make([]byte, 32)
+	rand.Read(b)
+	if _, err := st.DB.ExecContext(ctx, "INSERT INTO settings(key, value) VALUES(?, ?) ON CONFLICT(key) DO NOTHING", settingClusterSecret, hex.EncodeToString(b)); err != nil {
+		return "", err
+	}
+	return st.Setting(ctx, settingClusterSecret, "")
+}
+
+// startCluster joins the cluster and runs the node's loop: heartbeat,
+// failover, and catching up this node's copies.
+func (s *Server) startCluster() error {
+	if s.Node == nil {
+		return nil
+	}
+	if s.Node.URL == "" {
+		s.Node.URL = "http://" + s.HTTPAddr.String()
+		if s.Config.TLSCert != "" {
+			s.Node.URL = "https://" + s.HTTPAddr.String()
+		}
+	}
+	s.Node.Listeners = fmt.Sprintf("git=%v http=%v ssh=%v", s.GitAddr, s.HTTPAddr, s.SSHAddr)
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := s.Node.Join(ctx); err != nil {
+		cancel()
+		return err
+	}
+	s.Node.OnTick = func(ctx context.Context) {
+		if err := s.Router.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			s.Config.Log.Warn("cluster: catching up copies", "node", s.Node.Name, "error", err.Error())
+		}
+	}
+	s.stopNode = cancel
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.Node.Run(ctx) }()
+	return nil
+}
