@@ -2,41 +2,54 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"packwire/internal/gittest"
 	"packwire/internal/pgtest"
 	"packwire/internal/server"
 	"packwire/internal/server/cluster"
 	"packwire/internal/servertest"
 )
 
-// TestClusterReplicatesAndFailsOver: three nodes on one PostgreSQL. A
-// repository created with the CLI appears on all three; a push to its
+// TestClusterReplicatesAndFailsOver: four nodes on one PostgreSQL. A
+// repository created with the CLI appears on three of them; a push to its
 // primary is on every replica (fsck-clean) before git's report reaches
-// the client; a push to another node is refused naming the primary; any
-// node serves a clone; when the primary's node stops, an up-to-date
+// the client; pushes to another node (HTTP, SSH) are relayed to the
+// primary; every node serves a clone over git://, SSH and HTTP, the one
+// without a copy by relaying; when the primary's node stops, an up-to-date
 // replica is promoted within 10 s and takes pushes (2 of 3 is a
 // majority); the stopped node, started again, catches up before it serves.
 func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	url := pgtest.Start(t).NewDatabase(t)
 	const heartbeat, timeout = 200 * time.Millisecond, time.Second
 	dirs := map[string]string{}
+	var serverLog lockedBuffer
+	defer func() {
+		// A relay must never leave the HTTP server reading a connection
+		// git's side still reads ("invalid concurrent Body.Read call").
+		if strings.Contains(serverLog.String(), "panic") {
+			t.Errorf("a node panicked:\n%s", serverLog.String())
+		}
+	}()
 	start := func(name string) *servertest.Server {
 		return servertest.Start(t, func(c *server.Config) {
 			c.Database, c.Node, c.NodeHeartbeat, c.NodeTimeout = url, name, heartbeat, timeout
+			c.Log = slog.New(slog.NewTextHandler(&serverLog, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			if d, ok := dirs[name]; ok {
 				c.DataDir = d
 			}
 			dirs[name] = c.DataDir
 		})
 	}
-	nodes := map[string]*servertest.Server{"a": start("a"), "b": start("b"), "c": start("c")}
+	nodes := map[string]*servertest.Server{"a": start("a"), "b": start("b"), "c": start("c"), "d": start("d")}
 	env := nodes["a"].Env
 	admin := func(args ...string) string {
 		t.Helper()
@@ -95,7 +108,7 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 		}
 	}
 
-	out := admin("repo", "create", "team/app")
+	out := admin("repo", "create", "team/app", "--replicas", "3")
 	if !strings.Contains(out, "placed team/app on a, b, c") {
 		t.Fatalf("repo create in a cluster:\n%s", out)
 	}
@@ -121,36 +134,62 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	}
 	first := commit("one")
 	env.Git(work, "push", "-q", pushURL(nodes[primary]), "main")
-	for name := range nodes {
-		if got := env.RevParse(bare(name), "refs/heads/main"); got != first {
-			t.Fatalf("node %s has main at %s right after the push, want %s", name, got, first)
+	replicas := []string{"a", "b", "c"}
+	onReplicas := func(want string) {
+		t.Helper()
+		for _, name := range replicas {
+			if got := env.RevParse(bare(name), "refs/heads/main"); got != want {
+				t.Fatalf("node %s has main at %s right after the push, want %s", name, got, want)
+			}
+			env.Git(bare(name), "fsck", "--strict")
 		}
-		env.Git(bare(name), "fsck", "--strict")
 	}
-	waitFor("generation 1 everywhere", 5*time.Second, allAt(1, "a", "b", "c"))
+	onReplicas(first)
+	waitFor("generation 1 everywhere", 5*time.Second, allAt(1, replicas...))
 
-	// Another node refuses a push, naming the primary.
+	// Pushes to other nodes are relayed to the primary: HTTP from d
+	// (which holds no copy), SSH from a replica.
 	var other string
-	for name := range nodes {
+	for _, name := range replicas {
 		if name != primary {
 			other = name
 			break
 		}
 	}
 	second := commit("two")
-	out, err := env.Run(work, nil, "push", pushURL(nodes[other]), "main")
-	if err == nil || !strings.Contains(out, "takes pushes on node "+primary) {
-		t.Fatalf("push to non-primary %s: %v\n%s", other, err, out)
+	env.Git(work, "push", "-q", pushURL(nodes["d"]), "main")
+	onReplicas(second)
+	key := env.NewSSHKey("alice")
+	admin("key", "add", "alice", key+".pub")
+	sshEnv := []string{gittest.SSHCommandEnv(key)}
+	third := commit("three")
+	if out, err := env.Run(work, sshEnv, "push", nodes[other].SSHURL("team/app"), "main"); err != nil {
+		t.Fatalf("SSH push relayed from %s: %v\n%s", other, err, out)
 	}
-	// Any node serves a clone, over protocol v2.
-	clone := filepath.Join(t.TempDir(), "clone")
-	out, err = env.Run("", []string{"GIT_TRACE_PACKET=1"}, "clone", nodes[other].GitURL("team/app"), clone)
-	if err != nil || !strings.Contains(out, "clone< version 2") {
-		t.Fatalf("clone from %s: %v\n%s", other, err, out)
+	onReplicas(third)
+	waitFor("generation 3 everywhere", 5*time.Second, allAt(3, replicas...))
+	if _, err := os.Stat(bare("d")); !os.IsNotExist(err) {
+		t.Fatalf("node d, which holds no copy, has one: %v", err)
 	}
-	if got := env.RevParse(clone, "HEAD"); got != first {
-		t.Fatalf("clone from %s at %s, want %s", other, got, first)
+	// Every node serves a clone on every transport, d by relaying; v2 used.
+	for name, n := range nodes {
+		for _, c := range []struct {
+			url string
+			env []string
+		}{
+			{n.GitURL("team/app"), nil}, {n.HTTPURL("team/app"), nil}, {n.SSHURL("team/app"), sshEnv},
+		} {
+			clone := filepath.Join(t.TempDir(), "clone")
+			out, err := env.Run("", append([]string{"GIT_TRACE_PACKET=1"}, c.env...), "clone", c.url, clone)
+			if err != nil || !strings.Contains(out, "< version 2") {
+				t.Fatalf("clone %s from %s: %v\n%s", c.url, name, err, lastLines(out))
+			}
+			if got := env.RevParse(clone, "HEAD"); got != third {
+				t.Fatalf("clone %s from %s at %s, want %s", c.url, name, got, third)
+			}
+		}
 	}
+	second = commit("four")
 
 	// The primary stops; a replica is promoted within 10 s and takes pushes.
 	stopped := time.Now()
@@ -166,7 +205,7 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	t.Logf("failover %s -> %s in %s", primary, newPrimary, failover.Round(10*time.Millisecond))
 	env.Git(work, "push", "-q", pushURL(nodes[newPrimary]), "main")
 	var survivors []string
-	for name := range nodes {
+	for _, name := range replicas {
 		if name != primary {
 			survivors = append(survivors, name)
 			if got := env.RevParse(bare(name), "refs/heads/main"); got != second {
@@ -174,11 +213,11 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 			}
 		}
 	}
-	waitFor("generation 2 on the survivors", 5*time.Second, allAt(2, survivors...))
+	waitFor("generation 4 on the survivors", 5*time.Second, allAt(4, survivors...))
 
 	// The old primary comes back behind, and catches up before serving.
 	nodes[primary] = start(primary)
-	waitFor("the old primary caught up", 10*time.Second, allAt(2, "a", "b", "c"))
+	waitFor("the old primary caught up", 10*time.Second, allAt(4, replicas...))
 	if got := env.RevParse(bare(primary), "refs/heads/main"); got != second {
 		t.Fatalf("restarted %s has main at %s, want %s", primary, got, second)
 	}
@@ -187,4 +226,31 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	if !strings.Contains(text, "team/app") || !strings.Contains(text, newPrimary) {
 		t.Fatalf("cluster status:\n%s", text)
 	}
+}
+
+// lastLines keeps a failure's output readable: GIT_TRACE_PACKET is long.
+func lastLines(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// lockedBuffer collects the nodes' log lines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

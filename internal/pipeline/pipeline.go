@@ -40,6 +40,9 @@ type Request struct {
 	Remote        string // client address
 	StatelessRPC  bool   // smart HTTP
 	AdvertiseRefs bool   // smart HTTP info/refs
+	// Relayed: another node of a cluster passed this request on; it is
+	// served here or refused, never relayed again.
+	Relayed bool
 }
 
 // Code classifies a refusal so that each transport can render it in its
@@ -151,15 +154,24 @@ type Pipeline struct {
 // a cluster, and what a push served here needs.
 type Router interface {
 	// Route returns how to serve, or a refusal (an *Error).
-	Route(ctx context.Context, repoName string, write bool, p access.Principal) (Route, error)
+	Route(ctx context.Context, repoName string, write bool, req Request) (Route, error)
 }
 
 // Route is how this node serves a request: for a push, what receive-pack
 // needs besides the pipeline's own settings (the cluster's
-// reference-transaction hook, which replicates before git commits).
+// reference-transaction hook, which replicates before git commits); or
+// another node that serves it (Relay).
 type Route struct {
 	Env    []string
 	Config []string
+	// Relay, if set, passes the request's streams to the node that serves
+	// it: no git runs here and no slot is taken (that node admits it).
+	Relay Relayer
+}
+
+// Relayer serves a request on another node, streaming both ways.
+type Relayer interface {
+	Relay(ctx context.Context, req Request, repoName string, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error)
 }
 
 type Call struct {
@@ -319,6 +331,13 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("repository '%s' not found", shown), Err: cause}
 	}
 	r, err := p.Repos.Resolve(req.RepoPath)
+	if errors.Is(err, repo.ErrNotFound) && p.Cluster != nil {
+		// Not on this node: the cluster may hold it elsewhere (Route relays,
+		// or says not found).
+		if clean, cerr := repo.CleanName(req.RepoPath); cerr == nil {
+			r, err = repo.Repo{Name: clean}, nil
+		}
+	}
 	if err != nil {
 		if errors.Is(err, repo.ErrNotFound) || errors.Is(err, repo.ErrInvalidName) {
 			shown := printable(strings.Trim(req.RepoPath, "/"))
@@ -333,13 +352,13 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 	call.Repo = r
 	switch err := model.Decide(req.Principal, op, r.Name); {
 	case err == nil:
-		if op == access.Write {
+		if op == access.Write && r.Path != "" {
 			if refusal := p.readOnlyRefusal(r); refusal != "" {
 				return &Error{Code: CodeForbidden, Message: refusal}
 			}
 		}
 		if p.Cluster != nil {
-			route, err := p.Cluster.Route(ctx, r.Name, op == access.Write, req.Principal)
+			route, err := p.Cluster.Route(ctx, r.Name, op == access.Write, req)
 			if err != nil {
 				var perr *Error
 				if errors.As(err, &perr) {
@@ -348,6 +367,12 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 				return &Error{Code: CodeUnavailable, Message: "cluster: " + err.Error(), Err: err}
 			}
 			call.route = route
+			if route.Relay != nil {
+				return nil // admitted where it is served
+			}
+		}
+		if r.Path == "" { // on no node
+			return notFound(r.Name, printable(strings.Trim(req.RepoPath, "/")), repo.ErrNotFound)
 		}
 		return p.admit(ctx, call)
 	case errors.Is(err, access.ErrNoRead):
@@ -452,6 +477,9 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	var res gitexec.Result
 	var err error
 	switch {
+	case c.route.Relay != nil:
+		c.outcome = "relayed"
+		res, err = c.route.Relay.Relay(ctx, req, c.Repo.Name, stdin, stdout, stderr)
 	case req.Service == gitexec.ReceivePack && !req.AdvertiseRefs:
 		res, err = c.runPush(ctx, spec, stdin, stdout, stderr)
 	case cachesCapabilities(req):

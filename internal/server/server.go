@@ -465,6 +465,16 @@ func (s *Server) Start() error {
 			}
 		}
 		handler := exactRoutes(routes, dashboardPrefix(s.Dashboard, git))
+		if s.Router != nil { // a POST, which exactRoutes leaves to git
+			relay, next := route.Handler(s.Pipeline, s.Data.Access), handler
+			handler = nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+				if r.URL.Path == route.RelayPath {
+					relay.ServeHTTP(w, r)
+					return
+				}
+				next.ServeHTTP(w, r)
+			})
+		}
 		if len(cfg.TrustedProxies) > 0 {
 			handler = cfg.TrustedProxies.Handler(handler)
 		}

@@ -40,6 +40,16 @@ func (p Placement) UpToDate(node string) bool {
 	return false
 }
 
+// Replica returns node's replica, if it holds one.
+func (p Placement) Replica(node string) (Replica, bool) {
+	for _, r := range p.Replicas {
+		if r.Node == node {
+			return r, true
+		}
+	}
+	return Replica{}, false
+}
+
 // Has tells whether node holds a replica.
 func (p Placement) Has(node string) bool {
 	for _, r := range p.Replicas {

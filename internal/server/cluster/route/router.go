@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"packwire/internal/access"
 	"packwire/internal/pipeline"
 	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
@@ -36,42 +35,58 @@ type Router struct {
 	catching map[string]chan struct{} // repositories being caught up, closed when done
 }
 
-// Route serves reads from an up-to-date copy on this node (catching a
-// stale one up first) and pushes on the primary, where receive-pack gets
-// the hook that replicates before git commits. Another node (the cluster
-// user) replicating or catching up is served from what is here.
-func (rt *Router) Route(ctx context.Context, name string, write bool, p access.Principal) (pipeline.Route, error) {
-	if p.IsCluster() {
+// Route serves here what this node can: reads from an up-to-date copy,
+// pushes when it is the repository's primary (receive-pack gets the hook
+// that replicates before git commits). Otherwise it relays: pushes to the
+// primary, reads to a healthy up-to-date replica (a stale copy here is
+// caught up meanwhile). A request another node relayed is served here or
+// refused, never relayed again; another node's own requests (replication,
+// catch-up) are served from what is here.
+func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeline.Request) (pipeline.Route, error) {
+	if req.Principal.IsCluster() {
 		return pipeline.Route{}, nil
 	}
 	pl, err := cluster.Locate(ctx, rt.Node.DB, name, rt.Node.NodeTimeout())
 	if errors.Is(err, cluster.ErrNotPlaced) {
-		// A repository on this node's disk that the cluster never placed:
-		// made before the node joined. Served as a single copy.
+		// On this node's disk only (made before the node joined), or
+		// nowhere: served as a single server would.
 		return pipeline.Route{}, nil
 	}
 	if err != nil {
 		return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second, Message: "cluster store unreachable, retry later", Err: err}
 	}
+	me := rt.Node.Name
 	if write {
-		if pl.Primary != rt.Node.Name {
-			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: time.Second,
-				Message: fmt.Sprintf("'%s' takes pushes on node %s: push to %s (relaying pushes between nodes is not built yet)", name, pl.Primary, rt.clientURL(pl, pl.Primary))}
+		if pl.Primary == me {
+			return pipeline.Route{
+				Config: []string{"core.hooksPath=" + rt.HooksDir},
+				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvDatabase + "=" + rt.DatabaseURL, cluster.EnvRepo + "=" + name,
+					cluster.EnvNode + "=" + me, cluster.EnvSecret + "=" + rt.Secret, cluster.EnvTimeout + "=" + rt.Node.NodeTimeout().String()},
+			}, nil
 		}
-		return pipeline.Route{
-			Config: []string{"core.hooksPath=" + rt.HooksDir},
-			Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvDatabase + "=" + rt.DatabaseURL, cluster.EnvRepo + "=" + name,
-				cluster.EnvNode + "=" + rt.Node.Name, cluster.EnvSecret + "=" + rt.Secret, cluster.EnvTimeout + "=" + rt.Node.NodeTimeout().String()},
-		}, nil
+		primary, ok := pl.Replica(pl.Primary)
+		if req.Relayed || !ok || !primary.Healthy {
+			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+				Message: fmt.Sprintf("'%s' has no reachable primary right now (node %s), retry shortly", name, pl.Primary)}
+		}
+		return pipeline.Route{Relay: rt.relayTo(primary)}, nil
 	}
-	if pl.UpToDate(rt.Node.Name) {
+	if pl.UpToDate(me) {
 		return pipeline.Route{}, nil
 	}
-	if !pl.Has(rt.Node.Name) {
-		return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: time.Second,
-			Message: fmt.Sprintf("'%s' has no copy on this node: fetch from %s (relaying reads between nodes is not built yet)", name, rt.clientURL(pl, pl.Primary))}
+	if !req.Relayed {
+		if to, ok := upToDatePeer(pl, me); ok {
+			if pl.Has(me) {
+				go rt.catchUp(context.WithoutCancel(ctx), name) // for the next read
+			}
+			return pipeline.Route{Relay: rt.relayTo(to)}, nil
+		}
 	}
-	// A stale copy: catch up from the primary before serving.
+	if !pl.Has(me) {
+		return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+			Message: fmt.Sprintf("'%s' has no up-to-date copy on a healthy node right now, retry shortly", name)}
+	}
+	// Relayed here, or nowhere better: catch up, then serve.
 	wait := rt.CatchUpWait
 	if wait <= 0 {
 		wait = 30 * time.Second
@@ -83,6 +98,20 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, p access.P
 			Message: fmt.Sprintf("'%s' is not up to date on this node yet, retry shortly", name), Err: err}
 	}
 	return pipeline.Route{}, nil
+}
+
+// upToDatePeer picks a healthy replica at the repository's generation,
+// the primary first.
+func upToDatePeer(pl cluster.Placement, me string) (cluster.Replica, bool) {
+	if p, ok := pl.Replica(pl.Primary); ok && p.Node != me && p.Healthy && p.Generation == pl.Generation {
+		return p, true
+	}
+	for _, r := range pl.Replicas {
+		if r.Node != me && r.Healthy && r.Generation == pl.Generation {
+			return r, true
+		}
+	}
+	return cluster.Replica{}, false
 }
 
 // clientURL names a node for a refusal's message.

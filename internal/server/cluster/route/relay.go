@@ -1,0 +1,226 @@
+package route
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"packwire/internal/access"
+	"packwire/internal/gitexec"
+	"packwire/internal/pipeline"
+	"packwire/internal/server/cluster"
+)
+
+// RelayPath is the endpoint on every node's HTTP listener that serves a
+// request another node passed on. Only the cluster user may call it.
+const RelayPath = "/_packwire/relay"
+
+// The request, as headers of the relay call.
+const (
+	hdrTransport = "X-Packwire-Transport"
+	hdrService   = "X-Packwire-Service"
+	hdrRepo      = "X-Packwire-Repo"
+	hdrProtocol  = "X-Packwire-Protocol"
+	hdrUser      = "X-Packwire-User"
+	hdrVia       = "X-Packwire-Via"
+	hdrRemote    = "X-Packwire-Remote"
+	hdrStateless = "X-Packwire-Stateless"
+	hdrAdvertise = "X-Packwire-Advertise"
+	// Trailers: git's exit code and what it wrote to stderr.
+	trlExit   = "X-Packwire-Exit"
+	trlStderr = "X-Packwire-Stderr"
+)
+
+// relayClient carries relays: no overall timeout (a clone streams for as
+// long as it takes), a bounded dial and wait for the answer's headers.
+var relayClient = &http.Client{Transport: &http.Transport{
+	DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	ResponseHeaderTimeout: 10 * time.Minute, // a push's answer comes after its pack and replication
+	DisableCompression:    true,
+	MaxIdleConnsPerHost:   16,
+}}
+
+type relayer struct {
+	to     cluster.Replica
+	secret string
+}
+
+func (rt *Router) relayTo(to cluster.Replica) pipeline.Relayer {
+	return relayer{to: to, secret: rt.Secret}
+}
+
+// refusal is a relayed request's refusal, as the serving node decided it.
+type refusal struct {
+	Code       pipeline.Code `json:"code"`
+	Message    string        `json:"message"`
+	RetryAfter time.Duration `json:"retry_after"`
+}
+
+// Relay streams stdin to the serving node and its answer to stdout, both
+// ways at once (a git:// or SSH session negotiates), as one HTTP call.
+func (r relayer) Relay(ctx context.Context, req pipeline.Request, repoName string, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	body, bodyW := io.Pipe()
+	var sent int64
+	go func() {
+		n, err := io.Copy(bodyW, stdin)
+		sent = n
+		bodyW.CloseWithError(err)
+	}()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(r.to.URL, "/")+RelayPath, body)
+	if err != nil {
+		return gitexec.Result{}, err
+	}
+	h := hreq.Header
+	h.Set(hdrTransport, req.Transport)
+	h.Set(hdrService, string(req.Service))
+	h.Set(hdrRepo, repoName)
+	h.Set(hdrProtocol, req.Protocol)
+	h.Set(hdrUser, req.Principal.User)
+	h.Set(hdrVia, req.Principal.Via)
+	h.Set(hdrRemote, req.Remote)
+	h.Set(hdrStateless, strconv.FormatBool(req.StatelessRPC))
+	h.Set(hdrAdvertise, strconv.FormatBool(req.AdvertiseRefs))
+	hreq.SetBasicAuth(access.ClusterUser, r.secret)
+	resp, err := relayClient.Do(hreq)
+	if err != nil {
+		return gitexec.Result{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+			Message: fmt.Sprintf("node %s, which serves '%s', is unreachable; retry shortly", r.to.Node, repoName), Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var ref refusal
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
+		if json.Unmarshal(b, &ref) != nil || ref.Code == 0 {
+			return gitexec.Result{}, &pipeline.Error{Code: pipeline.CodeInternal, Message: fmt.Sprintf("internal error relaying to node %s (HTTP %d)", r.to.Node, resp.StatusCode),
+				Err: fmt.Errorf("relay: HTTP %d: %s", resp.StatusCode, b)}
+		}
+		return gitexec.Result{}, &pipeline.Error{Code: ref.Code, Message: ref.Message, RetryAfter: ref.RetryAfter}
+	}
+	n, err := io.Copy(stdout, resp.Body)
+	res := gitexec.Result{BytesOut: n, BytesIn: sent}
+	if err != nil {
+		if ctx.Err() != nil || isWriteErr(err) {
+			return res, gitexec.ErrClientGone
+		}
+		return res, fmt.Errorf("relay from node %s: %w", r.to.Node, err)
+	}
+	res.ExitCode, _ = strconv.Atoi(resp.Trailer.Get(trlExit))
+	if msg, _ := base64.StdEncoding.DecodeString(resp.Trailer.Get(trlStderr)); len(msg) > 0 {
+		res.Stderr = string(msg)
+		if stderr != nil {
+			stderr.Write(msg)
+		}
+	}
+	return res, nil
+}
+
+// isWriteErr: io.Copy failed writing to the client, not reading the node.
+func isWriteErr(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "write" || errors.Is(err, io.ErrClosedPipe)
+}
+
+// Handler serves RelayPath: the request another node passed on, run
+// through this node's pipeline as if its client had come here (access
+// decided again for the same user), streaming both ways.
+func Handler(p *pipeline.Pipeline, acc *access.Controller) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, pass, ok := r.BasicAuth()
+		principal, err := acc.PrincipalForToken(r.Context(), user, pass)
+		if !ok || err != nil || !principal.IsCluster() {
+			http.Error(w, "cluster credentials required", http.StatusUnauthorized)
+			return
+		}
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		service, ok := gitexec.ParseService(r.Header.Get(hdrService))
+		if !ok {
+			http.Error(w, "bad service", http.StatusBadRequest)
+			return
+		}
+		req := pipeline.Request{
+			Transport:     r.Header.Get(hdrTransport),
+			Service:       service,
+			RepoPath:      r.Header.Get(hdrRepo),
+			Protocol:      r.Header.Get(hdrProtocol),
+			Principal:     access.Principal{User: r.Header.Get(hdrUser), Via: r.Header.Get(hdrVia)},
+			Remote:        r.Header.Get(hdrRemote),
+			StatelessRPC:  r.Header.Get(hdrStateless) == "true",
+			AdvertiseRefs: r.Header.Get(hdrAdvertise) == "true",
+			Relayed:       true,
+		}
+		if req.Principal.User == "" {
+			req.Principal = access.Anonymous
+		}
+		if req.Principal.IsCluster() {
+			http.Error(w, "a relay carries a client's request", http.StatusBadRequest)
+			return
+		}
+		call, err := p.Prepare(r.Context(), req)
+		if err != nil {
+			var perr *pipeline.Error
+			if !errors.As(err, &perr) {
+				perr = &pipeline.Error{Code: pipeline.CodeInternal, Message: "internal error"}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			json.NewEncoder(w).Encode(refusal{Code: perr.Code, Message: perr.Message, RetryAfter: perr.RetryAfter})
+			return
+		}
+		rc := http.NewResponseController(w)
+		rc.EnableFullDuplex() // read the client's stream while answering (sessions negotiate)
+		// The connection ends with the relay: git's side may still be
+		// reading the stream when the answer is done, and the server must
+		// not read a next request meanwhile.
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Trailer", trlExit+", "+trlStderr)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusOK)
+		rc.Flush()
+		var stderr strings.Builder
+		res, _ := call.Run(r.Context(), r.Body, flushWriter{w, rc}, &limitedWriter{w: &stderr, n: 64 * 1024})
+		w.Header().Set(trlExit, strconv.Itoa(res.ExitCode))
+		w.Header().Set(trlStderr, base64.StdEncoding.EncodeToString([]byte(stderr.String())))
+	})
+}
+
+// flushWriter sends each write at once: the other node's client waits
+// for git's answer as it comes.
+type flushWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f flushWriter) Write(b []byte) (int, error) {
+	n, err := f.w.Write(b)
+	if err == nil {
+		err = f.rc.Flush()
+	}
+	return n, err
+}
+
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(b []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(b), l.n)
+		l.w.Write(b[:k])
+		l.n -= k
+	}
+	return len(b), nil
+}
