@@ -60,7 +60,7 @@ func cmdRepoCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if branch != "" {
 		data.Repos.DefaultBranch = branch
 	}
-	if placed, err := placeInCluster(ctx, data, pos[0], replicas, stdout); placed || err != nil {
+	if placed, err := placeInCluster(ctx, data, pos[0], "", replicas, stdout); placed || err != nil {
 		if err != nil {
 			return fmt.Errorf("repo create %s: %w", pos[0], err)
 		}

@@ -137,7 +137,7 @@ func TestEveryCommandHelp(t *testing.T) {
 }
 
 // variadic commands take any number of arguments.
-var variadic = map[string]bool{"maintain": true, "rtt": true, "advise": true, "compare": true}
+var variadic = map[string]bool{"maintain": true, "rtt": true, "advise": true, "compare": true, "cluster verify": true}
 
 // TestExtraArgumentsRefused: every command given arguments it does not take
 // exits 2 naming the first one it did not understand, and does nothing.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -79,19 +80,15 @@ func cmdClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 // placeInCluster records a new repository in the cluster when the store
 // is a cluster's (PostgreSQL with nodes): the nodes create their copies.
 // It tells whether it did.
-func placeInCluster(ctx context.Context, data *datadir.Data, name string, replicas int, stdout io.Writer) (bool, error) {
-	if data.Store.DB.Engine != store.Postgres {
-		return false, nil
-	}
-	var nodes int
-	var err error
-	if err = data.Store.DB.QueryRowContext(ctx, "SELECT count(*) FROM nodes").Scan(&nodes); err != nil || nodes == 0 {
+func placeInCluster(ctx context.Context, data *datadir.Data, name, source string, replicas int, stdout io.Writer) (bool, error) {
+	clustered, err := inCluster(ctx, data)
+	if err != nil || !clustered {
 		return false, err
 	}
 	if name, err = repo.CleanName(name); err != nil {
 		return true, err
 	}
-	p, err := cluster.Place(ctx, data.Store.DB, name, replicas, cluster.DefaultNodeTimeout)
+	p, err := cluster.Place(ctx, data.Store.DB, name, source, replicas, cluster.DefaultNodeTimeout)
 	if err != nil {
 		return true, err
 	}
@@ -101,4 +98,110 @@ func placeInCluster(ctx context.Context, data *datadir.Data, name string, replic
 	}
 	fmt.Fprintf(stdout, "placed %s on %s (primary %s); each node creates its copy within a heartbeat\n", name, strings.Join(names, ", "), p.Primary)
 	return true, nil
+}
+
+// inCluster tells whether the store is a cluster's: PostgreSQL, with nodes.
+func inCluster(ctx context.Context, data *datadir.Data) (bool, error) {
+	if data.Store.DB.Engine != store.Postgres {
+		return false, nil
+	}
+	var nodes int
+	err := data.Store.DB.QueryRowContext(ctx, "SELECT count(*) FROM nodes").Scan(&nodes)
+	return nodes > 0, err
+}
+
+func cmdClusterVerify(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const syn = "cluster verify [REPO...] [--no-repair] [--wait D] [--json] [--database URL]"
+	var asJSON, noRepair bool
+	var wait, timeout time.Duration
+	data, pos, err := openData(ctx, "cluster verify", syn, "Compare each repository's replicas with its primary: every ref under refs/ read\nthrough its node, and a checksum of them. A replica that differs is repaired:\nmarked stale, so that its node fetches everything from the primary again\n(refs the primary lacks deleted); verify then waits for the repairs and\nchecks again. Exits 1 if a replica still differs.\n\n"+clusterNote, args, stderr,
+		func(fs *flag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "machine-readable output")
+			fs.BoolVar(&noRepair, "no-repair", false, "only compare")
+			fs.DurationVar(&wait, "wait", 30*time.Second, "how long to wait for repaired replicas to catch up")
+			fs.DurationVar(&timeout, "node-timeout", cluster.DefaultNodeTimeout, "as serve's --node-timeout")
+		})
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	if err := wantArgs(args, pos, 0, -1, syn); err != nil {
+		return err
+	}
+	secret, err := data.Store.Setting(ctx, cluster.SettingSecret, "")
+	if err != nil {
+		return err
+	}
+	if secret == "" {
+		return errors.New("no cluster here yet: no node has started on this database")
+	}
+	checks, err := cluster.Verify(ctx, data.Store.DB, secret, pos, !noRepair, timeout)
+	if err != nil {
+		return err
+	}
+	repaired := false
+	for _, c := range checks {
+		for _, cp := range c.Copies {
+			repaired = repaired || cp.Repaired
+		}
+	}
+	for deadline := time.Now().Add(wait); repaired && !allEqual(checks) && time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
+		again, err := cluster.Verify(ctx, data.Store.DB, secret, pos, false, timeout)
+		if err != nil {
+			return err
+		}
+		for i := range again { // keep what was repaired, for the report
+			for j := range again[i].Copies {
+				again[i].Copies[j].Repaired = checks[i].Copies[j].Repaired
+			}
+		}
+		checks = again
+	}
+	if asJSON {
+		if checks == nil {
+			checks = []cluster.RepoCheck{}
+		}
+		if err := writeJSON(stdout, checks); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "REPOSITORY\tNODE\tROLE\tGENERATION\tREFS\tCHECKSUM\tSTATE")
+		for _, c := range checks {
+			for _, cp := range c.Copies {
+				role, state := "replica", "equal"
+				if cp.Node == c.Primary {
+					role = "primary"
+				}
+				switch {
+				case cp.Error != "":
+					state = "error: " + cp.Error
+				case !cp.Equal && cp.Repaired:
+					state = "differs; repair did not finish within --wait"
+				case !cp.Equal:
+					state = "differs"
+				case cp.Repaired:
+					state = "equal (repaired)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", c.Name, cp.Node, role, cp.Generation, cp.Refs, cp.Checksum, state)
+			}
+		}
+		tw.Flush()
+	}
+	if !allEqual(checks) {
+		return errors.New("cluster verify: some replicas differ from their primary")
+	}
+	return nil
+}
+
+func allEqual(checks []cluster.RepoCheck) bool {
+	for _, c := range checks {
+		for _, cp := range c.Copies {
+			if !cp.Equal {
+				return false
+			}
+		}
+	}
+	return true
 }

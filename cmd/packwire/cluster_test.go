@@ -222,6 +222,45 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 		t.Fatalf("restarted %s has main at %s, want %s", primary, got, second)
 	}
 	env.Git(bare(primary), "fsck", "--strict")
+	// verify finds every copy equal; a copy changed behind packwire's back
+	// is repaired from the primary.
+	if out := admin("cluster", "verify", "team/app"); strings.Count(out, " equal") != 3 {
+		t.Fatalf("cluster verify:\n%s", out)
+	}
+	rogue := survivors[0]
+	if rogue == newPrimary {
+		rogue = survivors[1]
+	}
+	env.Git(bare(rogue), "update-ref", "refs/heads/rogue", first)
+	out = admin("cluster", "verify", "team/app")
+	if !strings.Contains(out, "equal (repaired)") {
+		t.Fatalf("cluster verify after a rogue ref on %s:\n%s", rogue, out)
+	}
+	if _, err := env.Run(bare(rogue), nil, "rev-parse", "--verify", "-q", "refs/heads/rogue"); err == nil {
+		t.Fatalf("the rogue ref on %s survived the repair", rogue)
+	}
+	// repo import: the primary imports, the others catch up from it.
+	src := filepath.Join(t.TempDir(), "src.git")
+	env.Git("", "init", "-q", "--bare", src)
+	env.Git(work, "push", "-q", src, "main:main", "main:refs/tags/v1")
+	admin("repo", "import", "team/imported", src)
+	waitFor("the import on every replica", 15*time.Second, func(st cluster.Status) bool {
+		for _, r := range st.Repos {
+			if r.Name != "team/imported" || r.Generation != 1 {
+				continue
+			}
+			for _, rp := range r.Replicas {
+				if rp.Generation != 1 {
+					return false
+				}
+			}
+			return true
+		}
+		return false
+	})
+	if out := admin("cluster", "verify", "team/imported"); strings.Count(out, " equal") != 3 {
+		t.Fatalf("cluster verify of the import:\n%s", out)
+	}
 	text := admin("cluster", "status")
 	if !strings.Contains(text, "team/app") || !strings.Contains(text, newPrimary) {
 		t.Fatalf("cluster status:\n%s", text)

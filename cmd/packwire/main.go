@@ -97,6 +97,7 @@ func init() {
 		}},
 		{name: "cluster", summary: "nodes sharing a PostgreSQL store", subs: []*command{
 			{name: "status", args: "[--json]", summary: "nodes (healthy, last heartbeat) and each repository's primary, replicas, generations", run: cmdClusterStatus},
+			{name: "verify", args: "[REPO...]", summary: "compare replicas' refs with their primary's; repair those that differ", run: cmdClusterVerify},
 		}},
 		{name: "audit", args: "[--limit N] [--json]", summary: "every change to users, keys, tokens, grants, rules, settings, repositories: who, what, when", run: cmdAudit},
 		{name: "governor", summary: "what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)", run: cmdGovernor},

@@ -30,13 +30,15 @@ or a local path.`
 // cmdRepoImport creates a repository from a source, as a one-off copy or a
 // read-only pull mirror.
 func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const syn = "repo import NAME SOURCE [--mirror [--interval D]] [--token T | --token-file F] [--no-maintain] [--data DIR]"
+	const syn = "repo import NAME SOURCE [--mirror [--interval D]] [--token T | --token-file F] [--no-maintain] [--replicas N] [--data DIR]"
 	var o mirror.ImportOptions
+	var replicas int
 	var noMaintain bool
 	var tokenFile string
 	data, pos, err := openData(ctx, "repo import", syn, "Create a repository as a copy (all refs) of a local path or URL, and bring it\ninto the serving layout at once (see packwire maintain --help). With --mirror it\nstays a read-only mirror: the server fetches from SOURCE every --interval (and\npackwire repo sync NAME does at once), pruning refs upstream deleted, and\nrefuses pushes (\"repository 'NAME' is a read-only mirror of URL; push there\ninstead\").\n\n"+mirrorNote, args, stderr,
 		func(fs *flag.FlagSet) {
 			fs.BoolVar(&noMaintain, "no-maintain", false, "keep the imported object layout as it is (the serve scheduler will still maintain it)")
+			fs.IntVar(&replicas, "replicas", 0, "in a cluster (--database with nodes): how many nodes hold it (default min(3, healthy nodes)); its primary imports SOURCE")
 			fs.BoolVar(&o.Mirror, "mirror", false, "keep the repository a read-only mirror of SOURCE, synced by the server")
 			fs.DurationVar(&o.Interval, "interval", mirror.DefaultInterval, "with --mirror: time between syncs")
 			fs.StringVar(&o.Token, "token", "", "authenticate to an http(s) SOURCE with this token (as the password; user x-access-token unless the URL names one)")
@@ -53,6 +55,19 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if o.Token, err = readFirstLine(tokenFile); err != nil {
 			return err
 		}
+	}
+	if clustered, err := inCluster(ctx, data); err != nil || clustered {
+		if err != nil {
+			return err
+		}
+		if o.Mirror || o.Token != "" || mirror.Redact(pos[1]) != pos[1] {
+			return usagef("repo import in a cluster: read-only mirrors and credentials are not supported there yet; import a URL without credentials, or a path every node can read")
+		}
+		if _, err := placeInCluster(ctx, data, pos[0], pos[1], replicas, stdout); err != nil {
+			return fmt.Errorf("repo import %s: %w", pos[0], err)
+		}
+		recordRepoChange(ctx, data, stderr, "repo import", pos[0], "placed in the cluster, from "+pos[1])
+		return nil
 	}
 	r, shown, err := mirror.Import(ctx, data.Repos, pos[0], pos[1], o)
 	if err != nil {

@@ -14,10 +14,6 @@ import (
 	"packwire/internal/store"
 )
 
-// settingClusterSecret is the store setting holding the password nodes
-// use with each other; the first node to start creates it.
-const settingClusterSecret = "cluster-secret"
-
 // openCluster makes this server a node of the cluster its store is in
 // (Config.Node): the cluster user's secret for access, the hooks of pushes
 // on a primary, and the pipeline's router. It joins at Start, once its
@@ -47,7 +43,11 @@ func (s *Server) openCluster(ctx context.Context) error {
 		return fmt.Errorf("cluster hooks: %w", err)
 	}
 	s.Node = &cluster.Node{DB: s.Data.Store.DB, Name: cfg.Node, URL: cfg.NodeURL, Heartbeat: cfg.NodeHeartbeat, Timeout: cfg.NodeTimeout, Log: cfg.Log}
-	s.Router = &route.Router{Node: s.Node, DatabaseURL: cfg.Database, Secret: secret, HooksDir: hooks, Repos: s.Data.Repos}
+	pending := filepath.Join(s.Data.Dir, "run", "cluster-pending")
+	if err := os.MkdirAll(pending, 0o700); err != nil {
+		return err
+	}
+	s.Router = &route.Router{Node: s.Node, DatabaseURL: cfg.Database, Secret: secret, HooksDir: hooks, PendingDir: pending, Repos: s.Data.Repos}
 	s.Pipeline.Cluster = s.Router
 	return nil
 }
@@ -56,10 +56,10 @@ func (s *Server) openCluster(ctx context.Context) error {
 func clusterSecret(ctx context.Context, st *store.Store) (string, error) {
 	b := make([]byte, 32)
 	rand.Read(b)
-	if _, err := st.DB.ExecContext(ctx, "INSERT INTO settings(key, value) VALUES(?, ?) ON CONFLICT(key) DO NOTHING", settingClusterSecret, hex.EncodeToString(b)); err != nil {
+	if _, err := st.DB.ExecContext(ctx, "INSERT INTO settings(key, value) VALUES(?, ?) ON CONFLICT(key) DO NOTHING", cluster.SettingSecret, hex.EncodeToString(b)); err != nil {
 		return "", err
 	}
-	return st.Setting(ctx, settingClusterSecret, "")
+	return st.Setting(ctx, cluster.SettingSecret, "")
 }
 
 // startCluster joins the cluster and runs the node's loop: heartbeat,

@@ -104,7 +104,9 @@ var migrations = []string{
 		primary_node TEXT NOT NULL REFERENCES nodes(name),
 		generation   INTEGER NOT NULL DEFAULT 0,
 		epoch        INTEGER NOT NULL DEFAULT 0,
-		created_ms   INTEGER NOT NULL
+		created_ms   INTEGER NOT NULL,
+		committed_ms INTEGER NOT NULL DEFAULT 0, -- the last generation's commit
+		source       TEXT NOT NULL DEFAULT ''     -- repo import: where the primary imports it from
 	);
 	CREATE TABLE replicas (
 		repo       TEXT NOT NULL REFERENCES cluster_repos(name) ON DELETE CASCADE,

@@ -30,6 +30,10 @@ const (
 	DefaultReplicas    = 3
 )
 
+// SettingSecret is the store setting holding the password nodes use with
+// each other (the cluster user's); the first node to start creates it.
+const SettingSecret = "cluster-secret"
+
 // ErrNotClustered is the answer of a cluster command on a SQLite store.
 var ErrNotClustered = errors.New("not a cluster: the store is not in PostgreSQL (pass --database postgres://...)")
 
@@ -148,16 +152,21 @@ type Promotion struct {
 }
 
 // Failover promotes, for every repository whose primary's node is
-// unhealthy, a healthy replica at the repository's generation (the one on
-// the node with the fewest primaries, then by name). Each promotion is one
-// conditional UPDATE on the primary and epoch it saw, so nodes running the
-// monitor at once promote each repository once, and never make two
-// primaries. A repository with no up-to-date healthy replica keeps its
-// primary (writes wait for it rather than lose acknowledged pushes).
+// unhealthy, or whose primary's own copy has been behind the repository's
+// generation for longer than the timeout (killed between a push's commit
+// in PostgreSQL and in git, then restarted), a healthy replica at the
+// repository's generation (the one on the node with the fewest primaries,
+// then by name). Each promotion is one conditional UPDATE on the primary
+// and epoch it saw, so nodes running the monitor at once promote each
+// repository once, and never make two primaries. A repository with no
+// up-to-date healthy replica keeps its primary (writes wait for it rather
+// than lose acknowledged pushes).
 func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promotion, error) {
 	ms := timeout.Milliseconds()
 	rows, err := db.QueryContext(ctx, `SELECT r.name, r.primary_node, r.epoch, r.generation FROM cluster_repos r
-		JOIN nodes nd ON nd.name = r.primary_node WHERE NOT `+healthySQL, ms)
+		JOIN nodes nd ON nd.name = r.primary_node
+		JOIN replicas own ON own.repo = r.name AND own.node = r.primary_node
+		WHERE NOT `+healthySQL+` OR (own.generation <> r.generation AND `+dbNowMS+` - r.committed_ms > ?)`, ms, ms)
 	if err != nil {
 		return nil, err
 	}

@@ -46,18 +46,18 @@ func TestPlacementAndFailover(t *testing.T) {
 	db := st.DB
 	const timeout = 400 * time.Millisecond
 	nodes := join(t, db, "a", "b", "c", "d")
-	p, err := Place(ctx, db, "team/app", 3, timeout)
+	p, err := Place(ctx, db, "team/app", "", 3, timeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(p.Replicas) != 3 || p.Primary != "a" {
 		t.Fatalf("placement %+v: want 3 replicas, primary a (least loaded, then by name)", p)
 	}
-	if _, err := Place(ctx, db, "team/app", 3, timeout); !errors.Is(err, store.ErrExists) {
+	if _, err := Place(ctx, db, "team/app", "", 3, timeout); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("placing it twice: %v", err)
 	}
 	// The next repository goes to the least-loaded nodes: d first.
-	p2, err := Place(ctx, db, "team/lib", 1, timeout)
+	p2, err := Place(ctx, db, "team/lib", "", 1, timeout)
 	if err != nil || p2.Primary != "d" {
 		t.Fatalf("second placement %+v %v: want d", p2, err)
 	}
@@ -141,7 +141,7 @@ func TestFailoverKeepsPrimaryWithoutUpToDateReplica(t *testing.T) {
 	db := openStore(t).DB
 	const timeout = 300 * time.Millisecond
 	nodes := join(t, db, "a", "b")
-	if _, err := Place(ctx, db, "r", 2, timeout); err != nil {
+	if _, err := Place(ctx, db, "r", "", 2, timeout); err != nil {
 		t.Fatal(err)
 	}
 	db.Exec("UPDATE cluster_repos SET generation = 3 WHERE name = 'r'")

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +18,10 @@ import (
 	"packwire/internal/access"
 	"packwire/internal/store"
 )
+
+// LocalRefs is the namespace of refs each node keeps for itself
+// (maintenance's; hidden from clients): never replicated or pruned.
+const LocalRefs = "refs/packwire/"
 
 // HookName is the reference-transaction hook's file name.
 const HookName = "reference-transaction"
@@ -28,6 +34,7 @@ const (
 	EnvNode     = "PACKWIRE_CLUSTER_NODE"
 	EnvSecret   = "PACKWIRE_CLUSTER_SECRET"
 	EnvTimeout  = "PACKWIRE_CLUSTER_TIMEOUT" // node timeout, a Go duration
+	EnvPending  = "PACKWIRE_CLUSTER_PENDING" // directory of generations between prepared and committed
 )
 
 // replicateTimeout bounds one replica's push of one transaction.
@@ -47,8 +54,29 @@ type update struct{ old, new, ref string }
 // otherwise git aborts and the client is told the push failed. Other
 // states have nothing to do.
 func RunHook(args []string, stdin io.Reader, stderr io.Writer) int {
-	if len(args) < 1 || args[0] != "prepared" || os.Getenv(EnvRepo) == "" {
+	if len(args) < 1 || os.Getenv(EnvRepo) == "" {
 		io.Copy(io.Discard, stdin)
+		return 0
+	}
+	timeout, _ := time.ParseDuration(os.Getenv(EnvTimeout))
+	if timeout <= 0 {
+		timeout = DefaultNodeTimeout
+	}
+	h := hook{repo: os.Getenv(EnvRepo), node: os.Getenv(EnvNode), secret: os.Getenv(EnvSecret), timeout: timeout,
+		pending: os.Getenv(EnvPending), databaseURL: os.Getenv(EnvDatabase)}
+	switch args[0] {
+	case "prepared":
+	case "committed":
+		io.Copy(io.Discard, stdin)
+		if err := h.committed(); err != nil {
+			// git has committed: the push stands; this copy is left marked
+			// stale and is caught up (or its primary moved) by the nodes.
+			fmt.Fprintf(stderr, "packwire: warning: %v\n", err)
+		}
+		return 0
+	default: // aborted
+		io.Copy(io.Discard, stdin)
+		os.Remove(h.pendingFile())
 		return 0
 	}
 	var updates []update
@@ -57,21 +85,16 @@ func RunHook(args []string, stdin io.Reader, stderr io.Writer) int {
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		// HEAD is listed when its branch moves: replicas move the branch.
-		if len(f) == 3 && strings.HasPrefix(f[2], "refs/") {
+		if len(f) == 3 && strings.HasPrefix(f[2], "refs/") && !strings.HasPrefix(f[2], LocalRefs) {
 			updates = append(updates, update{f[0], f[1], f[2]})
 		}
 	}
 	if len(updates) == 0 {
 		return 0
 	}
-	timeout, _ := time.ParseDuration(os.Getenv(EnvTimeout))
-	if timeout <= 0 {
-		timeout = DefaultNodeTimeout
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), replicateTimeout+30*time.Second)
 	defer cancel()
-	h := hook{repo: os.Getenv(EnvRepo), node: os.Getenv(EnvNode), secret: os.Getenv(EnvSecret), timeout: timeout}
-	if err := h.replicate(ctx, os.Getenv(EnvDatabase), updates); err != nil {
+	if err := h.replicate(ctx, updates); err != nil {
 		fmt.Fprintf(stderr, "packwire: %v\n", err)
 		return 1
 	}
@@ -79,17 +102,56 @@ func RunHook(args []string, stdin io.Reader, stderr io.Writer) int {
 }
 
 type hook struct {
-	repo, node, secret string
-	timeout            time.Duration
+	repo, node, secret   string
+	timeout              time.Duration
+	pending, databaseURL string
 }
 
-func (h hook) replicate(ctx context.Context, databaseURL string, updates []update) error {
-	raw, err := sql.Open("pgx", databaseURL)
+// pendingFile carries the generation a push committed in PostgreSQL from
+// the "prepared" call to the "committed" one: both are children of the
+// same receive-pack, which names it.
+func (h hook) pendingFile() string {
+	return filepath.Join(h.pending, fmt.Sprintf("%d", os.Getppid()))
+}
+
+func (h hook) open() (*store.DB, error) {
+	raw, err := sql.Open("pgx", h.databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	return &store.DB{DB: raw, Engine: store.Postgres}, nil
+}
+
+// committed records that the primary's own copy now holds the generation
+// its "prepared" call committed: only now, after git wrote the refs here,
+// so that a primary killed in between is stale, not falsely current.
+func (h hook) committed() error {
+	b, err := os.ReadFile(h.pendingFile())
+	if err != nil {
+		return nil // nothing replicated (no refs/ updates)
+	}
+	os.Remove(h.pendingFile())
+	gen, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return err
+	}
+	db, err := h.open()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = db.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node = ? AND generation = ?", gen, h.repo, h.node, gen-1)
+	return err
+}
+
+func (h hook) replicate(ctx context.Context, updates []update) error {
+	db, err := h.open()
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	defer raw.Close()
-	db := &store.DB{DB: raw, Engine: store.Postgres}
+	defer db.Close()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("cluster: the store is unreachable, nothing was written: %w", err)
@@ -104,6 +166,13 @@ func (h hook) replicate(ctx context.Context, databaseURL string, updates []updat
 	}
 	if primary != h.node {
 		return fmt.Errorf("cluster: this node is no longer %s's primary (%s is); nothing was written, push again", h.repo, primary)
+	}
+	var mine int64
+	if err := tx.QueryRowContext(ctx, "SELECT generation FROM replicas WHERE repo = ? AND node = ?", h.repo, h.node).Scan(&mine); err != nil {
+		return err
+	}
+	if mine != gen {
+		return fmt.Errorf("cluster: this node's copy of %s is behind (generation %d of %d) and is being caught up; nothing was written, push again shortly", h.repo, mine, gen)
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT rp.node, nd.url, rp.generation, `+healthySQL+` FROM replicas rp
 		JOIN nodes nd ON nd.name = rp.node WHERE rp.repo = ? ORDER BY rp.node`, h.timeout.Milliseconds(), h.repo)
@@ -127,7 +196,9 @@ func (h hook) replicate(ctx context.Context, databaseURL string, updates []updat
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	voters := []string{h.node}
+	// The primary counts towards the majority: git commits its refs once
+	// this hook succeeds (its own generation is recorded then: committed).
+	voters := []string{}
 	var failures []string
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -150,25 +221,30 @@ func (h hook) replicate(ctx context.Context, databaseURL string, updates []updat
 		}()
 	}
 	wg.Wait()
-	if need := total/2 + 1; len(voters) < need {
+	if need := total/2 + 1; len(voters)+1 < need {
 		return fmt.Errorf("cluster: only %d of %d replicas of %s took the push (%d needed); nothing was written: %s",
-			len(voters), total, h.repo, need, strings.Join(failures, "; "))
+			len(voters)+1, total, h.repo, need, strings.Join(failures, "; "))
 	}
-	res, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = generation + 1 WHERE name = ? AND primary_node = ? AND epoch = ?", h.repo, h.node, epoch)
+	if err := os.WriteFile(h.pendingFile(), []byte(strconv.FormatInt(gen+1, 10)), 0o600); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	res, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = generation + 1, committed_ms = "+dbNowMS+" WHERE name = ? AND primary_node = ? AND epoch = ?", h.repo, h.node, epoch)
 	if err != nil {
 		return fmt.Errorf("cluster: committing the push: %w", err)
 	}
 	if k, _ := res.RowsAffected(); k != 1 {
 		return fmt.Errorf("cluster: %s's primary changed during the push; nothing was written, push again", h.repo)
 	}
-	args := []any{gen + 1, h.repo}
-	marks := make([]string, len(voters))
-	for i, v := range voters {
-		marks[i] = "?"
-		args = append(args, v)
-	}
-	if _, err := tx.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node IN ("+strings.Join(marks, ", ")+")", args...); err != nil {
-		return fmt.Errorf("cluster: committing the push: %w", err)
+	if len(voters) > 0 {
+		args := []any{gen + 1, h.repo}
+		marks := make([]string, len(voters))
+		for i, v := range voters {
+			marks[i] = "?"
+			args = append(args, v)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node IN ("+strings.Join(marks, ", ")+")", args...); err != nil {
+			return fmt.Errorf("cluster: committing the push: %w", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("cluster: committing the push: %w", err)

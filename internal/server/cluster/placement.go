@@ -16,6 +16,7 @@ var ErrNotPlaced = errors.New("not placed in the cluster")
 // Placement is where one repository lives.
 type Placement struct {
 	Repo       string
+	Source     string // repo import: what the primary imports it from
 	Primary    string
 	Generation int64
 	Epoch      int64
@@ -63,7 +64,10 @@ func (p Placement) Has(node string) bool {
 // Place records a new repository on n healthy nodes (all healthy ones if
 // fewer), those with the fewest replicas first; the first is the primary.
 // The nodes create it when they next reconcile (Node.Reconcile).
-func Place(ctx context.Context, db *store.DB, repo string, n int, timeout time.Duration) (Placement, error) {
+//
+// source, if not empty, is what the primary imports the repository from
+// (repo import); the other replicas then catch up from the primary.
+func Place(ctx context.Context, db *store.DB, repo, source string, n int, timeout time.Duration) (Placement, error) {
 	if db.Engine != store.Postgres {
 		return Placement{}, ErrNotClustered
 	}
@@ -93,7 +97,7 @@ func Place(ctx context.Context, db *store.DB, repo string, n int, timeout time.D
 	if len(nodes) == 0 {
 		return Placement{}, errors.New("no healthy node to place it on (packwire cluster status)")
 	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms) VALUES(?, ?, "+dbNowMS+")", repo, nodes[0])
+	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms, committed_ms, source) VALUES(?, ?, "+dbNowMS+", "+dbNowMS+", ?)", repo, nodes[0], source)
 	if store.IsUnique(err) {
 		return Placement{}, fmt.Errorf("repository %s: %w", repo, store.ErrExists)
 	}
@@ -114,7 +118,7 @@ func Place(ctx context.Context, db *store.DB, repo string, n int, timeout time.D
 // health; ErrNotPlaced if the cluster does not know it.
 func Locate(ctx context.Context, db *store.DB, repo string, timeout time.Duration) (Placement, error) {
 	p := Placement{Repo: repo}
-	err := db.QueryRowContext(ctx, "SELECT primary_node, generation, epoch FROM cluster_repos WHERE name = ?", repo).Scan(&p.Primary, &p.Generation, &p.Epoch)
+	err := db.QueryRowContext(ctx, "SELECT primary_node, generation, epoch, source FROM cluster_repos WHERE name = ?", repo).Scan(&p.Primary, &p.Generation, &p.Epoch, &p.Source)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
 	}
@@ -234,4 +238,25 @@ func ReadStatus(ctx context.Context, db *store.DB, timeout time.Duration) (Statu
 		st.Repos = append(st.Repos, RepoStatus{Name: p.Repo, Primary: p.Primary, Generation: p.Generation, Epoch: p.Epoch, Replicas: p.Replicas})
 	}
 	return st, nil
+}
+
+// Imported records that the primary imported the repository (its first
+// generation), if nothing happened to it meanwhile.
+func Imported(ctx context.Context, db *store.DB, repo, node string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = 1, committed_ms = "+dbNowMS+" WHERE name = ? AND primary_node = ? AND generation = 0", repo, node)
+	if err != nil {
+		return err
+	}
+	if k, _ := res.RowsAffected(); k != 1 {
+		return errors.New("the repository changed during the import")
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE replicas SET generation = 1 WHERE repo = ? AND node = ?", repo, node); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

@@ -26,6 +26,7 @@ type Router struct {
 	DatabaseURL string    // for the hook, which opens its own connection
 	Secret      string    // the cluster user's password
 	HooksDir    string    // core.hooksPath of pushes on the primary: proc-receive and reference-transaction
+	PendingDir  string    // the hook's files between its prepared and committed calls
 	Repos       repo.Root // this node's repositories
 	// CatchUpWait bounds how long a read waits for this node's stale copy
 	// to catch up before it is refused.
@@ -61,7 +62,8 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 			return pipeline.Route{
 				Config: []string{"core.hooksPath=" + rt.HooksDir},
 				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvDatabase + "=" + rt.DatabaseURL, cluster.EnvRepo + "=" + name,
-					cluster.EnvNode + "=" + me, cluster.EnvSecret + "=" + rt.Secret, cluster.EnvTimeout + "=" + rt.Node.NodeTimeout().String()},
+					cluster.EnvNode + "=" + me, cluster.EnvSecret + "=" + rt.Secret, cluster.EnvTimeout + "=" + rt.Node.NodeTimeout().String(),
+					cluster.EnvPending + "=" + rt.PendingDir},
 			}, nil
 		}
 		primary, ok := pl.Replica(pl.Primary)
@@ -146,12 +148,16 @@ func (rt *Router) Reconcile(ctx context.Context) error {
 	rows.Close()
 	var errs []error
 	for _, n := range names {
-		if err := rt.catchUp(ctx, n); err != nil && ctx.Err() == nil {
+		if err := rt.catchUp(ctx, n); err != nil && ctx.Err() == nil && !errors.Is(err, errWaiting) {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// errWaiting: the copy cannot catch up before another node acts (the
+// primary's import); not worth a warning.
+var errWaiting = errors.New("waiting for the primary's import")
 
 // catchUp brings this node's copy of name to the repository's generation,
 // one catch-up per repository at a time (others wait for it).
@@ -193,19 +199,42 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 		if pl.UpToDate(rt.Node.Name) {
 			return nil
 		}
+		if pl.Primary == rt.Node.Name && pl.Source != "" && pl.Generation == 0 {
+			// A repository imported into the cluster: the primary imports it,
+			// as its first generation; the other copies catch up from it.
+			if _, err := rt.Repos.Import(ctx, name, pl.Source); err != nil && !errors.Is(err, repo.ErrExists) {
+				return fmt.Errorf("importing from %s: %w", pl.Source, err)
+			}
+			if err := cluster.Imported(ctx, rt.Node.DB, name, rt.Node.Name); err != nil {
+				return err
+			}
+			continue
+		}
+		if pl.Source != "" && pl.Generation == 0 {
+			return errWaiting
+		}
 		r, err := rt.ensureLocal(ctx, name)
 		if err != nil {
 			return err
 		}
-		if pl.Generation > 0 && pl.Primary != rt.Node.Name {
-			primaryURL := rt.clientURL(pl, pl.Primary)
-			// Every ref as the primary has it, refs it no longer has
-			// deleted, in one transaction (--atomic).
+		if pl.Generation > 0 {
+			// From the primary, or, when this node is a primary left behind
+			// (killed between a push's commit in PostgreSQL and in git), from
+			// a copy that holds the generation.
+			from, ok := pl.Replica(pl.Primary)
+			if pl.Primary == rt.Node.Name {
+				from, ok = upToDatePeer(pl, rt.Node.Name)
+			}
+			if !ok || from.Generation != pl.Generation && from.Node != pl.Primary {
+				return errors.New("no up-to-date copy to catch up from")
+			}
+			// Every ref as it is there, refs it no longer has deleted, in one
+			// transaction (--atomic).
 			cmd := exec.CommandContext(ctx, "git", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
-				cluster.RepoURL(primaryURL, name), "+refs/*:refs/*")
+				cluster.RepoURL(from.URL, name), "+refs/*:refs/*", "^"+cluster.LocalRefs+"*")
 			cmd.Env = append(os.Environ(), cluster.AuthEnv(rt.Secret)...)
 			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("fetching from the primary %s: %v: %s", pl.Primary, err, cluster.LastLines(string(out), 3))
+				return fmt.Errorf("fetching from %s: %v: %s", from.Node, err, cluster.LastLines(string(out), 3))
 			}
 		}
 		// Recorded only if no push committed meanwhile; otherwise again.
