@@ -215,7 +215,37 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	}
 	waitFor("generation 4 on the survivors", 5*time.Second, allAt(4, survivors...))
 
+	// With two of three copies down, a push cannot reach a majority: it is
+	// refused, and the client is told why over HTTP too.
+	var down string
+	for _, name := range survivors {
+		if name != newPrimary {
+			down = name
+		}
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	nodes[down].Shutdown(ctx)
+	cancel()
+	waitFor(down+" unhealthy", 10*time.Second, func(st cluster.Status) bool {
+		for _, n := range st.Nodes {
+			if n.Name == down {
+				return !n.Healthy
+			}
+		}
+		return false
+	})
+	lost := commit("not on a majority")
+	out, err := env.Run(work, nil, "push", pushURL(nodes[newPrimary]), "main")
+	if err == nil || !strings.Contains(out, "[remote rejected] main -> main (cluster: only 1 of 3 replicas") {
+		t.Fatalf("push without a majority: %v\n%s", err, out)
+	}
+	if got := env.RevParse(bare(newPrimary), "refs/heads/main"); got == lost {
+		t.Fatal("the primary kept a push no majority took")
+	}
+	env.Git(work, "reset", "-q", "--hard", second)
+
 	// The old primary comes back behind, and catches up before serving.
+	nodes[down] = start(down)
 	nodes[primary] = start(primary)
 	waitFor("the old primary caught up", 10*time.Second, allAt(4, replicas...))
 	if got := env.RevParse(bare(primary), "refs/heads/main"); got != second {

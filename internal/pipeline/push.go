@@ -210,6 +210,18 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 	}
 	body := io.MultiReader(bytes.NewReader(preq.Encode(plan.kept)), in)
 	res, err := p.Runner.Run(ctx, spec, body, out, stderr)
+	if rw != nil && err == nil && res.ExitCode != 0 && !rw.Reported() && len(plan.kept) > 0 {
+		// receive-pack died before its report (git 2.39 dies when a
+		// reference-transaction hook refuses: the cluster's replication).
+		// Every client is told why, per ref, as for a refused update, and
+		// over HTTP too, where git's stderr reaches no one.
+		reason := dyingReason(res.Stderr)
+		lines := []string{"unpack ok"}
+		for _, cmd := range plan.kept {
+			lines = append(lines, "ng "+cmd.Ref+" "+reason)
+		}
+		rw.Write(push.Encode(lines, sideband))
+	}
 	if rw != nil && err == nil {
 		if ferr := rw.Finish(); ferr != nil {
 			err = gitexec.ErrClientGone
@@ -504,4 +516,27 @@ func (a *activityReader) Read(p []byte) (int, error) {
 		a.seen.Store(time.Now().UnixNano())
 	}
 	return n, err
+}
+
+// dyingReason is the line of a dying receive-pack's stderr worth showing:
+// packwire's own (a hook's), else git's last.
+func dyingReason(stderr string) string {
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	reason := ""
+	for _, l := range lines {
+		if strings.HasPrefix(l, "packwire: ") {
+			reason = strings.TrimPrefix(l, "packwire: ")
+			break
+		}
+	}
+	if reason == "" && len(lines) > 0 {
+		reason = strings.TrimPrefix(strings.TrimPrefix(lines[len(lines)-1], "fatal: "), "error: ")
+	}
+	if reason == "" {
+		reason = "receive-pack failed"
+	}
+	if len(reason) > 300 {
+		reason = reason[:300]
+	}
+	return reason
 }

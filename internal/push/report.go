@@ -145,6 +145,12 @@ func NewReportWriter(w io.Writer, sideband int, rw *Rewrite) *ReportWriter {
 	return &ReportWriter{w: w, sideband: sideband, rw: rw}
 }
 
+// Reported tells whether receive-pack wrote any of its report (or output
+// that was passed on untouched).
+func (r *ReportWriter) Reported() bool {
+	return r.done || r.raw || len(r.report) > 0 || len(r.pending) > 0
+}
+
 // SetWriteDeadline forwards to the client stream (see gitexec.WriteDeadliner).
 func (r *ReportWriter) SetWriteDeadline(t time.Time) error {
 	if d, ok := r.w.(interface{ SetWriteDeadline(time.Time) error }); ok {
