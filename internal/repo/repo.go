@@ -7,11 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 var (
@@ -350,4 +352,39 @@ func (r Root) List() ([]Repo, error) {
 		return nil
 	})
 	return repos, err
+}
+
+// RemoveStaleLocks removes the lock files git left in r's refs (a ref's
+// .lock, packed-refs.lock, HEAD.lock) that are older than before: a git
+// killed while it held them (a server killed mid-push) leaves them, and
+// every later update of those refs would fail with "cannot lock ref".
+// Called at server start, before any git runs, with the start time.
+func RemoveStaleLocks(r Repo, before time.Time) (int, error) {
+	removed := 0
+	remove := func(path string) error {
+		fi, err := os.Lstat(path)
+		if err != nil || !fi.Mode().IsRegular() || !fi.ModTime().Before(before) {
+			return nil
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		removed++
+		return nil
+	}
+	for _, f := range []string{"packed-refs.lock", "HEAD.lock"} {
+		if err := remove(filepath.Join(r.Path, f)); err != nil {
+			return removed, err
+		}
+	}
+	err := filepath.WalkDir(filepath.Join(r.Path, "refs"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // a ref directory removed meanwhile
+		}
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".lock") {
+			return remove(path)
+		}
+		return nil
+	})
+	return removed, err
 }

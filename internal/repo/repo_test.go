@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCleanName(t *testing.T) {
@@ -108,4 +109,35 @@ func FuzzCleanName(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRemoveStaleLocks: lock files older than the cut are removed (a
+// killed git's), newer ones (a running git's) and refs stay.
+func TestRemoveStaleLocks(t *testing.T) {
+	root := Root{Dir: t.TempDir()}
+	r, err := root.Create(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, f := range []string{"refs/heads/main.lock", "refs/heads/team/x.lock", "packed-refs.lock", "HEAD.lock"} {
+		p := filepath.Join(r.Path, f)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, nil, 0o644)
+		os.Chtimes(p, old, old)
+	}
+	fresh := filepath.Join(r.Path, "refs", "heads", "busy.lock")
+	os.WriteFile(fresh, nil, 0o644)
+	ref := filepath.Join(r.Path, "refs", "heads", "kept")
+	os.WriteFile(ref, []byte("x\n"), 0o644)
+	os.Chtimes(ref, old, old)
+	n, err := RemoveStaleLocks(r, time.Now().Add(-time.Minute))
+	if err != nil || n != 4 {
+		t.Fatalf("removed %d, %v; want 4", n, err)
+	}
+	for _, keep := range []string{fresh, ref} {
+		if _, err := os.Stat(keep); err != nil {
+			t.Errorf("%s removed", keep)
+		}
+	}
 }

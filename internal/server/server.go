@@ -37,6 +37,7 @@ import (
 	"packwire/internal/pipeline"
 	"packwire/internal/pushguard"
 	"packwire/internal/reach"
+	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
 	"packwire/internal/server/cluster/route"
 	"packwire/internal/transport/accept"
@@ -257,6 +258,7 @@ func (s *Server) expireTrash(context.Context) {
 // New opens the data directory (creating it: datadir.Create) and builds the pipeline. It
 // refuses where CheckPlatform does (Windows).
 func New(ctx context.Context, cfg Config) (_ *Server, err error) {
+	startTime := time.Now()
 	if err := CheckPlatform(); err != nil {
 		return nil, err
 	}
@@ -310,6 +312,17 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if !cfg.AllowUnreachableWants {
 		s.Pipeline.Reach = &reach.Checker{}
+	}
+	// Ref locks left by a git killed with the server (kill -9 mid-push)
+	// would make every later update of those refs fail.
+	if repos, lerr := data.Repos.List(); lerr == nil {
+		for _, r := range repos {
+			if n, err := repo.RemoveStaleLocks(r, startTime); err != nil {
+				cfg.Log.Warn("removing stale ref locks", "repo", r.Name, "error", err.Error())
+			} else if n > 0 {
+				cfg.Log.Info("removed ref locks left by a killed git", "repo", r.Name, "locks", n)
+			}
+		}
 	}
 	// Request bodies left by a crash are of no use.
 	os.RemoveAll(s.Pipeline.TempDir)

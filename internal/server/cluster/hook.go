@@ -167,9 +167,18 @@ func (h hook) replicate(ctx context.Context, updates []update) error {
 	if primary != h.node {
 		return fmt.Errorf("cluster: this node is no longer %s's primary (%s is); nothing was written, push again", h.repo, primary)
 	}
+	// The push before this one may still be between its commit in
+	// PostgreSQL and its committed call (which records this copy current):
+	// wait for it a little, rather than refuse.
 	var mine int64
-	if err := tx.QueryRowContext(ctx, "SELECT generation FROM replicas WHERE repo = ? AND node = ?", h.repo, h.node).Scan(&mine); err != nil {
-		return err
+	for wait := time.Now().Add(5 * time.Second); ; {
+		if err := tx.QueryRowContext(ctx, "SELECT generation FROM replicas WHERE repo = ? AND node = ?", h.repo, h.node).Scan(&mine); err != nil {
+			return err
+		}
+		if mine == gen || time.Now().After(wait) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if mine != gen {
 		return fmt.Errorf("cluster: this node's copy of %s is behind (generation %d of %d) and is being caught up; nothing was written, push again shortly", h.repo, mine, gen)
