@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -69,10 +70,7 @@ func (s *Server) startCluster() error {
 		return nil
 	}
 	if s.Node.URL == "" {
-		s.Node.URL = "http://" + s.HTTPAddr.String()
-		if s.Config.TLSCert != "" {
-			s.Node.URL = "https://" + s.HTTPAddr.String()
-		}
+		s.Node.URL = defaultNodeURL(s.HTTPAddr, s.Config.TLSCert != "")
 	}
 	s.Node.Listeners = fmt.Sprintf("git=%v http=%v ssh=%v", s.GitAddr, s.HTTPAddr, s.SSHAddr)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -89,4 +87,25 @@ func (s *Server) startCluster() error {
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.Node.Run(ctx) }()
 	return nil
+}
+
+// defaultNodeURL is how other nodes reach this one when --node-url is not
+// given: the HTTP listener, with this machine's host name for a listener
+// on every address (":8080").
+func defaultNodeURL(addr net.Addr, tls bool) string {
+	scheme := "http://"
+	if tls {
+		scheme = "https://"
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return scheme + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if name, err := os.Hostname(); err == nil && name != "" {
+			host = name
+		}
+	}
+	return scheme + net.JoinHostPort(host, port)
 }
