@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -30,11 +31,12 @@ var BinDirs = []string{"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin
 // Server is a running PostgreSQL.
 type Server struct {
 	// URL reaches the server's "postgres" database as its superuser.
-	URL string
-	dir string
-	cmd *exec.Cmd
-	n   int
-	mu  sync.Mutex
+	URL    string
+	dir    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	n      int
+	mu     sync.Mutex
 }
 
 // bin finds a PostgreSQL program, or "".
@@ -64,26 +66,40 @@ func isExecutable(p string) bool {
 // (scripts/install-deps installs it).
 func Start(t testing.TB) *Server {
 	t.Helper()
+	s, err := Launch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Launch starts a server outside a test (benchmarks); Stop ends it and
+// removes its files.
+func Launch() (*Server, error) {
 	initdb, postgres := bin("initdb"), bin("postgres")
 	if initdb == "" || postgres == "" {
-		t.Fatal("PostgreSQL's initdb and postgres not found: run scripts/install-deps (apt-get install postgresql), or set PACKWIRE_PG_BIN to their directory")
+		return nil, errors.New("PostgreSQL's initdb and postgres not found: run scripts/install-deps (apt-get install postgresql), or set PACKWIRE_PG_BIN to their directory")
 	}
 	var cred *syscall.Credential
 	dir, err := os.MkdirTemp("", "packwire-pgtest-")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	fail := func(err error) (*Server, error) {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			t.Fatalf("running as root, PostgreSQL needs the postgres user: %v", err)
+			return fail(fmt.Errorf("running as root, PostgreSQL needs the postgres user: %w", err))
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
+			return fail(err)
 		}
 	}
 	data := filepath.Join(dir, "data")
@@ -97,46 +113,72 @@ func Start(t testing.TB) *Server {
 		return cmd
 	}
 	if out, err := run(initdb, "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
+		return fail(fmt.Errorf("initdb: %v\n%s", err, out))
 	}
-	port := freePort(t)
-	var log bytes.Buffer
-	cmd := run(postgres, "-D", data, "-p", strconv.Itoa(port), "-h", "127.0.0.1", "-k", dir,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
-	cmd.Stdout, cmd.Stderr = &log, &log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("postgres: %v", err)
+	// A port picked free may be taken before postgres binds it: try again.
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return fail(err)
+		}
+		var log bytes.Buffer
+		cmd := run(postgres, "-D", data, "-p", strconv.Itoa(port), "-h", "127.0.0.1", "-k", dir,
+			"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300")
+		cmd.Stdout, cmd.Stderr = &log, &log
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			return fail(fmt.Errorf("postgres: %w", err))
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		s := &Server{URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), dir: dir, cmd: cmd, exited: exited}
+		if lastErr = s.waitReady(30 * time.Second); lastErr == nil {
+			return s, nil
+		}
+		s.stopProcess()
+		lastErr = fmt.Errorf("%w\n%s", lastErr, log.String())
 	}
-	s := &Server{URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), dir: dir, cmd: cmd}
-	t.Cleanup(s.stop)
-	deadline := time.Now().Add(30 * time.Second)
+	return fail(fmt.Errorf("postgres did not start: %w", lastErr))
+}
+
+func (s *Server) waitReady(within time.Duration) error {
+	deadline := time.Now().Add(within)
 	for {
+		select {
+		case <-s.exited:
+			return errors.New("postgres exited")
+		default:
+		}
 		db, err := sql.Open("pgx", s.URL)
 		if err == nil {
 			err = db.Ping()
 			db.Close()
 		}
 		if err == nil {
-			return s
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("postgres did not start: %v\n%s", err, log.String())
+			return err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-// stop asks postgres for a fast shutdown and waits for it.
-func (s *Server) stop() {
+// Stop stops the server and removes its files.
+func (s *Server) Stop() {
+	s.stopProcess()
+	os.RemoveAll(s.dir)
+}
+
+// stopProcess asks postgres for a fast shutdown and waits for it.
+func (s *Server) stopProcess() {
 	s.cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.exited:
 	case <-time.After(10 * time.Second):
 		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		<-s.exited
 	}
 }
 
@@ -144,28 +186,37 @@ func (s *Server) stop() {
 // URL, so that tests sharing a server do not see each other's tables.
 func (s *Server) NewDatabase(t testing.TB) string {
 	t.Helper()
+	url, err := s.CreateDatabase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+// CreateDatabase creates an empty database and returns its URL.
+func (s *Server) CreateDatabase() (string, error) {
 	s.mu.Lock()
 	s.n++
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), s.n)
 	s.mu.Unlock()
 	db, err := sql.Open("pgx", s.URL)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
+		return "", fmt.Errorf("create database: %w", err)
 	}
-	return strings.Replace(s.URL, "/postgres?", "/"+name+"?", 1)
+	return strings.Replace(s.URL, "/postgres?", "/"+name+"?", 1), nil
 }
 
-func freePort(t testing.TB) int {
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
