@@ -70,6 +70,7 @@ func main() {
 	results := flag.String("results", "", "write the results as Markdown to this file too (e.g. bench/RESULTS.md)")
 	loadFor := flag.Duration("load-duration", 60*time.Second, "duration of the 64-clone load with a pusher")
 	idleConns := flag.Int("idle", 1000, "idle connections held per transport")
+	flag.DurationVar(&farRTT, "sshgap-rtt", 100*time.Millisecond, "round trip of sshgap's far-client comparison, paced against unpaced (0: skip it)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 	benchkit.StopOnSignal()

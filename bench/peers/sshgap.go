@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"packwire/bench/internal/benchkit"
 	"packwire/internal/lab/compare"
+	"packwire/internal/lab/netem"
 )
 
 // gapSample is one full clone: wall, the client's CPU (git and everything
@@ -122,6 +124,41 @@ func (s *setup) sshGapWorkload(r *report) {
 	pacing := compare.Analyze(pick(noPacing, wall), pick(paced, wall))
 	sshCPU := compare.Analyze(pick(noPacing, func(x gapSample) time.Duration { return x.ssh }), pick(paced, func(x gapSample) time.Duration { return x.ssh }))
 	r.note(fmt.Sprintf("Paced / unpaced packwire, same round: wall %s, client ssh CPU %s.", ratioCI(pacing), ratioCI(sshCPU)))
+
+	if farRTT > 0 {
+		s.farClone(r, targets[1], targets[2], sshEnv)
+	}
+}
+
+// farRTT is the round trip of the far-client comparison (0: skipped).
+var farRTT time.Duration
+
+// farClone clones through a netem proxy that adds farRTT, paced against
+// unpaced: pacing must not cost a far client throughput (its allowance
+// grows with throughput x RTT to the client's whole window).
+func (s *setup) farClone(r *report, paced, unpaced target, env []string) {
+	log.Printf("SSH gap: far client (%v RTT), paced against unpaced ...", farRTT)
+	var far []target
+	for _, t := range []target{paced, unpaced} {
+		upstream := strings.TrimPrefix(t.url, "ssh://bench@")
+		upstream, _, _ = strings.Cut(upstream, "/")
+		p := &netem.Proxy{Upstream: upstream, Delay: farRTT}
+		addr, err := p.Start(context.Background())
+		if err != nil {
+			benchkit.Fatalf("netem: %v", err)
+		}
+		defer p.Close()
+		far = append(far, target{name: t.name, url: "ssh://bench@" + addr + "/" + s.repo + ".git", env: env})
+	}
+	dst := filepath.Join(s.out, "sshgap-far")
+	got := s.rounds(far, func(t target, _ int) sample {
+		os.RemoveAll(dst)
+		return sample{wall: s.mustGit(t.env, s.out, "clone", "-q", "--no-local", "--no-checkout", t.url, dst)}
+	})
+	os.RemoveAll(dst)
+	res := compare.Analyze(walls(got[unpaced.name]), walls(got[paced.name]))
+	r.note(fmt.Sprintf("Far client, through `internal/lab/netem` adding %v of round trip (unlimited rate), %d rounds: paced %s, unpaced %s, paced / unpaced %s.",
+		farRTT, s.nRounds, secs(res.BMedian), secs(res.AMedian), ratioCI(res)))
 }
 
 // readTimeFile reads "USER SYS" seconds as /usr/bin/time -f '%U %S' wrote

@@ -32,8 +32,10 @@ const DefaultMaxUnacked = 512 << 10
 // second) x (round-trip time): on loopback that is limit; on a long path
 // whose throughput the network, not git, bounds it grows by 3x per round
 // trip until the client's whole window is in use, as without pacing. Until
-// a round trip has been measured (keepalive@openssh.com, answered in order
-// behind the data), nothing is paced.
+// a round trip (keepalive@openssh.com, answered in order behind the data)
+// and then the rate over one round trip (at least 10 ms) have been
+// measured, nothing is paced: a far client's first round trip is never
+// held back, and a near one's buffer fills once at most.
 //
 // x/crypto/ssh exposes no window, so channelWindow reads the channel's own
 // (under its lock, as the library does). Where its layout is not the one
@@ -105,6 +107,7 @@ type channelWindow struct {
 	sent      uint64       // bytes written through the pacedWriter
 	rtt       atomic.Int64 // smallest measured round trip (ns); 0: none yet
 	rate      float64      // acknowledged bytes per second, last interval
+	rated     bool         // rate has been measured once
 	rateSince time.Time
 	ackedThen uint64
 }
@@ -135,9 +138,15 @@ func (w *channelWindow) allowance(limit uint32, now time.Time) uint32 {
 	acked := w.sent - min(uint64(w.unacked()), w.sent) // stderr shares the window
 	if w.rateSince.IsZero() {
 		w.rateSince, w.ackedThen = now, acked
-	} else if d := now.Sub(w.rateSince); d >= max(rateInterval, rtt) {
+		return w.max // no rate yet: a far client's first round trip is not held back
+	}
+	if d := now.Sub(w.rateSince); d >= max(rateInterval, rtt) {
 		w.rate = float64(acked-w.ackedThen) / d.Seconds()
 		w.rateSince, w.ackedThen = now, acked
+		w.rated = true
+	}
+	if !w.rated {
+		return w.max
 	}
 	inFlight := 2 * w.rate * rtt.Seconds()
 	if float64(limit)+inFlight >= float64(w.max) {
