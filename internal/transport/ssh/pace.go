@@ -29,7 +29,7 @@ const DefaultMaxUnacked = 512 << 10
 // What the client has not acknowledged (its window adjusts follow git's
 // reads) is its buffer plus what is on the way there and back: about
 // rate x RTT. So the allowance is limit + 2 x (acknowledged bytes per
-// second) x (round-trip time): on loopback that is limit; on a long path
+// second, its recent peak) x (round-trip time): on loopback that is limit; on a long path
 // whose throughput the network, not git, bounds it grows by 3x per round
 // trip until the client's whole window is in use, as without pacing. Until
 // a round trip (keepalive@openssh.com, answered in order behind the data)
@@ -106,7 +106,7 @@ type channelWindow struct {
 	max       uint32       // the largest window seen: the client's whole window
 	sent      uint64       // bytes written through the pacedWriter
 	rtt       atomic.Int64 // smallest measured round trip (ns); 0: none yet
-	rate      float64      // acknowledged bytes per second, last interval
+	rate      float64      // acknowledged bytes per second: recent peak
 	rated     bool         // rate has been measured once
 	rateSince time.Time
 	ackedThen uint64
@@ -141,7 +141,9 @@ func (w *channelWindow) allowance(limit uint32, now time.Time) uint32 {
 		return w.max // no rate yet: a far client's first round trip is not held back
 	}
 	if d := now.Sub(w.rateSince); d >= max(rateInterval, rtt) {
-		w.rate = float64(acked-w.ackedThen) / d.Seconds()
+		// The peak, fading by a fifth per interval: a moment in which
+		// git reads slower must not shrink a far client's allowance.
+		w.rate = max(float64(acked-w.ackedThen)/d.Seconds(), w.rate*0.8)
 		w.rateSince, w.ackedThen = now, acked
 		w.rated = true
 	}
