@@ -66,10 +66,11 @@ func main() {
 	outDir := flag.String("out", "bench/out/peers", "work directory (repositories, data, clones)")
 	shape := flag.String("shape", "jquery", "synth shape of the benchmark repository (jquery, swift, linux)")
 	scale := flag.Float64("scale", 1, "synth scale of the benchmark repository")
-	only := flag.String("only", "", "comma-separated workloads to run (clone, noop, incremental, mirror, herd, idle, load); default all")
+	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, idle, load); default all")
 	results := flag.String("results", "", "write the results as Markdown to this file too (e.g. bench/RESULTS.md)")
 	loadFor := flag.Duration("load-duration", 60*time.Second, "duration of the 64-clone load with a pusher")
 	idleConns := flag.Int("idle", 1000, "idle connections held per transport")
+	flag.DurationVar(&farRTT, "sshgap-rtt", 100*time.Millisecond, "round trip of sshgap's far-client comparison, paced against unpaced (0: skip it)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 	benchkit.StopOnSignal()
@@ -101,6 +102,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	benchkit.Run(s.bin, "init", "--data", s.data) // admin commands refuse a directory without a store
 	benchkit.Run(s.bin, "maintain", "--data", s.data)
 	s.repoInfo = fmt.Sprintf("%s-shaped synth repository at scale %g: %d commits, %d trees, %d blobs, %d branches, %d tags, pack %.1f MiB",
 		*shape, *scale, res.Commits, res.Trees, res.Blobs, res.Branches, res.Tags, float64(benchkit.DirSize(filepath.Join(s.repos, s.repo+".git", "objects", "pack")))/(1<<20))
@@ -144,6 +146,9 @@ func main() {
 	r.header(s)
 	if run("clone") {
 		s.cloneWorkload(r)
+	}
+	if run("sshgap") {
+		s.sshGapWorkload(r)
 	}
 	if run("noop") {
 		s.noopWorkload(r)

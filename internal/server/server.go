@@ -4,6 +4,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -77,6 +78,7 @@ type Config struct {
 	SSHKeepAlive   time.Duration
 	SSHIdleTimeout time.Duration // close an SSH connection once no command ran for this long after its last (0: never)
 	SSHMaxSessions int           // session channels open at once per SSH connection (0: no limit)
+	SSHMaxUnacked  int           // output an SSH client may hold unread, by estimate (0: its whole window)
 
 	PackCache             bool          // share identical pack-objects runs between fetches
 	PackCacheMaxBytes     int64         // finished packs kept on disk, in total
@@ -155,6 +157,7 @@ var Defaults = Config{
 	SSHKeepAlive:    30 * time.Second,
 	SSHIdleTimeout:  10 * time.Minute,
 	SSHMaxSessions:  10,
+	SSHMaxUnacked:   sshtransport.DefaultMaxUnacked,
 	RecordsMaxAge:   30 * 24 * time.Hour,
 	RecordsMaxCount: 1_000_000,
 
@@ -532,6 +535,7 @@ func (s *Server) Start() error {
 			IdleTimeout:    cfg.SSHIdleTimeout,
 			MaxConnections: cfg.MaxConnections,
 			MaxSessions:    cfg.SSHMaxSessions,
+			MaxUnacked:     cmp.Or(cfg.SSHMaxUnacked, -1), // the flag's 0 is off
 			Log:            cfg.Log,
 		}
 		s.serve("ssh", func() error { return s.ssh.Serve(sshL) }, sshtransport.ErrServerClosed)

@@ -139,7 +139,15 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	}
 	// c.ctx ends with the connection; a closed channel ends the relay
 	// through the failed write, and the client's EOF reaches git's stdin.
-	res, err := call.Run(c.ctx, ch, channelWriter{ch}, ch.Stderr())
+	out := newPacedWriter(ch, c.srv.maxUnacked())
+	if out.window == nil && c.srv.maxUnacked() > 0 {
+		c.srv.pacingOff.Do(func() {
+			c.log.Warn("output pacing is off", "reason", "x/crypto/ssh's channel window was not found (its layout changed)")
+		})
+	}
+	stopRTT := c.measureRTT(out)
+	res, err := call.Run(c.ctx, ch, channelWriter{out}, ch.Stderr())
+	stopRTT()
 	if err != nil {
 		c.log.Info("request ended early", "service", service, "repo", path, "error", err.Error())
 	}
@@ -150,12 +158,49 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	return uint32(res.ExitCode)
 }
 
-// channelWriter gives a session channel the write deadline the relay uses
-// to unblock a write stuck on a client that stopped reading: an SSH channel
-// has no deadlines, so it closes the channel instead.
-type channelWriter struct{ gossh.Channel }
+// channelWriter is git's stdout into a session channel, paced (see
+// pacedWriter), with the write deadline the relay uses to unblock a write
+// stuck on a client that stopped reading: an SSH channel has no deadlines,
+// so it closes the channel instead.
+type channelWriter struct{ pacedWriter }
 
 func (c channelWriter) SetWriteDeadline(time.Time) error { return c.Channel.Close() }
+
+// rttInterval is how often a session's round trip is measured again while
+// its command runs.
+const rttInterval = 2 * time.Second
+
+// measureRTT times keepalive@openssh.com round trips for out's pacing: one
+// now, then every rttInterval until the returned stop is called. A client
+// that never answers leaves the session unpaced.
+func (c *conn) measureRTT(out pacedWriter) (stop func()) {
+	if out.window == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(rttInterval)
+		defer t.Stop()
+		for {
+			start := time.Now()
+			// Any answer counts, a refusal included (OpenSSH refuses it).
+			if _, _, err := c.ssh.SendRequest("keepalive@openssh.com", true, nil); err != nil {
+				return
+			}
+			out.setRTT(time.Since(start))
+			select {
+			case <-done:
+				return
+			case <-c.ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done) }
+}
 
 func truncate(s string, n int) string {
 	if len(s) > n {

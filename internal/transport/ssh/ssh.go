@@ -32,15 +32,17 @@ type Server struct {
 	IdleTimeout    time.Duration  // close a connection once no command ran for this long after its last; 0: never
 	MaxConnections int            // 0: no limit
 	MaxSessions    int            // session channels open at once per connection; 0: no limit
+	MaxUnacked     int            // bytes of a command's output sent and not yet acknowledged by the client's window; 0: DefaultMaxUnacked, <0: the client's whole window
 	Log            *slog.Logger
 
-	mu       sync.Mutex
-	listener net.Listener
-	closed   bool
-	conns    map[*conn]struct{} // connections past the handshake
-	wg       sync.WaitGroup     // connection handlers
-	open     atomic.Int64       // connections now open, counted against MaxConnections
-	accepted atomic.Int64       // connections accepted since start
+	mu        sync.Mutex
+	listener  net.Listener
+	closed    bool
+	conns     map[*conn]struct{} // connections past the handshake
+	wg        sync.WaitGroup     // connection handlers
+	open      atomic.Int64       // connections now open, counted against MaxConnections
+	accepted  atomic.Int64       // connections accepted since start
+	pacingOff sync.Once          // logs once that windowOf failed
 }
 
 // DefaultCiphers offers AES-GCM first: hardware-accelerated on x86.
@@ -106,6 +108,13 @@ func (s *Server) Serve(l net.Listener) error {
 		return ErrServerClosed
 	}
 	return err
+}
+
+func (s *Server) maxUnacked() int {
+	if s.MaxUnacked == 0 {
+		return DefaultMaxUnacked
+	}
+	return s.MaxUnacked
 }
 
 func (s *Server) isClosed() bool {

@@ -1,0 +1,212 @@
+package ssh
+
+import (
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// DefaultMaxUnacked is how many bytes of a session's output the client's
+// ssh may hold that git has not read yet, by packwire's estimate; see
+// pacedWriter.
+const DefaultMaxUnacked = 512 << 10
+
+// pacedWriter writes git's output to a session channel so that the client's
+// ssh holds at most about limit bytes that git has not read yet, whatever
+// window the client offers (OpenSSH: 2 MiB).
+//
+// Why: OpenSSH's client keeps what git has not read yet in one buffer that
+// grows 32 KiB at a time, and past glibc's mmap threshold each growth is a
+// new mapping, a copy of everything buffered, a zeroing of the old buffer
+// and an munmap. Filling the whole window while git's index-pack drains
+// slower made the client's ssh map, copy and zero ~10x the pack (strace: 145
+// remaps of up to 1 MB for a 30 MB pack) and tripled its CPU.
+//
+// What the client has not acknowledged (its window adjusts follow git's
+// reads) is its buffer plus what is on the way there and back: about
+// rate x RTT. So the allowance is limit + 2 x (acknowledged bytes per
+// second, its recent peak) x (round-trip time): on loopback that is limit; on a long path
+// whose throughput the network, not git, bounds it grows by 3x per round
+// trip until the client's whole window is in use, as without pacing. Until
+// a round trip (keepalive@openssh.com, answered in order behind the data)
+// and then the rate over one round trip (at least 10 ms) have been
+// measured, nothing is paced: a far client's first round trip is never
+// held back, and a near one's buffer fills once at most.
+//
+// x/crypto/ssh exposes no window, so channelWindow reads the channel's own
+// (under its lock, as the library does). Where its layout is not the one
+// expected, pacing is off and writes go straight to the channel.
+type pacedWriter struct {
+	gossh.Channel
+	window *channelWindow // nil: not paced
+	limit  uint32
+}
+
+func newPacedWriter(ch gossh.Channel, limit int) pacedWriter {
+	w := pacedWriter{Channel: ch}
+	if limit > 0 {
+		w.window = windowOf(ch)
+		w.limit = uint32(min(limit, 1<<30))
+	}
+	return w
+}
+
+// setRTT records a measured round trip; the smallest one counts.
+func (w pacedWriter) setRTT(rtt time.Duration) {
+	if w.window == nil || rtt <= 0 {
+		return
+	}
+	for {
+		old := w.window.rtt.Load()
+		if old != 0 && old <= int64(rtt) || w.window.rtt.CompareAndSwap(old, int64(rtt)) {
+			return
+		}
+	}
+}
+
+// Write sends p in pieces of at most a quarter of the limit, each once the
+// allowance leaves room for it.
+func (w pacedWriter) Write(p []byte) (int, error) {
+	if w.window == nil {
+		return w.Channel.Write(p)
+	}
+	piece := max(w.limit/4, 1)
+	n := 0
+	for len(p) > 0 {
+		size := min(uint32(len(p)), piece)
+		w.window.waitRoom(size, w.limit)
+		m, err := w.Channel.Write(p[:size])
+		w.window.wrote(m)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[size:]
+	}
+	return n, nil
+}
+
+// rateInterval is the shortest interval the acknowledgement rate is
+// measured over.
+const rateInterval = 10 * time.Millisecond
+
+// channelWindow is x/crypto/ssh's remote window of one channel: win is the
+// room the client has granted, guarded by cond.L; add (a window adjust)
+// and close broadcast on cond. The other fields are packwire's, also under
+// cond.L (rtt excepted).
+type channelWindow struct {
+	cond   *sync.Cond
+	win    *uint32
+	closed *bool
+
+	max       uint32       // the largest window seen: the client's whole window
+	sent      uint64       // bytes written through the pacedWriter
+	rtt       atomic.Int64 // smallest measured round trip (ns); 0: none yet
+	rate      float64      // acknowledged bytes per second: recent peak
+	rated     bool         // rate has been measured once
+	rateSince time.Time
+	ackedThen uint64
+}
+
+func (w *channelWindow) wrote(n int) {
+	w.cond.L.Lock()
+	w.sent += uint64(n)
+	w.cond.L.Unlock()
+}
+
+// unacked is what the client has not acknowledged: its whole window less
+// what it grants now. Call with cond.L held.
+func (w *channelWindow) unacked() uint32 {
+	win := *w.win
+	if win > w.max {
+		w.max = win // the client grew its window
+	}
+	return w.max - win
+}
+
+// allowance is how many unacknowledged bytes are allowed now. Call with
+// cond.L held.
+func (w *channelWindow) allowance(limit uint32, now time.Time) uint32 {
+	rtt := time.Duration(w.rtt.Load())
+	if rtt == 0 {
+		return w.max // no round trip measured: not paced
+	}
+	acked := w.sent - min(uint64(w.unacked()), w.sent) // stderr shares the window
+	if w.rateSince.IsZero() {
+		w.rateSince, w.ackedThen = now, acked
+		return w.max // no rate yet: a far client's first round trip is not held back
+	}
+	if d := now.Sub(w.rateSince); d >= max(rateInterval, rtt) {
+		// The peak, fading by a fifth per interval: a moment in which
+		// git reads slower must not shrink a far client's allowance.
+		w.rate = max(float64(acked-w.ackedThen)/d.Seconds(), w.rate*0.8)
+		w.rateSince, w.ackedThen = now, acked
+		w.rated = true
+	}
+	if !w.rated {
+		return w.max
+	}
+	inFlight := 2 * w.rate * rtt.Seconds()
+	if float64(limit)+inFlight >= float64(w.max) {
+		return w.max
+	}
+	return limit + uint32(inFlight)
+}
+
+// waitRoom blocks until size more bytes stay within the allowance, or
+// nothing is unacknowledged, or the channel closed.
+func (w *channelWindow) waitRoom(size, limit uint32) {
+	w.cond.L.Lock()
+	defer w.cond.L.Unlock()
+	for {
+		unacked := w.unacked()
+		if *w.closed || unacked == 0 || unacked+size <= w.allowance(limit, time.Now()) {
+			return
+		}
+		w.cond.Wait()
+	}
+}
+
+// windowOf finds the remote window inside x/crypto/ssh's channel type
+// (v0.58: channel.remoteWin, a window{*sync.Cond; win uint32; ...; closed
+// bool}), checking every name and type on the way; nil when anything
+// differs.
+func windowOf(ch gossh.Channel) *channelWindow {
+	v := reflect.ValueOf(ch)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return nil
+	}
+	chv := v.Elem()
+	if t := chv.Type(); t.Kind() != reflect.Struct || t.PkgPath() != "golang.org/x/crypto/ssh" || t.Name() != "channel" {
+		return nil
+	}
+	rw := chv.FieldByName("remoteWin")
+	if !rw.IsValid() || rw.Kind() != reflect.Struct || rw.Type().Name() != "window" || !rw.CanAddr() {
+		return nil
+	}
+	field := func(name string, typ reflect.Type) unsafe.Pointer {
+		f, ok := rw.Type().FieldByName(name)
+		if !ok || f.Type != typ || len(f.Index) != 1 {
+			return nil
+		}
+		return unsafe.Add(unsafe.Pointer(rw.UnsafeAddr()), f.Offset)
+	}
+	condp := field("Cond", reflect.TypeFor[*sync.Cond]())
+	winp := field("win", reflect.TypeFor[uint32]())
+	closedp := field("closed", reflect.TypeFor[bool]())
+	if condp == nil || winp == nil || closedp == nil {
+		return nil
+	}
+	w := &channelWindow{cond: *(**sync.Cond)(condp), win: (*uint32)(winp), closed: (*bool)(closedp)}
+	if w.cond == nil {
+		return nil
+	}
+	w.cond.L.Lock()
+	w.max = *w.win // the client's initial window: nothing is sent yet
+	w.cond.L.Unlock()
+	return w
+}

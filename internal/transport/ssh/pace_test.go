@@ -1,0 +1,208 @@
+package ssh
+
+import (
+	"context"
+	"io"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"packwire/internal/gittest"
+)
+
+// countingConn counts the bytes the client's SSH layer has read off the
+// socket.
+type countingConn struct {
+	net.Conn
+	read atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+// bigRepo is 24 MiB of random blobs: a pack far larger than any window.
+func bigRepo(t *testing.T, h *harness, name string) {
+	t.Helper()
+	r, err := h.data.Repos.Create(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.env.Git(r.Path, "config", "core.bigFileThreshold", "512k")
+	h.env.Git(r.Path, "config", "core.compression", "0")
+	h.env.Build(r.Path, gittest.Shape{Commits: 1, Files: 24, BlobBytes: 1 << 20, Incompress: true})
+}
+
+// slowClone fetches the whole big pack with the Go client, reading it
+// slower than the server sends, and returns the most the client ever held
+// that its application had not read yet (bytes off the socket less bytes
+// read from the session, less SSH framing), from the 4th MiB on, and the
+// pack bytes.
+func slowClone(t *testing.T, h *harness, repo string) (held, received int64) {
+	t.Helper()
+	nc, err := net.Dial("tcp", "127.0.0.1:"+h.port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := &countingConn{Conn: nc}
+	sconn, chans, reqs, err := gossh.NewClientConn(conn, nc.RemoteAddr().String(), &gossh.ClientConfig{
+		User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(h.signer(h.aliceKey))}, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := gossh.NewClient(sconn, chans, reqs)
+	defer client.Close()
+	sess, err := client.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, _ := sess.StdinPipe()
+	stdout, _ := sess.StdoutPipe()
+	start := conn.read.Load() // the handshake; then only this session's output
+	if err := sess.Start("git-upload-pack '/" + repo + "'"); err != nil {
+		t.Fatal(err)
+	}
+	startUploadPack(t, stdin, stdout) // 1 MiB read, and the advertisement (< 1 KiB)
+	received = 1 << 20
+	buf := make([]byte, 32<<10)
+	for {
+		// About 16 MiB/s: slower than git over loopback, as index-pack is.
+		time.Sleep(2 * time.Millisecond)
+		n, err := io.ReadFull(stdout, buf)
+		received += int64(n)
+		// SSH framing: under 64 bytes per 32 KiB packet. The first round
+		// trip and rate interval are not paced (a far client's first round
+		// trip is not held back): count from the 4th MiB on.
+		if received >= 4<<20 {
+			held = max(held, conn.read.Load()-start-received-received/512)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading the pack: %v", err)
+		}
+	}
+	if err := sess.Wait(); err != nil {
+		t.Fatalf("clone: %v (read %d bytes)", err, received)
+	}
+	return held, received
+}
+
+// TestPacingBoundsClientBuffer: with MaxUnacked set, a client that reads
+// slower than git writes never holds much more than that unread, and still
+// gets the whole pack; with pacing off the same client holds ~ its whole
+// window (x/crypto/ssh: 2 MiB), which shows the measurement would see a
+// missing cap.
+func TestPacingBoundsClientBuffer(t *testing.T) {
+	t.Parallel()
+	const limit = 256 << 10
+	for _, tc := range []struct {
+		name       string
+		maxUnacked int
+	}{{"paced", limit}, {"unpaced", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(s *Server) { s.MaxUnacked = tc.maxUnacked })
+			bigRepo(t, h, "team/big")
+			held, received := slowClone(t, h, "team/big.git")
+			t.Logf("client held at most %d KiB unread; pack %d MiB", held>>10, received>>20)
+			if received < 24<<20 {
+				t.Fatalf("received %d bytes, want the whole 24 MiB pack", received)
+			}
+			switch {
+			case tc.maxUnacked > 0 && held > limit+64<<10:
+				t.Fatalf("client held %d KiB unread, want at most the %d KiB cap (+ framing and a round trip)", held>>10, limit>>10)
+			case tc.maxUnacked < 0 && held < 1<<20:
+				t.Fatalf("unpaced client held only %d KiB unread: the measurement cannot tell a missing cap", held>>10)
+			}
+		})
+	}
+}
+
+// TestPacedCloneWithOpenSSH: a large clone through the OpenSSH client and
+// git, paced at a small cap, is complete (fsck), and keepalives run.
+func TestPacedCloneWithOpenSSH(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(s *Server) { s.MaxUnacked = 128 << 10; s.KeepAlive = 100 * time.Millisecond })
+	bigRepo(t, h, "team/big")
+	dir := filepath.Join(t.TempDir(), "big")
+	h.mustGit("", h.aliceKey, "clone", "--no-checkout", h.url("team/big.git"), dir)
+	h.env.Fsck(dir)
+}
+
+// fakeWindow is a channelWindow over a window of its own.
+func fakeWindow(win uint32) (*channelWindow, *uint32) {
+	w, closed := win, false
+	return &channelWindow{cond: sync.NewCond(&sync.Mutex{}), win: &w, closed: &closed, max: win}, &w
+}
+
+// TestAllowance: unpaced until a round trip and a rate are known; the cap
+// on a short path; the whole window once throughput x RTT needs it.
+func TestAllowance(t *testing.T) {
+	const window, limit = 2 << 20, 512 << 10
+	now := time.Now()
+	w, win := fakeWindow(window)
+	if got := w.allowance(limit, now); got != window {
+		t.Fatalf("no RTT yet: allowance %d, want the whole window", got)
+	}
+	w.rtt.Store(int64(100 * time.Microsecond)) // loopback
+	if got := w.allowance(limit, now); got != window {
+		t.Fatalf("no rate yet: allowance %d, want the whole window", got)
+	}
+	if got := w.allowance(limit, now.Add(time.Millisecond)); got != window {
+		t.Fatalf("rate interval not over: allowance %d, want the whole window", got)
+	}
+	w.sent, *win = 3<<20, window-(1<<20) // 2 MiB acknowledged in 100 ms: 20 MiB/s
+	if got := w.allowance(limit, now.Add(100*time.Millisecond)); got < limit || got > limit+8<<10 {
+		t.Fatalf("loopback at 20 MiB/s: allowance %d, want about %d", got, limit)
+	}
+	w.rtt.Store(int64(100 * time.Millisecond)) // far away at 20 MiB/s: 2 MiB on the way
+	if got := w.allowance(limit, now.Add(100*time.Millisecond)); got != window {
+		t.Fatalf("100 ms RTT at 20 MiB/s: allowance %d, want the whole window", got)
+	}
+	w.setRTTForTest(50 * time.Millisecond)
+	if got := time.Duration(w.rtt.Load()); got != 50*time.Millisecond {
+		t.Fatalf("rtt %v after a smaller sample", got)
+	}
+	w.setRTTForTest(80 * time.Millisecond)
+	if got := time.Duration(w.rtt.Load()); got != 50*time.Millisecond {
+		t.Fatalf("rtt %v: the smallest sample should count", got)
+	}
+}
+
+func (w *channelWindow) setRTTForTest(d time.Duration) { pacedWriter{window: w}.setRTT(d) }
+
+// TestWindowOfFindsTheChannelWindow guards the x/crypto/ssh layout pacing
+// depends on: after an upgrade that moves it, this fails (and packwire
+// logs that pacing is off).
+func TestWindowOfFindsTheChannelWindow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	client := h.dial(h.signer(h.aliceKey))
+	defer client.Close()
+	ch, reqs, err := client.OpenChannel("session", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gossh.DiscardRequests(reqs)
+	defer ch.Close()
+	w := windowOf(ch)
+	if w == nil {
+		t.Fatal("windowOf found no window in x/crypto/ssh's channel")
+	}
+	if w.max < 64<<10 {
+		t.Fatalf("window %d: the server's initial window should be there", w.max)
+	}
+	if windowOf(struct{ gossh.Channel }{ch}) != nil {
+		t.Fatal("windowOf accepted a type that is not x/crypto/ssh's channel")
+	}
+}
