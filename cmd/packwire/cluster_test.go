@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -322,4 +323,77 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestClusterSurvivesPostgresRestart: PostgreSQL restarted while a client
+// pushes: pushes in flight finish or fail with a message, the nodes
+// reconnect by themselves, pushes are accepted again, and every
+// acknowledged push is on every copy.
+func TestClusterSurvivesPostgresRestart(t *testing.T) {
+	pg := pgtest.Start(t)
+	url := pg.NewDatabase(t)
+	var nodes []*servertest.Server
+	for _, name := range []string{"a", "b", "c"} {
+		nodes = append(nodes, servertest.Start(t, func(c *server.Config) {
+			c.Database, c.Node, c.NodeHeartbeat, c.NodeTimeout = url, name, 200*time.Millisecond, time.Second
+		}))
+	}
+	admin := func(args ...string) string {
+		t.Helper()
+		out, code := packwire(t, append(args, "--database", url, "--data", filepath.Join(t.TempDir(), "none"))...)
+		if code != 0 {
+			t.Fatalf("packwire %s: %d\n%s", strings.Join(args, " "), code, out)
+		}
+		return out
+	}
+	admin("repo", "create", "app")
+	admin("user", "add", "ci")
+	admin("grant", "ci", "write", "**")
+	lines := strings.Split(strings.TrimSpace(admin("token", "create", "ci")), "\n")
+	token := lines[len(lines)-1]
+	env := nodes[0].Env
+	work := filepath.Join(t.TempDir(), "work")
+	env.Git("", "init", "-q", "-b", "main", work)
+	var restarted atomic.Bool
+	var acked string
+	var ackedAfter, failed int
+	deadline := time.Now().Add(20 * time.Second)
+	go func() {
+		time.Sleep(2 * time.Second)
+		if err := pg.Restart(); err != nil {
+			t.Error(err)
+		}
+		restarted.Store(true)
+	}()
+	for i := 0; time.Now().Before(deadline) && (ackedAfter < 3 || !restarted.Load()); i++ {
+		os.WriteFile(filepath.Join(work, "f"), []byte(fmt.Sprintf("%d\n", i)), 0o644)
+		env.Git(work, "add", ".")
+		env.Git(work, "commit", "-qm", fmt.Sprint(i))
+		n := nodes[i%3]
+		out, err := env.Run(work, nil, "push", fmt.Sprintf("http://ci:%s@%s/app", token, n.HTTPAddr), "HEAD:main")
+		if err == nil {
+			acked = env.RevParse(work, "HEAD")
+			if restarted.Load() {
+				ackedAfter++
+			}
+			continue
+		}
+		failed++
+		if !strings.Contains(out, "remote rejected") && !strings.Contains(out, "returned error") && !strings.Contains(out, "RPC failed") {
+			t.Errorf("a push failed without saying why:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ackedAfter < 3 {
+		t.Fatalf("pushes were not accepted again after PostgreSQL's restart (%d failed)", failed)
+	}
+	t.Logf("%d pushes failed around the restart; %d accepted after it", failed, ackedAfter)
+	if out := admin("cluster", "verify", "app", "--wait", "20s"); strings.Count(out, " equal") != 3 {
+		t.Fatalf("cluster verify:\n%s", out)
+	}
+	for _, n := range nodes {
+		if got := env.RevParse(filepath.Join(n.Data.Dir, "repos", "app.git"), "refs/heads/main"); got != acked {
+			t.Errorf("a node has main at %s, the last acknowledged push is %s", got, acked)
+		}
+	}
 }

@@ -35,6 +35,8 @@ type Server struct {
 	dir    string
 	cmd    *exec.Cmd
 	exited chan struct{}
+	port   int
+	start  func(port int) *exec.Cmd
 	n      int
 	mu     sync.Mutex
 }
@@ -122,24 +124,43 @@ func Launch() (*Server, error) {
 		if err != nil {
 			return fail(err)
 		}
-		var log bytes.Buffer
-		cmd := run(postgres, "-D", data, "-p", strconv.Itoa(port), "-h", "127.0.0.1", "-k", dir,
-			"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300")
-		cmd.Stdout, cmd.Stderr = &log, &log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			return fail(fmt.Errorf("postgres: %w", err))
-		}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
-		s := &Server{URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), dir: dir, cmd: cmd, exited: exited}
-		if lastErr = s.waitReady(30 * time.Second); lastErr == nil {
+		s := &Server{URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), dir: dir, port: port,
+			start: func(port int) *exec.Cmd {
+				cmd := run(postgres, "-D", data, "-p", strconv.Itoa(port), "-h", "127.0.0.1", "-k", dir,
+					"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300")
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+				return cmd
+			}}
+		if lastErr = s.launch(); lastErr == nil {
 			return s, nil
 		}
-		s.stopProcess()
-		lastErr = fmt.Errorf("%w\n%s", lastErr, log.String())
 	}
 	return fail(fmt.Errorf("postgres did not start: %w", lastErr))
+}
+
+// launch starts postgres on s.port and waits until it answers.
+func (s *Server) launch() error {
+	var log bytes.Buffer
+	cmd := s.start(s.port)
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	s.cmd, s.exited = cmd, make(chan struct{})
+	exited := s.exited
+	go func() { cmd.Wait(); close(exited) }()
+	if err := s.waitReady(30 * time.Second); err != nil {
+		s.stopProcess()
+		return fmt.Errorf("%w\n%s", err, log.String())
+	}
+	return nil
+}
+
+// Restart stops postgres (a fast shutdown: connections are cut) and starts
+// it again on the same port and data.
+func (s *Server) Restart() error {
+	s.stopProcess()
+	return s.launch()
 }
 
 func (s *Server) waitReady(within time.Duration) error {
