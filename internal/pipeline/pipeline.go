@@ -371,8 +371,12 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 				return nil // admitted where it is served
 			}
 		}
-		if r.Path == "" { // on no node
-			return notFound(r.Name, printable(strings.Trim(req.RepoPath, "/")), repo.ErrNotFound)
+		if r.Path == "" { // not here when resolved: the router may have made this node's copy since
+			if made, err := p.Repos.Resolve(req.RepoPath); err == nil {
+				r, call.Repo = made, made
+			} else {
+				return notFound(r.Name, printable(strings.Trim(req.RepoPath, "/")), repo.ErrNotFound)
+			}
 		}
 		return p.admit(ctx, call)
 	case errors.Is(err, access.ErrNoRead):

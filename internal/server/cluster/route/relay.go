@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"packwire/internal/access"
@@ -48,15 +49,6 @@ var relayClient = &http.Client{Transport: &http.Transport{
 	MaxIdleConnsPerHost:   16,
 }}
 
-type relayer struct {
-	to     cluster.Replica
-	secret string
-}
-
-func (rt *Router) relayTo(to cluster.Replica) pipeline.Relayer {
-	return relayer{to: to, secret: rt.Secret}
-}
-
 // refusal is a relayed request's refusal, as the serving node decided it.
 type refusal struct {
 	Code       pipeline.Code `json:"code"`
@@ -64,21 +56,16 @@ type refusal struct {
 	RetryAfter time.Duration `json:"retry_after"`
 }
 
-// Relay streams stdin to the serving node and its answer to stdout, both
-// ways at once (a git:// or SSH session negotiates), as one HTTP call.
-func (r relayer) Relay(ctx context.Context, req pipeline.Request, repoName string, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// relayTo opens the relay to node to at once, in Route, and waits for
+// that node's decision (its Prepare): a refusal there is this request's
+// refusal, in the client's transport's framing, before anything is
+// written to the client (an HTTP status, an ERR line). The streams flow
+// in Relay.
+func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.Request, repoName string) (pipeline.Relayer, error) {
 	body, bodyW := io.Pipe()
-	var sent int64
-	go func() {
-		n, err := io.Copy(bodyW, stdin)
-		sent = n
-		bodyW.CloseWithError(err)
-	}()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(r.to.URL, "/")+RelayPath, body)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(to.URL, "/")+RelayPath, body)
 	if err != nil {
-		return gitexec.Result{}, err
+		return nil, err
 	}
 	h := hreq.Header
 	h.Set(hdrTransport, req.Transport)
@@ -90,32 +77,57 @@ func (r relayer) Relay(ctx context.Context, req pipeline.Request, repoName strin
 	h.Set(hdrRemote, req.Remote)
 	h.Set(hdrStateless, strconv.FormatBool(req.StatelessRPC))
 	h.Set(hdrAdvertise, strconv.FormatBool(req.AdvertiseRefs))
-	hreq.SetBasicAuth(access.ClusterUser, r.secret)
+	hreq.SetBasicAuth(access.ClusterUser, rt.Secret)
 	resp, err := relayClient.Do(hreq)
 	if err != nil {
-		return gitexec.Result{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
-			Message: fmt.Sprintf("node %s, which serves '%s', is unreachable; retry shortly", r.to.Node, repoName), Err: err}
+		bodyW.Close()
+		return nil, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+			Message: fmt.Sprintf("node %s, which serves '%s', is unreachable; retry shortly", to.Node, repoName), Err: err}
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		bodyW.Close()
 		var ref refusal
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
 		if json.Unmarshal(b, &ref) != nil || ref.Code == 0 {
-			return gitexec.Result{}, &pipeline.Error{Code: pipeline.CodeInternal, Message: fmt.Sprintf("internal error relaying to node %s (HTTP %d)", r.to.Node, resp.StatusCode),
+			return nil, &pipeline.Error{Code: pipeline.CodeInternal, Message: fmt.Sprintf("internal error relaying to node %s (HTTP %d)", to.Node, resp.StatusCode),
 				Err: fmt.Errorf("relay: HTTP %d: %s", resp.StatusCode, b)}
 		}
-		return gitexec.Result{}, &pipeline.Error{Code: ref.Code, Message: ref.Message, RetryAfter: ref.RetryAfter}
+		return nil, &pipeline.Error{Code: ref.Code, Message: ref.Message, RetryAfter: ref.RetryAfter}
 	}
-	n, err := io.Copy(stdout, resp.Body)
-	res := gitexec.Result{BytesOut: n, BytesIn: sent}
+	return &openRelay{node: to.Node, resp: resp, body: bodyW}, nil
+}
+
+// openRelay is a relay the serving node accepted: its answer's body, and
+// the pipe its request's body reads from.
+type openRelay struct {
+	node string
+	resp *http.Response
+	body *io.PipeWriter
+}
+
+// Relay streams stdin to the serving node and its answer to stdout, both
+// ways at once (a git:// or SSH session negotiates).
+func (r *openRelay) Relay(ctx context.Context, req pipeline.Request, repoName string, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
+	defer r.resp.Body.Close()
+	var sent atomic.Int64
+	go func() {
+		n, err := io.Copy(r.body, stdin)
+		sent.Store(n)
+		r.body.CloseWithError(err)
+	}()
+	stopBody := context.AfterFunc(ctx, func() { r.body.CloseWithError(ctx.Err()) })
+	defer stopBody()
+	n, err := io.Copy(stdout, r.resp.Body)
+	res := gitexec.Result{BytesOut: n, BytesIn: sent.Load()}
 	if err != nil {
 		if ctx.Err() != nil || isWriteErr(err) {
 			return res, gitexec.ErrClientGone
 		}
-		return res, fmt.Errorf("relay from node %s: %w", r.to.Node, err)
+		return res, fmt.Errorf("relay from node %s: %w", r.node, err)
 	}
-	res.ExitCode, _ = strconv.Atoi(resp.Trailer.Get(trlExit))
-	if msg, _ := base64.StdEncoding.DecodeString(resp.Trailer.Get(trlStderr)); len(msg) > 0 {
+	res.ExitCode, _ = strconv.Atoi(r.resp.Trailer.Get(trlExit))
+	if msg, _ := base64.StdEncoding.DecodeString(r.resp.Trailer.Get(trlStderr)); len(msg) > 0 {
 		res.Stderr = string(msg)
 		if stderr != nil {
 			stderr.Write(msg)

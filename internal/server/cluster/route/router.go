@@ -59,6 +59,13 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 	me := rt.Node.Name
 	if write {
 		if pl.Primary == me {
+			if !pl.UpToDate(me) {
+				// This copy is new (not made yet) or behind: the hook would
+				// refuse. Catch up first, as a read does.
+				if err := rt.catchUpFor(ctx, name); err != nil {
+					return pipeline.Route{}, err
+				}
+			}
 			return pipeline.Route{
 				Config: []string{"core.hooksPath=" + rt.HooksDir},
 				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvDatabase + "=" + rt.DatabaseURL, cluster.EnvRepo + "=" + name,
@@ -71,7 +78,8 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
 				Message: fmt.Sprintf("'%s' has no reachable primary right now (node %s), retry shortly", name, pl.Primary)}
 		}
-		return pipeline.Route{Relay: rt.relayTo(primary)}, nil
+		relay, err := rt.relayTo(ctx, primary, req, name)
+		return pipeline.Route{Relay: relay}, err
 	}
 	if pl.UpToDate(me) {
 		return pipeline.Route{}, nil
@@ -81,7 +89,8 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 			if pl.Has(me) {
 				go rt.catchUp(context.WithoutCancel(ctx), name) // for the next read
 			}
-			return pipeline.Route{Relay: rt.relayTo(to)}, nil
+			relay, err := rt.relayTo(ctx, to, req, name)
+			return pipeline.Route{Relay: relay}, err
 		}
 	}
 	if !pl.Has(me) {
@@ -89,6 +98,15 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 			Message: fmt.Sprintf("'%s' has no up-to-date copy on a healthy node right now, retry shortly", name)}
 	}
 	// Relayed here, or nowhere better: catch up, then serve.
+	if err := rt.catchUpFor(ctx, name); err != nil {
+		return pipeline.Route{}, err
+	}
+	return pipeline.Route{}, nil
+}
+
+// catchUpFor catches this node's copy up for a request, within
+// CatchUpWait; a refusal the client can retry otherwise.
+func (rt *Router) catchUpFor(ctx context.Context, name string) error {
 	wait := rt.CatchUpWait
 	if wait <= 0 {
 		wait = 30 * time.Second
@@ -96,10 +114,10 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 	cctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := rt.catchUp(cctx, name); err != nil {
-		return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second,
+		return &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second,
 			Message: fmt.Sprintf("'%s' is not up to date on this node yet, retry shortly", name), Err: err}
 	}
-	return pipeline.Route{}, nil
+	return nil
 }
 
 // upToDatePeer picks a healthy replica at the repository's generation,
