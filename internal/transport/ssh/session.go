@@ -3,6 +3,7 @@ package ssh
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -139,7 +140,9 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	}
 	// c.ctx ends with the connection; a closed channel ends the relay
 	// through the failed write, and the client's EOF reaches git's stdin.
-	res, err := call.Run(c.ctx, ch, channelWriter{ch}, ch.Stderr())
+	out := &channelWriter{Channel: ch}
+	defer out.SetWriteDeadline(time.Time{})
+	res, err := call.Run(c.ctx, ch, out, ch.Stderr())
 	if err != nil {
 		c.log.Info("request ended early", "service", service, "repo", path, "error", err.Error())
 	}
@@ -150,12 +153,35 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	return uint32(res.ExitCode)
 }
 
-// channelWriter gives a session channel the write deadline the relay uses
-// to unblock a write stuck on a client that stopped reading: an SSH channel
-// has no deadlines, so it closes the channel instead.
-type channelWriter struct{ gossh.Channel }
+// channelWriter gives a session channel the write deadline the relay and
+// fetch cache replays use to unblock a write stuck on a client that
+// stopped reading: an SSH channel has no deadlines, so the channel is
+// closed when the deadline passes (at once for one in the past). A zero
+// time clears it, as for a net.Conn: a replay sets one before each write
+// and clears it when done, and the session goes on.
+type channelWriter struct {
+	gossh.Channel
+	mu    sync.Mutex
+	timer *time.Timer
+}
 
-func (c channelWriter) SetWriteDeadline(time.Time) error { return c.Channel.Close() }
+func (c *channelWriter) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	switch d := time.Until(t); {
+	case t.IsZero():
+		return nil
+	case d <= 0:
+		return c.Channel.Close()
+	default:
+		c.timer = time.AfterFunc(d, func() { c.Channel.Close() })
+		return nil
+	}
+}
 
 func truncate(s string, n int) string {
 	if len(s) > n {
