@@ -14,10 +14,11 @@ var (
 	// names that upload-pack resolves with git's own lookup rules; they are
 	// rare in clone storms, and not worth a key that might miss an input.
 	ErrDeepenBy = errors.New("the request uses deepen-since or deepen-not")
-	// Without "done" this is a negotiation round: the client comes back
-	// with another request, and the answer may be acknowledgments only.
-	// In v0 a flush among the haves is such a round too: a stateless
-	// upload-pack answers it and exits, a session's client may wait for it.
+	// A request that is neither whole (v0: "done", v2: "done" or haves) nor
+	// ends at a point where a stateless upload-pack gives the whole answer:
+	// in v0 a flush among the haves is a negotiation round (a stateless
+	// upload-pack answers it and exits; a session's client may wait for
+	// it), as is v0's want section alone.
 	ErrNotDone   = errors.New("the request does not end negotiation with done")
 	ErrNoWants   = errors.New("the request wants nothing")
 	ErrMalformed = errors.New("the request is not one well-formed fetch request")
@@ -54,8 +55,13 @@ func Check(body []byte) error {
 // be stored and replayed, and returns its key form.
 //
 // v2 (a fetch command): one "command=fetch", capabilities, a delimiter,
-// arguments with at least one want, no deepen-since/deepen-not, "done", a
-// flush, and nothing after.
+// arguments with at least one want, no deepen-since/deepen-not, "done" or
+// at least one have, a flush, and nothing after. A command with haves and
+// no done is a negotiation round, and qualifies: when git finds the
+// common commits in it, it says "ready" and sends the pack in the same
+// answer (no done round follows), which is exactly a CI runner's fetch
+// after a push. A round whose answer is acknowledgments only is as
+// deterministic, and small.
 //
 // v0/v1 (what follows the advertisement): want lines (capabilities on the
 // first), shallow/deepen/filter lines, a flush, have lines with no flush
@@ -168,7 +174,7 @@ func inspectV2(body []byte) (Request, error) {
 		return Request{}, ErrMalformed
 	case wants == 0:
 		return Request{}, ErrNoWants
-	case !done:
+	case !done && req.Haves == 0:
 		return Request{}, ErrNotDone
 	}
 	return req, nil

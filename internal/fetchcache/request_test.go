@@ -43,7 +43,8 @@ func TestCheck(t *testing.T) {
 		{"incremental", body("command=fetch", "|", "want "+oid, "have "+oid, "done", ""), nil},
 		{"deepen-since", body("command=fetch", "|", "want "+oid, "deepen-since 1700000000", "done", ""), ErrDeepenBy},
 		{"deepen-not", body("command=fetch", "|", "want "+oid, "deepen-not refs/heads/old", "done", ""), ErrDeepenBy},
-		{"negotiation round", body("command=fetch", "|", "want "+oid, ""), ErrNotDone},
+		{"no haves, no done", body("command=fetch", "|", "want "+oid, ""), ErrNotDone},
+		{"negotiation round", body("command=fetch", "|", "want "+oid, "have "+oid, ""), nil},
 		{"wants nothing", body("command=fetch", "|", "done", ""), ErrNoWants},
 		{"no arguments", body("command=fetch", ""), ErrNoWants},
 		{"ls-refs", body("command=ls-refs", "|", "peel", ""), ErrNotFetch},
@@ -69,7 +70,7 @@ func TestCheck(t *testing.T) {
 
 // FuzzCheck: Check never panics, and whatever it accepts is, read by the
 // pkt-line reader on its own, exactly one fetch command with a want and
-// done, and nothing after its flush.
+// done or a have, and nothing after its flush.
 func FuzzCheck(f *testing.F) {
 	f.Add(body("command=fetch", "agent=git/2.39.5", "|", "thin-pack", "want "+oid, "done", ""))
 	f.Add(body("command=fetch", "|", "want "+oid, "have "+oid, "done", ""))
@@ -84,7 +85,7 @@ func FuzzCheck(f *testing.F) {
 		if err != nil || kind != pktline.Data || strings.TrimSuffix(string(line), "\n") != "command=fetch" {
 			t.Fatalf("accepted %q: first packet %v %q %v", b, kind, line, err)
 		}
-		wants, done, delims := 0, false, 0
+		wants, haves, done, delims := 0, 0, false, 0
 		for {
 			kind, line, err := r.Read()
 			if err != nil {
@@ -107,13 +108,15 @@ func FuzzCheck(f *testing.F) {
 			switch word {
 			case "want", "want-ref":
 				wants++
+			case "have":
+				haves++
 			case "done":
 				done = true
 			case "deepen-since", "deepen-not":
 				t.Fatalf("accepted %q with %q", b, line)
 			}
 		}
-		if delims != 1 || wants == 0 || !done {
+		if delims != 1 || wants == 0 || !done && haves == 0 {
 			t.Fatalf("accepted %q: %d delimiters, %d wants, done %v", b, delims, wants, done)
 		}
 		if _, _, err := r.Read(); err != io.EOF {
