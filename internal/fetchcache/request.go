@@ -41,6 +41,12 @@ type Request struct {
 	// git:// or SSH session the client waits after its wants for the
 	// shallow list, so the request never arrives whole before an answer.
 	Shallow bool
+	// Round is set for a stateless v0 request that ends with the flush
+	// after its haves (a negotiation round): a client that asked for
+	// no-done (smart HTTP) gets its pack in the answer to such a round
+	// once git says "ready", as a CI runner's fetch after a push does. In
+	// a session a client may wait for a round's answer: never whole there.
+	Round bool
 }
 
 // Check returns nil when body, the whole body of a stateless protocol v2
@@ -65,7 +71,8 @@ func Check(body []byte) error {
 //
 // v0/v1 (what follows the advertisement): want lines (capabilities on the
 // first), shallow/deepen/filter lines, a flush, have lines with no flush
-// among them, "done", and nothing after.
+// among them, and "done" or (Round) a flush after at least one have, and
+// nothing after.
 //
 // Otherwise it returns one of the reasons above.
 func Inspect(body []byte, v2 bool) (Request, error) {
@@ -200,7 +207,13 @@ func inspectV0(body []byte) (Request, error) {
 		body = rest
 		if p.n == 0 {
 			if state == haveSection {
-				return Request{}, ErrNotDone // a negotiation round
+				if len(body) > 0 || req.Haves == 0 {
+					return Request{}, ErrNotDone // rounds, or a round of nothing
+				}
+				req.Round = true // a stateless round, its answer whole
+				state = ended
+				req.Key = append(req.Key, p.raw...)
+				continue
 			}
 			if wants == 0 {
 				return Request{}, ErrNoWants // "0000": the client wants nothing

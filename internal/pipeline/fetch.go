@@ -132,7 +132,7 @@ func (c *Call) setOutcome(outcome string) {
 // keyed on the state now, as over HTTP.
 func (c *Call) sessionFetch(ctx context.Context, spec gitexec.Spec, v2 bool, sessionStamp repostate.Stamp, body []byte, stdout io.Writer) (bool, error) {
 	req, err := fetchcache.Inspect(body, v2)
-	if err != nil || !v2 && req.Shallow {
+	if err != nil || !v2 && (req.Shallow || req.Round) {
 		return false, nil
 	}
 	stamp, err := repostate.Refs(c.Repo.Path, time.Now())
