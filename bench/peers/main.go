@@ -66,7 +66,7 @@ func main() {
 	outDir := flag.String("out", "bench/out/peers", "work directory (repositories, data, clones)")
 	shape := flag.String("shape", "jquery", "synth shape of the benchmark repository (jquery, swift, linux)")
 	scale := flag.Float64("scale", 1, "synth scale of the benchmark repository")
-	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, idle, load); default all")
+	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, idle, load); default all")
 	results := flag.String("results", "", "write the results as Markdown to this file too (e.g. bench/RESULTS.md)")
 	loadFor := flag.Duration("load-duration", 60*time.Second, "duration of the 64-clone load with a pusher")
 	idleConns := flag.Int("idle", 1000, "idle connections held per transport")
@@ -92,6 +92,9 @@ func main() {
 	benchkit.Run("go", "build", "-o", s.bin, "./cmd/packwire")
 	s.data = filepath.Join(out, "data")
 	s.repos = filepath.Join(s.data, "repos")
+	// Admin commands (maintain, user add) need a data directory that
+	// exists: made as serve makes it.
+	benchkit.Run(s.bin, "init", "--data", s.data)
 	os.MkdirAll(s.repos, 0o755)
 
 	// The benchmark repository: a synthetic one of the study's shapes, put
@@ -161,6 +164,9 @@ func main() {
 	}
 	if run("herd") {
 		s.herdWorkload(r)
+	}
+	if run("storm") {
+		s.stormWorkload(r)
 	}
 	if run("idle") {
 		s.idleWorkload(r, *idleConns)

@@ -55,14 +55,20 @@ type Cache struct {
 	MinFreeBytes int64         // with less free disk than this, stand aside
 	GitVersion   string        // part of every key
 	Log          *slog.Logger
+	// SightingWindow is how recently an identical request must have been
+	// seen for the response to a request with haves to be stored (0:
+	// DefaultSightingWindow). Identical requests running at once always
+	// share one run, whatever this says; see JoinIncremental.
+	SightingWindow time.Duration
 
 	// createTemp is os.CreateTemp, replaceable in tests to inject disk errors.
 	createTemp func(dir, pattern string) (*os.File, error)
 
 	mu       sync.Mutex
 	inflight map[string]*generation
-	stored   filelru.Set     // finished responses
-	disk     diskspace.Bound // the free-space bound's last answer
+	seen     map[string]time.Time // when an incremental request was last seen, by key
+	stored   filelru.Set          // finished responses
+	disk     diskspace.Bound      // the free-space bound's last answer
 }
 
 // storedLocked is the finished responses, bounded by the cache's current
@@ -76,8 +82,12 @@ func (c *Cache) storedLocked() *filelru.Set {
 type generation struct {
 	key     string
 	path    string
-	readers int    // under Cache.mu
-	abandon func() // stops the producer once nobody reads; under Cache.mu
+	readers int // under Cache.mu
+	joined  int // requests that read this run, ever; under Cache.mu
+	// probation: a response to an incremental request whose key was not
+	// seen within SightingWindow; stored only if another request joins it.
+	probation bool
+	abandon   func() // stops the producer once nobody reads; under Cache.mu
 	*growfile.Growth
 }
 
@@ -99,6 +109,7 @@ func (c *Cache) Open() error {
 	}
 	c.mu.Lock()
 	c.inflight = map[string]*generation{}
+	c.seen = map[string]time.Time{}
 	c.stored = filelru.Set{}
 	c.mu.Unlock()
 	return nil
@@ -128,8 +139,59 @@ func (c *Cache) Key(parts ...[]byte) string {
 // of it for the caller's own client. With ErrStandAside the caller runs
 // git without the cache.
 func (c *Cache) Join(key string) (*Reader, *Writer, error) {
+	return c.join(key, false)
+}
+
+// DefaultSightingWindow is the SightingWindow of a zero Cache: CI runners
+// that sit at the same commit fetch within minutes of a push (the herd
+// runs at once, retries and later pipelines within the hour).
+const DefaultSightingWindow = 15 * time.Minute
+
+// maxSightings bounds the keys remembered for their second sighting: a key
+// and a time are about 100 bytes, so this is a few MiB at most.
+const maxSightings = 1 << 15
+
+// JoinIncremental is Join for a request with haves (an incremental
+// fetch). Most such requests are one-offs: a developer's fetch, a runner
+// at a commit nobody else has. Storing each would evict the clones that
+// are replayed many times, for entries read never again. So its response
+// is stored only when the request was seen before within SightingWindow,
+// or when another identical request followed the run: the second sighting.
+// Identical requests running at once share the run either way, so a herd
+// of CI runners costs one git run even when nothing is stored.
+func (c *Cache) JoinIncremental(key string) (*Reader, *Writer, error) {
+	return c.join(key, true)
+}
+
+// sightedLocked records a sighting of key and tells whether it had been
+// seen within the window before.
+func (c *Cache) sightedLocked(key string, now time.Time) bool {
+	window := c.SightingWindow
+	if window <= 0 {
+		window = DefaultSightingWindow
+	}
+	last, ok := c.seen[key]
+	if len(c.seen) >= maxSightings {
+		for k, t := range c.seen {
+			if now.Sub(t) > window {
+				delete(c.seen, k)
+			}
+		}
+		if len(c.seen) >= maxSightings {
+			clear(c.seen) // a flood of distinct requests: start over
+		}
+	}
+	c.seen[key] = now
+	return ok && now.Sub(last) <= window
+}
+
+func (c *Cache) join(key string, incremental bool) (*Reader, *Writer, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	seenBefore := false
+	if incremental {
+		seenBefore = c.sightedLocked(key, time.Now())
+	}
 	if path, size, ok := c.storedLocked().Lookup(key); ok {
 		f, err := os.Open(path)
 		if err == nil {
@@ -142,6 +204,7 @@ func (c *Cache) Join(key string) (*Reader, *Writer, error) {
 		f, err := os.Open(g.path)
 		if err == nil {
 			g.readers++
+			g.joined++
 			return &Reader{f: f, g: g, c: c}, nil, nil
 		}
 	}
@@ -165,7 +228,7 @@ func (c *Cache) Join(key string) (*Reader, *Writer, error) {
 		os.Remove(w.Name())
 		return nil, nil, fmt.Errorf("%w: %v", ErrStandAside, err)
 	}
-	g := &generation{key: key, path: w.Name(), readers: 1, Growth: growfile.New()}
+	g := &generation{key: key, path: w.Name(), readers: 1, joined: 1, probation: incremental && !seenBefore, Growth: growfile.New()}
 	c.inflight[key] = g
 	return &Reader{f: f, g: g, c: c, leads: true}, &Writer{g: g, c: c, out: growfile.Writer{F: w, G: g.Growth}}, nil
 }
@@ -200,7 +263,7 @@ func (c *Cache) finish(g *generation, size int64, err error) {
 		delete(c.inflight, g.key)
 	}
 	final := filepath.Join(c.Dir, g.key+".response")
-	keep := err == nil && c.MaxBytes > 0 && size <= c.MaxBytes
+	keep := err == nil && c.MaxBytes > 0 && size <= c.MaxBytes && (!g.probation || g.joined > 1)
 	if keep && os.Rename(g.path, final) == nil {
 		c.storedLocked().Add(g.key, final, size)
 	} else {

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	"packwire/internal/diskspace"
+	"packwire/internal/filelru"
 )
 
 func newCache(t *testing.T, maxBytes int64) *Cache {
@@ -332,5 +336,161 @@ func TestProducerWritesTheFile(t *testing.T) {
 	}
 	if s := c.Stats(); s.Entries != 1 || s.Bytes != int64(len(want)) {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// response runs a producer for w (if it leads) that writes a small valid
+// response, replays r to the end, and tells whether this request led.
+func response(t *testing.T, r *Reader, w *Writer) bool {
+	t.Helper()
+	if w != nil {
+		w.Write([]byte("0008NAK\n0000"))
+		w.Finish(nil)
+	}
+	var out bytes.Buffer
+	if _, err := r.Replay(context.Background(), &out, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	return w != nil
+}
+
+// TestIncrementalStoredOnSecondSighting: a response to a request with
+// haves is not stored the first time; the second identical request
+// within the window runs git again and stores it; the third is replayed.
+// Outside the window the count starts over. A follower of a run in
+// progress counts as the second sighting.
+func TestIncrementalStoredOnSecondSighting(t *testing.T) {
+	c := newCache(t, 1<<20)
+	c.SightingWindow = time.Hour
+	lead := func(key string) bool {
+		t.Helper()
+		r, w, err := c.JoinIncremental(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return response(t, r, w)
+	}
+	if !lead("a") || !lead("a") || lead("a") {
+		t.Fatal("want: run, run (stored), replay")
+	}
+	if c.Stats().Entries != 1 {
+		t.Fatalf("entries %d", c.Stats().Entries)
+	}
+
+	c.SightingWindow = time.Nanosecond
+	if !lead("b") {
+		t.Fatal("b did not lead")
+	}
+	time.Sleep(time.Millisecond)
+	if !lead("b") || !lead("b") {
+		t.Fatal("b was stored although its sightings are further apart than the window")
+	}
+
+	// Followers: a herd shares the run, and the run is stored.
+	c.SightingWindow = time.Hour
+	leader, w, _ := c.JoinIncremental("herd")
+	follower, fw, _ := c.JoinIncremental("herd")
+	if w == nil || fw != nil {
+		t.Fatal("the second request of a herd does not follow the run")
+	}
+	response(t, leader, w)
+	response(t, follower, nil)
+	if r, w2, _ := c.JoinIncremental("herd"); w2 != nil {
+		t.Fatal("a herd's response was not stored")
+	} else {
+		response(t, r, nil)
+	}
+
+	// Join (a clone) stores at once.
+	if !lead2(t, c, "clone") || lead2(t, c, "clone") {
+		t.Fatal("a clone's response was not stored on its first run")
+	}
+}
+
+func lead2(t *testing.T, c *Cache, key string) bool {
+	t.Helper()
+	r, w := join(t, c, key)
+	return response(t, r, w)
+}
+
+// BenchmarkAdmission simulates a server's fetch traffic against a cache
+// bounded in bytes and reports the share of requests that needed no git
+// run, by policy: every incremental response stored ("admit-all") or only
+// on its second sighting ("second-sighting", what JoinIncremental does).
+// The traffic: clones of a few hot repositories (Zipf-like), a push now
+// and then after which a herd of CI runners at the previous commit fetch
+// together (some retrying later), and one-off incremental fetches (each
+// its own haves) that make up most incremental requests, as GitLab found
+// (~75% of its pack cache entries were never read twice).
+func BenchmarkAdmission(b *testing.B) {
+	const (
+		requests   = 200000
+		repos      = 50
+		cloneBytes = 20 << 20 // a clone's response
+		fetchBytes = 1 << 20  // an incremental fetch's
+		capacity   = 400 << 20
+		herd       = 16
+	)
+	for _, policy := range []string{"admit-all", "second-sighting"} {
+		b.Run(policy, func(b *testing.B) {
+			var cloneHit, clones, incHit, incs float64
+			for i := 0; i < b.N; i++ {
+				rng := rand.New(rand.NewPCG(1, uint64(i)))
+				set := filelru.Set{MaxBytes: capacity}
+				seen := map[string]int{}
+				version := make([]int, repos)
+				serve := func(key string, size int64, incremental bool) bool {
+					if _, _, ok := set.Lookup(key); ok {
+						return true
+					}
+					seen[key]++
+					if !incremental || policy == "admit-all" || seen[key] > 1 {
+						set.Add(key, "/nonexistent/"+key, size)
+					}
+					return false
+				}
+				for n := 0; n < requests; {
+					repo := int(float64(repos) * math.Pow(rng.Float64(), 3)) // a few hot ones
+					switch x := rng.Float64(); {
+					case x < 0.5: // a clone of the repository as it is
+						clones++
+						if serve(fmt.Sprintf("clone %d@%d", repo, version[repo]), cloneBytes, false) {
+							cloneHit++
+						}
+						n++
+					case x < 0.52: // a push, then a herd of runners at the old commit
+						version[repo]++
+						key := fmt.Sprintf("ci %d@%d", repo, version[repo])
+						// The runners start together: all but the first follow
+						// the run in progress (hits under both policies), and
+						// following is the response's second sighting.
+						incs += herd
+						incHit += herd - 1
+						if serve(key, fetchBytes, true) {
+							incHit++
+						} else {
+							set.Add(key, "/nonexistent/"+key, fetchBytes)
+						}
+						if rng.Float64() < 0.5 { // a retry or a later pipeline
+							incs++
+							if serve(key, fetchBytes, true) {
+								incHit++
+							}
+						}
+						n += herd
+					default: // a one-off incremental fetch
+						incs++
+						if serve(fmt.Sprintf("one-off %d", rng.Uint64()), fetchBytes, true) {
+							incHit++
+						}
+						n++
+					}
+				}
+			}
+			b.ReportMetric(cloneHit/clones, "clone-hit-rate")
+			b.ReportMetric(incHit/incs, "incremental-hit-rate")
+			b.ReportMetric((cloneHit+incHit)/(clones+incs), "hit-rate")
+		})
 	}
 }

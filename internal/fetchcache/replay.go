@@ -53,6 +53,9 @@ type Reader struct {
 	once     sync.Once
 }
 
+// ReadAt reads the response at off, as far as it is written.
+func (r *Reader) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(p, off) }
+
 // Following tells whether the reader follows a run in progress.
 func (r *Reader) Following() bool { return r.g != nil }
 

@@ -332,6 +332,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 	done := make(chan struct{})
 	go func() {
 		var idle <-chan time.Time
+		var lastMoved int64
 		if r.IdleTimeout > 0 {
 			t := time.NewTicker(min(r.IdleTimeout/4, time.Second))
 			defer t.Stop()
@@ -345,6 +346,15 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 				kill(ctx.Err())
 				return
 			case <-idle:
+				if spec.Progress != nil {
+					// Bytes the request moved besides this git's (a fetch
+					// cache answer in its session, while git waits for the
+					// next command) are signs of life too.
+					if moved := spec.Progress.BytesIn.Load() + spec.Progress.BytesOut.Load(); moved != lastMoved {
+						lastMoved = moved
+						lastSeen.Store(time.Now().UnixNano())
+					}
+				}
 				if spec.OutputFile != nil {
 					// No relay sees git's output go by: its file's growth is the sign of life.
 					if fi, err := spec.OutputFile.Stat(); err == nil && fi.Size() != bytesOut.Load() {

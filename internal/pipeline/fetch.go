@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"packwire/internal/fetchcache"
@@ -23,22 +24,19 @@ import (
 const MaxCachedBody = 1 << 20
 
 // usesFetchCache tells whether a request goes through the fetch cache: a
-// stateless protocol v2 upload-pack command (smart HTTP POST) that is not
-// ls-refs. Its admission waits until the body says whether git will run.
+// stateless upload-pack request (smart HTTP POST: a v0/v1 request, a v2
+// command). Its admission waits until the body says whether git will run.
+// (git:// and SSH sessions go through it at their admission gate, see
+// sessionFetch.)
 func (p *Pipeline) usesFetchCache(req Request) bool {
-	return p.FetchCache != nil && req.StatelessRPC && req.Service == gitexec.UploadPack &&
-		!req.AdvertiseRefs && protocol.Version(req.Protocol) == 2
+	return p.FetchCache != nil && req.StatelessRPC && req.Service == gitexec.UploadPack && !req.AdvertiseRefs
 }
 
-// runFetch serves a stateless v2 fetch, whose body was read whole,
-// through the fetch cache: a stored response is replayed and a run in
-// progress followed, with no git and no limiter slot (a replay costs a
-// file read, not a pack); otherwise this request takes a slot and runs
-// git, sharing its output with every identical request that arrives
-// meanwhile.
+// runFetch serves a stateless fetch, whose body was read whole, through
+// the fetch cache (cachedFetch), or runs git as without it.
 func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, body []byte, stdout, stderr io.Writer) (gitexec.Result, error) {
-	p := c.p
-	if err := fetchcache.Check(body); err != nil {
+	req, err := fetchcache.Inspect(body, protocol.Version(spec.Protocol) == 2)
+	if err != nil {
 		return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
 	}
 	stamp, err := repostate.Refs(c.Repo.Path, time.Now())
@@ -47,10 +45,34 @@ func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, body []byte, std
 		// same stamp, so this request neither stores nor replays.
 		return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
 	}
-	key := p.FetchCache.Key([]byte(strings.Join(p.Runner.Args(spec), "\x00")), []byte(spec.Protocol), []byte(stamp.Digest), body)
-	reader, writer, err := p.FetchCache.Join(key)
-	if err != nil {
+	res, served, err := c.cachedFetch(ctx, spec, body, req, stamp.Digest, stdout)
+	if !served {
 		return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
+	}
+	return res, err
+}
+
+// cachedFetch answers a whole fetch request (body, inspected as req)
+// through the fetch cache, for the repository state stamp: a stored
+// response is replayed and a run in progress followed, with no git and no
+// limiter slot (a replay costs a file read, not a pack); otherwise this
+// request takes a slot and runs a stateless git on body, sharing its
+// output with every identical request that arrives meanwhile. The key is
+// that of a stateless run whatever the transport, so git:// and SSH
+// sessions and smart HTTP share entries: git's answer to a whole request
+// is the same bytes in a session as over HTTP. served false: nothing was
+// sent, run git as without the cache.
+func (c *Call) cachedFetch(ctx context.Context, spec gitexec.Spec, body []byte, req fetchcache.Request, stamp string, stdout io.Writer) (res gitexec.Result, served bool, err error) {
+	p := c.p
+	spec.StatelessRPC, spec.AdvertiseRefs = true, false
+	key := p.FetchCache.Key([]byte(strings.Join(p.Runner.Args(spec), "\x00")), []byte(spec.Protocol), []byte(stamp), req.Key)
+	join := p.FetchCache.Join
+	if req.Haves > 0 {
+		join = p.FetchCache.JoinIncremental
+	}
+	reader, writer, err := join(key)
+	if err != nil {
+		return gitexec.Result{}, false, nil
 	}
 	out := newProgressWriter(stdout, spec.Progress)
 	if spec.Progress != nil {
@@ -58,6 +80,7 @@ func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, body []byte, std
 	}
 	if writer == nil {
 		written, err := reader.Replay(ctx, out, p.Runner.IdleTimeout)
+		tapHead(reader, written, spec.OutputTap)
 		reader.Close()
 		if errors.Is(err, fetchcache.ErrGenerationFailed) && written == 0 {
 			// The run this request waited for failed before sending it
@@ -65,12 +88,105 @@ func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, body []byte, std
 			if spec.Progress != nil {
 				spec.Progress.BytesIn.Add(-int64(len(body)))
 			}
-			return c.runUncached(ctx, spec, bytes.NewReader(body), stdout, stderr)
+			return gitexec.Result{}, false, nil
 		}
-		c.outcome = fetchcache.Replayed
-		return gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}, err
+		c.setOutcome(fetchcache.Replayed)
+		return gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}, true, err
 	}
-	return c.lead(ctx, spec, body, reader, writer, out)
+	res, err = c.lead(ctx, spec, body, reader, writer, out)
+	return res, true, err
+}
+
+// tapHead shows the start of a response that went out from the cache's
+// file to the classifier's tap, which tells a negotiation round that got
+// its pack ("ready") from one that did not by the answer's first section.
+func tapHead(reader *fetchcache.Reader, written int64, tap io.Writer) {
+	if tap == nil || written <= 0 {
+		return
+	}
+	head := make([]byte, min(written, 64<<10))
+	n, _ := reader.ReadAt(head, 0)
+	tap.Write(head[:n])
+}
+
+// setOutcome records how the fetch cache served a request. A session may
+// send several fetch commands: it counts as generated if any ran git.
+func (c *Call) setOutcome(outcome string) {
+	if c.outcome != fetchcache.Generated {
+		c.outcome = outcome
+	}
+}
+
+// sessionFetch answers a whole fetch request of a git:// or SSH session
+// (a v2 fetch command, or a v0/v1 request from its first want to done)
+// through the fetch cache, for the admission gate. It returns handled
+// false when the cache cannot serve it: the session's git answers it then.
+//
+// A v0/v1 request answers the advertisement the session's git sent at its
+// start: the wants are the refs it listed, and upload-pack serves
+// (include-tag, ACKs) from what it read then. So such a request is keyed
+// on the repository state stamped before git started (sessionStamp), and
+// only while that state still holds: if a push landed since, git answers
+// as without the cache, consistent with its advertisement, and the next
+// session sees the push. A v2 fetch names its objects itself and is
+// keyed on the state now, as over HTTP.
+func (c *Call) sessionFetch(ctx context.Context, spec gitexec.Spec, v2 bool, sessionStamp repostate.Stamp, body []byte, stdout io.Writer) (bool, error) {
+	req, err := fetchcache.Inspect(body, v2)
+	if err != nil || !v2 && (req.Shallow || req.Round) {
+		return false, nil
+	}
+	stamp, err := repostate.Refs(c.Repo.Path, time.Now())
+	if err != nil || stamp.Racy {
+		return false, nil
+	}
+	if !v2 && (sessionStamp.Digest == "" || sessionStamp.Racy || stamp.Digest != sessionStamp.Digest) {
+		return false, nil
+	}
+	spec.OutputTap = nil
+	res, served, err := c.cachedFetch(ctx, spec, body, req, stamp.Digest, stdout)
+	if !served {
+		return false, nil
+	}
+	c.side.add(res)
+	return true, err
+}
+
+// sideRuns sums what a session's fetch cache answers cost and moved
+// besides its own git: the governor record has one line per session.
+type sideRuns struct {
+	mu                sync.Mutex
+	user, sys         time.Duration
+	maxRSS            int64
+	bytesIn, bytesOut int64
+	exitCode          int
+}
+
+func (s *sideRuns) add(res gitexec.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.user += res.UserCPU
+	s.sys += res.SysCPU
+	s.maxRSS = max(s.maxRSS, res.MaxRSS)
+	s.bytesIn += res.BytesIn
+	s.bytesOut += res.BytesOut
+	if res.ExitCode != 0 {
+		s.exitCode = res.ExitCode
+	}
+}
+
+// fold adds the side runs into res, the session git's result.
+func (s *sideRuns) fold(res gitexec.Result) gitexec.Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res.UserCPU += s.user
+	res.SysCPU += s.sys
+	res.MaxRSS = max(res.MaxRSS, s.maxRSS)
+	res.BytesIn += s.bytesIn
+	res.BytesOut += s.bytesOut
+	if res.ExitCode == 0 {
+		res.ExitCode = s.exitCode
+	}
+	return res
 }
 
 // lead runs git for a key nobody has: git writes into the cache's file,
@@ -99,8 +215,9 @@ func (c *Call) lead(ctx context.Context, spec gitexec.Spec, body []byte, reader 
 	// request's client too) sends it from there, with sendfile where the
 	// transport can.
 	spec.OutputFile = writer.File()
-	spec.OutputTap = nil // "done" was sent: the kind needs no look at the answer
-	spec.Progress = nil  // out counts what reaches this client
+	tap := spec.OutputTap // shown the answer from the file (tapHead)
+	spec.OutputTap = nil
+	spec.Progress = nil // out counts what reaches this client
 	type outcome struct {
 		res gitexec.Result
 		err error
@@ -116,9 +233,10 @@ func (c *Call) lead(ctx context.Context, spec gitexec.Spec, body []byte, reader 
 		done <- outcome{res, err}
 	}()
 	written, replayErr := reader.Replay(ctx, out, p.Runner.IdleTimeout)
+	tapHead(reader, written, tap)
 	reader.Close()
 	run := <-done
-	c.outcome = fetchcache.Generated
+	c.setOutcome(fetchcache.Generated)
 	res := run.res
 	res.BytesIn, res.BytesOut = int64(len(body)), written
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,15 @@ import (
 // The wants are checked before git sees them (check, internal/reach): in
 // v0/v1 the gate holds the want section to its flush, in v2 they are in
 // the fetch command it holds anyway.
+//
+// With the fetch cache (intercept set), a whole request may be answered
+// without the session's git: each v2 fetch command, and in v0/v1 the
+// request from the first want to done when no answer is due before it (no
+// shallow or deepen lines, whose shallow list the client waits for; no
+// flush among the haves, a negotiation round). intercept gets the request
+// and either answers the client itself (handled) or leaves it to git. git
+// never sees an answered request: in v2 it waits for the next command, in
+// v0 it gets an empty want list and ends as after `git ls-remote`.
 type admissionGate struct {
 	r      io.Reader
 	watch  io.Writer // the classifier's tap: every byte read, as read
@@ -39,6 +49,9 @@ type admissionGate struct {
 	client io.Writer                      // where a refusal goes, as an ERR pkt-line git shows as "remote error"
 	pace   Pace
 	cancel context.CancelCauseFunc // ends the request when it falls behind
+	// intercept answers a whole fetch request from the fetch cache, or
+	// reports it did not (nil: no fetch cache).
+	intercept func(request []byte) (handled bool, err error)
 
 	scan    []byte // read, not yet parsed into whole packets
 	out     []byte // parsed, for git
@@ -48,8 +61,13 @@ type admissionGate struct {
 	noDone  bool     // v0: the client asked for no-done
 	haves   bool     // v0: haves since the last flush
 	wants   bool     // v0: the want section was seen
-	decided bool
-	rerr    error // the client stream's error, returned once out is empty
+	shallow bool     // v0: the want section has shallow or deepen lines
+	wholeV0 bool     // v0: held is the whole request from its first want
+	// passToFlush: v2, a command admitted before its end (too large to
+	// hold); its rest goes to git as it comes, and parsing resumes after.
+	passToFlush bool
+	decided     bool
+	rerr        error // the client stream's error, returned once out is empty
 
 	heldBytes atomic.Int64
 	holdStart time.Time
@@ -58,6 +76,9 @@ type admissionGate struct {
 	mu       sync.Mutex
 	refusal  error
 	refusedC chan struct{} // closed on refusal: git's stderr goes quiet
+	sideErr  error         // how the last answer intercept gave failed, under mu
+	closed   bool          // under mu: the request ended, intercept no more
+	busy     sync.WaitGroup
 }
 
 // holdKind is what the gate is holding.
@@ -66,6 +87,7 @@ type holdKind int
 const (
 	holdNothing holdKind = iota
 	holdWants            // v0: the want section, to be checked at its flush
+	holdWhole            // v0, fetch cache: the request after its wants, to done
 	holdRequest          // the pack request, to be checked (v2) and admitted
 )
 
@@ -117,8 +139,15 @@ func (g *admissionGate) feed(b []byte) error {
 		}
 		n, err := pktline.ParseLength(g.scan[:4])
 		if err != nil || n == 3 || n > pktline.MaxLength {
-			// Not pkt-lines: git will refuse it; admit it as work.
-			return g.decide()
+			// Not pkt-lines: git will refuse it; admit it as work, and
+			// pass everything on from here.
+			err := g.decide(false)
+			if err == nil {
+				g.decided, g.passToFlush = true, false
+				g.out = append(g.out, g.scan...)
+				g.scan = nil
+			}
+			return err
 		}
 		size := max(n, 4)
 		if len(g.scan) < size {
@@ -126,6 +155,11 @@ func (g *admissionGate) feed(b []byte) error {
 		}
 		pkt := g.scan[:size:size]
 		g.scan = g.scan[size:]
+		if g.passToFlush {
+			g.out = append(g.out, pkt...)
+			g.passToFlush = n != 0
+			continue
+		}
 		line := strings.TrimSuffix(string(pkt[4:]), "\n")
 		if hold := g.packet(n, line); hold > g.holding {
 			if g.holding == holdNothing && g.v2 {
@@ -150,12 +184,26 @@ func (g *admissionGate) feed(b []byte) error {
 			if err := g.checkWants(); err != nil {
 				return err
 			}
+			g.lines = nil
+			if g.intercept != nil && !g.shallow && len(g.held) <= MaxCachedBody {
+				// For the fetch cache: held on to done, unless a round comes.
+				g.holding, g.wholeV0 = holdWhole, true
+				continue
+			}
 			g.out = append(g.out, g.held...)
-			g.held, g.lines, g.holding = nil, nil, holdNothing
+			g.held, g.holding = nil, holdNothing
+		case g.holding == holdWhole && (n == 0 || len(g.held) > MaxCachedBody):
+			// v0: a flush among the haves is a negotiation round the
+			// client may wait for: git answers it, and this request is
+			// not the fetch cache's.
+			g.out = append(g.out, g.held...)
+			g.held, g.lines, g.holding, g.wholeV0 = nil, nil, holdNothing, false
 		case g.holding == holdRequest && (!g.v2 || n == 0 || len(g.held) > MaxCachedBody):
 			// v0: the done (or no-done flush) is the last of it; v2: the
 			// command's flush ends it (a very large one is admitted early).
-			return g.decide()
+			if err := g.decide(n == 0 || !g.v2); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -163,7 +211,7 @@ func (g *admissionGate) feed(b []byte) error {
 
 // checkWants refuses the request if it wants objects it may not have.
 func (g *admissionGate) checkWants() error {
-	if g.check == nil || len(g.lines) == 0 {
+	if g.check == nil || !slices.ContainsFunc(g.lines, func(l string) bool { return strings.HasPrefix(l, "want ") }) {
 		return nil
 	}
 	if err := g.check(g.lines); err != nil {
@@ -198,6 +246,8 @@ func (g *admissionGate) packet(n int, line string) holdKind {
 			g.noDone = g.noDone || c == "no-done"
 		}
 		return holdWants
+	case strings.HasPrefix(line, "shallow ") || strings.HasPrefix(line, "deepen"):
+		g.shallow = true
 	case strings.HasPrefix(line, "have "):
 		g.haves = true
 	case line == "done":
@@ -206,10 +256,13 @@ func (g *admissionGate) packet(n int, line string) holdKind {
 	return holdNothing
 }
 
-// decide admits the request (waiting in the limiter's queue) and releases
-// what was held; on refusal the client gets an ERR line and git's stdin
-// ends before the request.
-func (g *admissionGate) decide() error {
+// decide answers a whole request (whole: held from its start to its end)
+// from the fetch cache if it can; otherwise it admits the request
+// (waiting in the limiter's queue) and releases what was held to git. On
+// refusal the client gets an ERR line and git's stdin ends before the
+// request. In v2 the gate then looks at the session's next command; in v0
+// the request was the session's last.
+func (g *admissionGate) decide(whole bool) error {
 	g.decided = true
 	if g.stopHolding() {
 		return g.Refusal()
@@ -217,13 +270,85 @@ func (g *admissionGate) decide() error {
 	if err := g.checkWants(); err != nil {
 		return err
 	}
+	if whole && g.intercept != nil && (g.v2 || g.wholeV0) {
+		if handled, err := g.runIntercept(g.held); handled {
+			g.held, g.lines = nil, nil
+			if !g.v2 {
+				// git, which has read nothing of the request, gets an empty
+				// want list and ends quietly.
+				g.out = append(g.out, "0000"...)
+			}
+			if err != nil {
+				// This client is gone or refused: git's stdin ends here.
+				g.scan, g.rerr = nil, io.EOF
+				return nil
+			}
+			if g.v2 {
+				g.nextCommand(false)
+			}
+			return nil
+		}
+	}
 	if err := g.admit(); err != nil {
 		g.refuse(err)
 		return err
 	}
-	g.out = append(append(g.out, g.held...), g.scan...)
-	g.held, g.scan = nil, nil
+	g.out = append(g.out, g.held...)
+	g.held = nil
+	if g.v2 {
+		g.nextCommand(!whole)
+		return nil
+	}
+	g.out = append(g.out, g.scan...)
+	g.scan = nil
 	return nil
+}
+
+// nextCommand makes a v2 gate look at the session's next command; cut:
+// the current one was admitted before its end, and its rest goes first.
+func (g *admissionGate) nextCommand(cut bool) {
+	g.decided, g.holding, g.lines, g.passToFlush = false, holdNothing, nil, cut
+	g.heldBytes.Store(0)
+}
+
+// runIntercept asks intercept to answer request, unless the request has
+// ended (close): nothing may write to the client after that.
+func (g *admissionGate) runIntercept(request []byte) (bool, error) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return false, nil
+	}
+	g.busy.Add(1)
+	g.mu.Unlock()
+	defer g.busy.Done()
+	handled, err := g.intercept(request)
+	if handled && err != nil {
+		var perr *Error
+		if errors.As(err, &perr) {
+			g.refuse(err) // refused a slot to run git: in git's words
+		}
+		g.mu.Lock()
+		g.sideErr = err
+		g.mu.Unlock()
+	}
+	return handled, err
+}
+
+// close ends intercepts: it waits for one under way (whose context the
+// caller cancelled) and lets no other start.
+func (g *admissionGate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.busy.Wait()
+}
+
+// SideErr is how the last answer from the fetch cache failed, if it did.
+func (g *admissionGate) SideErr() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sideErr
 }
 
 // stopHolding ends the pace watch; it reports whether the request had

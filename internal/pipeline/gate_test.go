@@ -187,3 +187,65 @@ func TestAdmissionGateChecksWants(t *testing.T) {
 		}
 	}
 }
+
+// gateIntercept runs stream through a gate whose intercept answers every
+// request it is given (answer: true) and records them; it returns what git
+// got, the requests intercept saw and how many slots were taken.
+func gateIntercept(t *testing.T, v2 bool, stream []byte, answer bool) (passed string, requests []string, admitted int) {
+	t.Helper()
+	var given bytes.Buffer
+	g := newAdmissionGate(bytes.NewReader(stream), io.Discard, v2, func() error { admitted++; return nil }, nil, io.Discard, Pace{}, func(error) {})
+	g.intercept = func(request []byte) (bool, error) {
+		requests = append(requests, string(request))
+		return answer, nil
+	}
+	buf := make([]byte, 5)
+	for {
+		n, err := g.Read(buf)
+		given.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return given.String(), requests, admitted
+}
+
+// TestAdmissionGateIntercept: v2 fetch commands go to the fetch cache
+// whole, one by one, and git never sees those it answers (it does see
+// ls-refs and the session's end); v0 requests go whole from the first
+// want to done, and git then gets an empty want list; a round (a flush
+// among the haves) or shallow lines leave the request to git; what the
+// cache does not answer reaches git whole, admitted.
+func TestAdmissionGateIntercept(t *testing.T) {
+	lsRefs := pkts("command=ls-refs", "DELIM", "peel", "")
+	fetch1 := pkts("command=fetch", "DELIM", "want "+oidA, "done", "")
+	fetch2 := pkts("command=fetch", "DELIM", "want "+oidA, "have "+oidA, "")
+	stream := append(append(append(append([]byte{}, lsRefs...), fetch1...), fetch2...), "0000"...)
+	passed, reqs, admitted := gateIntercept(t, true, stream, true)
+	if passed != string(lsRefs)+"0000" || len(reqs) != 2 || reqs[0] != string(fetch1) || reqs[1] != string(fetch2) || admitted != 0 {
+		t.Fatalf("v2 answered: git got %q, intercepted %q, %d slots", passed, reqs, admitted)
+	}
+	passed, reqs, admitted = gateIntercept(t, true, stream, false)
+	if passed != string(stream) || len(reqs) != 2 || admitted != 2 {
+		t.Fatalf("v2 not answered: git got %q, intercepted %d, %d slots", passed, len(reqs), admitted)
+	}
+
+	whole := pkts("want "+oidA+" side-band-64k", "", "have "+oidA, "done")
+	passed, reqs, admitted = gateIntercept(t, false, whole, true)
+	if passed != "0000" || len(reqs) != 1 || reqs[0] != string(whole) || admitted != 0 {
+		t.Fatalf("v0 answered: git got %q, intercepted %q, %d slots", passed, reqs, admitted)
+	}
+	passed, reqs, admitted = gateIntercept(t, false, whole, false)
+	if passed != string(whole) || len(reqs) != 1 || admitted != 1 {
+		t.Fatalf("v0 not answered: git got %q, intercepted %d, %d slots", passed, len(reqs), admitted)
+	}
+	for name, stream := range map[string][]byte{
+		"round":   pkts("want "+oidA+" side-band-64k", "", "have "+oidA, "", "have "+oidA, "done"),
+		"shallow": pkts("want "+oidA+" side-band-64k", "deepen 1", "", "done"),
+	} {
+		passed, reqs, admitted = gateIntercept(t, false, stream, true)
+		if passed != string(stream) || len(reqs) != 0 || admitted != 1 {
+			t.Fatalf("v0 %s: git got %q, intercepted %q, %d slots", name, passed, reqs, admitted)
+		}
+	}
+}

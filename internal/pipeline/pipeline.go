@@ -28,6 +28,7 @@ import (
 	"packwire/internal/protocol"
 	"packwire/internal/reach"
 	"packwire/internal/repo"
+	"packwire/internal/repostate"
 )
 
 // Request is a transport-neutral git request.
@@ -193,6 +194,7 @@ type Call struct {
 	ended     bool          // released: a late admission gives its slot back at once
 	model     *access.Model // the access model read at Prepare, for push rules
 	outcome   string        // how the fetch cache served the request, if it did
+	side      sideRuns      // a session's fetch cache answers (sessionFetch)
 
 	running *runningCall // set by Run, for views of running requests
 	// CPU (ns) of the checks of wanted objects: git run outside the relay.
@@ -395,7 +397,16 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 func (p *Pipeline) admit(ctx context.Context, call *Call) error {
 	req := call.Request
 	generatesPack := req.Service == gitexec.UploadPack && !req.AdvertiseRefs || req.Service == gitexec.UploadArchive
-	if p.Limiter == nil || !generatesPack {
+	if !generatesPack {
+		return nil
+	}
+	if req.Service == gitexec.UploadPack && !req.StatelessRPC && p.FetchCache != nil {
+		// The admission gate also answers the session's fetches from the
+		// fetch cache, limiter or not.
+		call.gated = true
+		return nil
+	}
+	if p.Limiter == nil {
 		return nil
 	}
 	if req.StatelessRPC {
@@ -471,6 +482,17 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		}
 		gate = newAdmissionGate(stdin, watch, v2, func() error { return c.admitNow(ctx, p.Limiter) },
 			func(lines []string) error { return c.checkWants(ctx, lines) }, stdout, p.RequestPace, cancel)
+		if p.FetchCache != nil && req.Service == gitexec.UploadPack {
+			// Stamped before git starts: a v0 advertisement is git's view
+			// of the refs at some moment after this (sessionFetch).
+			sessionStamp, serr := repostate.Refs(c.Repo.Path, time.Now())
+			if serr != nil {
+				sessionStamp = repostate.Stamp{}
+			}
+			gate.intercept = func(request []byte) (bool, error) {
+				return c.sessionFetch(ctx, spec, v2, sessionStamp, request, stdout)
+			}
+		}
 		stdin = gate
 		if stderr != nil {
 			stderr = quietAfterRefusal{w: stderr, refused: gate.refusedC}
@@ -495,6 +517,14 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	}
 
 	if gate != nil {
+		// An answer from the fetch cache still under way (git was killed)
+		// ends with the request: nothing writes to the client after Run.
+		cancel(nil)
+		gate.close()
+		res = c.side.fold(res)
+		if sideErr := gate.SideErr(); sideErr != nil && err == nil {
+			err = sideErr
+		}
 		if refusal := gate.Refusal(); refusal != nil {
 			err = refusal
 		}

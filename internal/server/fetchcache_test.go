@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -171,7 +172,8 @@ func packNamesBare(t *testing.T, bare string) string {
 
 // TestFetchCacheKeys: a push, a config change and a deleted branch each
 // make the next identical request a miss; shallow and filtered clones
-// have their own entries; fetches with haves are never cached.
+// have their own entries; git:// and SSH share HTTP's entries; a fetch with
+// haves is stored on its second sighting.
 func TestFetchCacheKeys(t *testing.T) {
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
@@ -238,29 +240,45 @@ func TestFetchCacheKeys(t *testing.T) {
 	s.env.Git(dir, "reset", "-q", "--hard") // lazy fetches of the blobs it needs
 	s.env.Fsck(dir)
 
-	// git:// and SSH keep their connection's negotiation state: never cached.
+	// git:// and SSH sessions go through the same cache, with the same
+	// keys: git's answer to a whole request is the same bytes there.
 	for _, other := range []string{s.gitURL("team/app"), s.sshURL("team/app")} {
 		url = other
-		for i := 0; i < 2; i++ {
-			if _, rec = run("full-clone", "--bare"); rec.PackCache != "" || rec.CPU() == 0 {
-				t.Fatalf("%s: %+v", other, rec)
-			}
+		if _, rec = run("full-clone", "--bare"); rec.PackCache == "" {
+			t.Fatalf("%s: %+v", other, rec)
 		}
+		_, rec = run("full-clone", "--bare")
+		expect(other+": second clone", rec, fetchcache.Replayed)
 	}
 	url = s.httpURL("team/app")
 
-	// Fetches with haves run git every time, identical or not.
+	// Fetches with haves: stored on their second sighting, replayed on
+	// the third; a fetch with other haves runs git.
 	a, _ := run("full-clone")
 	b, _ := run("full-clone")
+	c, _ := run("full-clone")
 	pushCommit(t, s, "team/app", "more.txt")
 	settle(t, bare)
 	seq := s.lastSeq(t)
-	s.env.Git(a, "-c", "protocol.version=2", "fetch", "-q")
-	s.env.Git(b, "-c", "protocol.version=2", "fetch", "-q")
-	for _, rec := range s.fetchRecords(t, seq, "incremental-fetch", 2) {
-		if rec.PackCache != "" || rec.CPU() == 0 || rec.Result != governor.ResultOK {
+	for _, dir := range []string{a, b, c} {
+		s.env.Git(dir, "-c", "protocol.version=2", "fetch", "-q")
+	}
+	var outcomes []string
+	for _, rec := range s.fetchRecords(t, seq, "incremental-fetch", 3) {
+		if rec.Result != governor.ResultOK {
 			t.Fatalf("incremental fetch: %+v", rec)
 		}
+		outcomes = append(outcomes, rec.PackCache)
+	}
+	if want := []string{fetchcache.Generated, fetchcache.Generated, fetchcache.Replayed}; !slices.Equal(outcomes, want) {
+		t.Fatalf("three identical incremental fetches: %v, want %v", outcomes, want)
+	}
+	pushCommit(t, s, "team/app", "other.txt")
+	settle(t, bare)
+	seq = s.lastSeq(t)
+	s.env.Git(a, "-c", "protocol.version=2", "fetch", "-q")
+	if rec := s.fetchRecords(t, seq, "incremental-fetch", 1)[0]; rec.PackCache != fetchcache.Generated || rec.CPU() == 0 {
+		t.Fatalf("a fetch with its own haves: %+v", rec)
 	}
 
 	// A deleted branch: the same request for its commit is refused, as

@@ -90,6 +90,9 @@ type Config struct {
 	FetchCacheMaxBytes     int64         // stored responses kept on disk, in total
 	FetchCacheMaxAge       time.Duration // how long a stored response may be replayed
 	FetchCacheMinFreeBytes int64         // below this much free disk the fetch cache stands aside
+	// FetchCacheSightingWindow: a response to a fetch with haves is stored
+	// only if an identical request was seen this recently (fetchcache).
+	FetchCacheSightingWindow time.Duration
 
 	MaxPackJobs        int           // concurrent pack-generating requests in all (0: no limit)
 	MaxPackJobsPerRepo int           // ... per repository (0: no limit)
@@ -179,10 +182,11 @@ var Defaults = Config{
 	PackCacheMinUses:      1,
 	PackCacheMinFreeBytes: 1 << 30,
 
-	FetchCache:             true,
-	FetchCacheMaxBytes:     2 << 30,
-	FetchCacheMaxAge:       5 * time.Minute,
-	FetchCacheMinFreeBytes: 1 << 30,
+	FetchCache:               true,
+	FetchCacheMaxBytes:       2 << 30,
+	FetchCacheMaxAge:         5 * time.Minute,
+	FetchCacheMinFreeBytes:   1 << 30,
+	FetchCacheSightingWindow: fetchcache.DefaultSightingWindow,
 
 	MaintainInterval:    10 * time.Minute,
 	MaintainConcurrency: 1,
@@ -612,6 +616,8 @@ func (s *Server) openFetchCache(gitVersion string) error {
 		MinFreeBytes: cfg.FetchCacheMinFreeBytes,
 		GitVersion:   gitVersion,
 		Log:          cfg.Log,
+
+		SightingWindow: cfg.FetchCacheSightingWindow,
 	}
 	if err := cache.Open(); err != nil {
 		return err

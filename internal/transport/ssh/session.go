@@ -3,6 +3,7 @@ package ssh
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -139,14 +140,16 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	}
 	// c.ctx ends with the connection; a closed channel ends the relay
 	// through the failed write, and the client's EOF reaches git's stdin.
-	out := newPacedWriter(ch, c.srv.maxUnacked())
-	if out.window == nil && c.srv.maxUnacked() > 0 {
+	paced := newPacedWriter(ch, c.srv.maxUnacked())
+	if paced.window == nil && c.srv.maxUnacked() > 0 {
 		c.srv.pacingOff.Do(func() {
 			c.log.Warn("output pacing is off", "reason", "x/crypto/ssh's channel window was not found (its layout changed)")
 		})
 	}
-	stopRTT := c.measureRTT(out)
-	res, err := call.Run(c.ctx, ch, channelWriter{out}, ch.Stderr())
+	stopRTT := c.measureRTT(paced)
+	out := &channelWriter{pacedWriter: paced}
+	defer out.SetWriteDeadline(time.Time{})
+	res, err := call.Run(c.ctx, ch, out, ch.Stderr())
 	stopRTT()
 	if err != nil {
 		c.log.Info("request ended early", "service", service, "repo", path, "error", err.Error())
@@ -159,12 +162,35 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 }
 
 // channelWriter is git's stdout into a session channel, paced (see
-// pacedWriter), with the write deadline the relay uses to unblock a write
-// stuck on a client that stopped reading: an SSH channel has no deadlines,
-// so it closes the channel instead.
-type channelWriter struct{ pacedWriter }
+// pacedWriter), with the write deadline the relay and fetch cache replays
+// use to unblock a write stuck on a client that stopped reading: an SSH
+// channel has no deadlines, so the channel is closed when the deadline
+// passes (at once for one in the past). A zero time clears it, as for a
+// net.Conn: a replay sets one before each write and clears it when done,
+// and the session goes on.
+type channelWriter struct {
+	pacedWriter
+	mu    sync.Mutex
+	timer *time.Timer
+}
 
-func (c channelWriter) SetWriteDeadline(time.Time) error { return c.Channel.Close() }
+func (c *channelWriter) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	switch d := time.Until(t); {
+	case t.IsZero():
+		return nil
+	case d <= 0:
+		return c.Channel.Close()
+	default:
+		c.timer = time.AfterFunc(d, func() { c.Channel.Close() })
+		return nil
+	}
+}
 
 // rttInterval is how often a session's round trip is measured again while
 // its command runs.
