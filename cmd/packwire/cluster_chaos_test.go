@@ -95,14 +95,7 @@ func TestClusterKillUnderLoad(t *testing.T) {
 	for _, name := range []string{"a", "b", "c"} {
 		nodes[name] = startNode(t, name, filepath.Join(base, name), url)
 	}
-	admin := func(args ...string) string {
-		t.Helper()
-		out, code := packwire(t, append(args, "--database", url, "--data", filepath.Join(base, "none"))...)
-		if code != 0 {
-			t.Fatalf("packwire %s: %d\n%s", strings.Join(args, " "), code, out)
-		}
-		return out
-	}
+	admin := storeAdmin(t, url, filepath.Join(t.TempDir(), "none"))
 	status := func() cluster.Status {
 		var st cluster.Status
 		out, code := packwire(t, "cluster", "status", "--json", "--node-timeout", "1s", "--database", url, "--data", filepath.Join(base, "none"))

@@ -52,14 +52,7 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	}
 	nodes := map[string]*servertest.Server{"a": start("a"), "b": start("b"), "c": start("c"), "d": start("d")}
 	env := nodes["a"].Env
-	admin := func(args ...string) string {
-		t.Helper()
-		out, code := packwire(t, append(args, "--database", url, "--data", filepath.Join(t.TempDir(), "none"))...)
-		if code != 0 {
-			t.Fatalf("packwire %s: %d\n%s", strings.Join(args, " "), code, out)
-		}
-		return out
-	}
+	admin := storeAdmin(t, url, filepath.Join(t.TempDir(), "none"))
 	status := func() cluster.Status {
 		t.Helper()
 		var st cluster.Status
@@ -338,14 +331,7 @@ func TestClusterSurvivesPostgresRestart(t *testing.T) {
 			c.Database, c.Node, c.NodeHeartbeat, c.NodeTimeout = url, name, 200*time.Millisecond, time.Second
 		}))
 	}
-	admin := func(args ...string) string {
-		t.Helper()
-		out, code := packwire(t, append(args, "--database", url, "--data", filepath.Join(t.TempDir(), "none"))...)
-		if code != 0 {
-			t.Fatalf("packwire %s: %d\n%s", strings.Join(args, " "), code, out)
-		}
-		return out
-	}
+	admin := storeAdmin(t, url, filepath.Join(t.TempDir(), "none"))
 	admin("repo", "create", "app")
 	admin("user", "add", "ci")
 	admin("grant", "ci", "write", "**")

@@ -28,14 +28,7 @@ func TestSharedPostgresStore(t *testing.T) {
 		s.Repo(t, "team/app", gittest.Shape{Commits: 3, Branches: 1})
 	}
 	nowhere := filepath.Join(t.TempDir(), "no-data-here")
-	admin := func(args ...string) string {
-		t.Helper()
-		out, code := packwire(t, append(args, "--data", nowhere, "--database", url)...)
-		if code != 0 {
-			t.Fatalf("packwire %s: %d\n%s", strings.Join(args, " "), code, out)
-		}
-		return out
-	}
+	admin := storeAdmin(t, url, nowhere)
 	admin("user", "add", "alice")
 	admin("grant", "alice", "write", "team/*")
 	admin("anonymous-read", "off")
@@ -82,5 +75,19 @@ func TestSharedPostgresStore(t *testing.T) {
 	out, code := packwire(t, "user", "list", "--database", "mysql://x/y", "--data", nowhere)
 	if code == 0 || !strings.Contains(out, "not a postgres:// URL") {
 		t.Fatalf("--database mysql://: %d %s", code, out)
+	}
+}
+
+// storeAdmin runs admin commands against a PostgreSQL store from a
+// "machine" with no data directory (one that does not exist and must not
+// be created), failing the test on a non-zero exit.
+func storeAdmin(t *testing.T, database, nowhere string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, code := packwire(t, append(args, "--data", nowhere, "--database", database)...)
+		if code != 0 {
+			t.Fatalf("packwire %s: %d\n%s", strings.Join(args, " "), code, out)
+		}
+		return out
 	}
 }
