@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -83,7 +82,7 @@ func Launch() (*Server, error) {
 	if initdb == "" || postgres == "" {
 		return nil, errors.New("PostgreSQL's initdb and postgres not found: run scripts/install-deps (apt-get install postgresql), or set PACKWIRE_PG_BIN to their directory")
 	}
-	var cred *syscall.Credential
+	var cred *credential
 	dir, err := os.MkdirTemp("", "packwire-pgtest-")
 	if err != nil {
 		return nil, err
@@ -99,7 +98,7 @@ func Launch() (*Server, error) {
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		cred = &credential{uid: uint32(uid), gid: uint32(gid)}
 		if err := os.Chown(dir, uid, gid); err != nil {
 			return fail(err)
 		}
@@ -109,9 +108,7 @@ func Launch() (*Server, error) {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "LC_ALL=C")
-		if cred != nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		}
+		runAs(cmd, cred, false)
 		return cmd
 	}
 	if out, err := run(initdb, "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
@@ -128,7 +125,7 @@ func Launch() (*Server, error) {
 			start: func(port int) *exec.Cmd {
 				cmd := run(postgres, "-D", data, "-p", strconv.Itoa(port), "-h", "127.0.0.1", "-k", dir,
 					"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300")
-				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+				runAs(cmd, cred, true)
 				return cmd
 			}}
 		if lastErr = s.launch(); lastErr == nil {
@@ -194,11 +191,11 @@ func (s *Server) Stop() {
 
 // stopProcess asks postgres for a fast shutdown and waits for it.
 func (s *Server) stopProcess() {
-	s.cmd.Process.Signal(syscall.SIGINT)
+	interrupt(s.cmd)
 	select {
 	case <-s.exited:
 	case <-time.After(10 * time.Second):
-		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		killGroup(s.cmd)
 		<-s.exited
 	}
 }
