@@ -14,6 +14,7 @@ type credential struct{ uid, gid uint32 }
 // group of its own when group is set.
 func runAs(cmd *exec.Cmd, cred *credential, group bool) {
 	attr := &syscall.SysProcAttr{Setpgid: group}
+	setParentDeath(attr)
 	if cred != nil {
 		attr.Credential = &syscall.Credential{Uid: cred.uid, Gid: cred.gid}
 	}

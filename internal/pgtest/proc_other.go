@@ -1,0 +1,7 @@
+//go:build !linux && !windows
+
+package pgtest
+
+import "syscall"
+
+func setParentDeath(*syscall.SysProcAttr) {}
