@@ -183,6 +183,24 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 			}
 		}
 	}
+	// d's records say it relayed, and name it; the primary's name it too.
+	time.Sleep(200 * time.Millisecond) // records are written every 50 ms
+	recs, err := nodes["d"].Governor.Last(context.Background(), 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayedOnD := 0
+	for _, r := range recs {
+		if r.Node != "d" {
+			t.Fatalf("a record of node d names node %q", r.Node)
+		}
+		if r.PackCache == "relayed" && r.Repo == "team/app" {
+			relayedOnD++
+		}
+	}
+	if relayedOnD == 0 {
+		t.Fatalf("node d recorded no relayed request: %+v", recs)
+	}
 	second = commit("four")
 
 	// The primary stops; a replica is promoted within 10 s and takes pushes.
@@ -229,7 +247,7 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 		return false
 	})
 	lost := commit("not on a majority")
-	out, err := env.Run(work, nil, "push", pushURL(nodes[newPrimary]), "main")
+	out, err = env.Run(work, nil, "push", pushURL(nodes[newPrimary]), "main")
 	if err == nil || !strings.Contains(out, "[remote rejected] main -> main (cluster: only 1 of 3 replicas") {
 		t.Fatalf("push without a majority: %v\n%s", err, out)
 	}

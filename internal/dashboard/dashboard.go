@@ -11,6 +11,7 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"html/template"
 	"io/fs"
@@ -28,6 +29,7 @@ import (
 	"packwire/internal/packcache"
 	"packwire/internal/pipeline"
 	"packwire/internal/repo"
+	"packwire/internal/server/cluster"
 )
 
 // Prefix is where the dashboard lives on the HTTP listener. No repository
@@ -53,6 +55,9 @@ type Handler struct {
 	LabDir string
 	// GitAddr and SSHAddr are the listeners clone URLs name (nil: off).
 	GitAddr, SSHAddr net.Addr
+	// ClusterStatus, if set (a cluster node), reads the cluster's nodes and
+	// repositories for the Cluster page.
+	ClusterStatus func(context.Context) (cluster.Status, error)
 	// SessionTTL is how long a login lasts (default 12h).
 	SessionTTL time.Duration
 	Log        *slog.Logger
@@ -77,7 +82,7 @@ func (h *Handler) init() {
 			"user": userText, "pct": percentText, "add": func(a, b int) int { return a + b },
 		}
 		h.pages = map[string]*template.Template{}
-		for _, page := range []string{"login", "now", "costs", "repos", "lab", "audit", "error"} {
+		for _, page := range []string{"login", "now", "costs", "repos", "lab", "audit", "cluster", "error"} {
 			h.pages[page] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html"))
 		}
 		if h.SessionTTL <= 0 {
@@ -145,9 +150,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.lab(w, r, who)
 	case path == "audit" && get:
 		h.audit(w, r, who)
+	case path == "cluster" && get:
+		h.cluster(w, r, who)
 	case strings.HasPrefix(path, "lab/") && get:
 		h.labFile(w, r, strings.TrimPrefix(path, "lab/"))
-	case path == "logout" || path == "now" || path == "now.json" || path == "costs" || path == "repos" || path == "lab" || path == "audit":
+	case path == "logout" || path == "now" || path == "now.json" || path == "costs" || path == "repos" || path == "lab" || path == "audit" || path == "cluster":
 		w.Header().Set("Allow", "GET")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	default:

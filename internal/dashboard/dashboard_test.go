@@ -18,6 +18,7 @@ import (
 	"packwire/internal/fetchcache"
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
+	"packwire/internal/server/cluster"
 	"packwire/internal/store"
 )
 
@@ -109,7 +110,7 @@ func (f *fixture) do(method, target string, body io.Reader, opts ...reqOpt) *htt
 	return w
 }
 
-var pages = []string{"/-/", "/-/now", "/-/now.json", "/-/costs", "/-/costs?window=7d", "/-/repos", "/-/audit", "/-/lab", "/-/lab/run1/report.html", "/-/lab/run1/samples.csv"}
+var pages = []string{"/-/", "/-/now", "/-/now.json", "/-/costs", "/-/costs?window=7d", "/-/repos", "/-/audit", "/-/cluster", "/-/lab", "/-/lab/run1/report.html", "/-/lab/run1/samples.csv"}
 
 func TestWithoutAnAdminOnlyTheLoginForm(t *testing.T) {
 	f := newFixture(t)
@@ -448,5 +449,27 @@ func TestNowCountsFetchCacheReplays(t *testing.T) {
 	w := f.do("GET", "/-/now", nil, basic(f.admin))
 	if body := w.Body.String(); w.Code != 200 || !strings.Contains(body, `id="fetch-stored"`) || strings.Contains(body, "fetch cache is off") {
 		t.Fatalf("Now page: %d\n%s", w.Code, body)
+	}
+}
+
+// TestClusterPage: on a node, the Cluster page shows nodes and each
+// repository's copies, stale and unhealthy ones marked; elsewhere it says
+// this server is not a node.
+func TestClusterPage(t *testing.T) {
+	f := newFixture(t)
+	if w := f.do("GET", "/-/cluster", nil, basic(f.admin)); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "not a cluster node") {
+		t.Fatalf("single server: HTTP %d\n%s", w.Code, w.Body.String())
+	}
+	f.h.ClusterStatus = func(context.Context) (cluster.Status, error) {
+		return cluster.Status{
+			Nodes: []cluster.NodeStatus{{Name: "a", URL: "http://a:8080", Healthy: true, HeartbeatAge: "200ms"}, {Name: "b", URL: "http://b:8080", HeartbeatAge: "9s"}},
+			Repos: []cluster.RepoStatus{{Name: "team/app", Primary: "a", Generation: 7, Replicas: []cluster.Replica{{Node: "a", Generation: 7, Healthy: true}, {Node: "b", Generation: 5}}}},
+		}, nil
+	}
+	body := f.do("GET", "/-/cluster", nil, basic(f.admin)).Body.String()
+	for _, want := range []string{"http://a:8080", "<strong>no</strong>", "team/app", "a: 7", "b: 5 <strong>stale</strong> <strong>unhealthy</strong>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the Cluster page lacks %q:\n%s", want, body)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"packwire/internal/governor"
 	"packwire/internal/maintain"
+	"packwire/internal/server/cluster"
 	"packwire/internal/transport/forwarded"
 )
 
@@ -153,4 +154,18 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, who string) {
 		return
 	}
 	h.render(w, "audit", page{Title: "Audit log", Nav: "audit", User: who, Data: entries})
+}
+
+// cluster shows the cluster's nodes and each repository's copies.
+func (h *Handler) cluster(w http.ResponseWriter, r *http.Request, who string) {
+	var st *cluster.Status
+	if h.ClusterStatus != nil {
+		s, err := h.ClusterStatus(r.Context())
+		if err != nil {
+			h.fail(w, who, http.StatusInternalServerError, "reading the cluster's state failed", err)
+			return
+		}
+		st = &s
+	}
+	h.render(w, "cluster", page{Title: "Cluster", Nav: "cluster", User: who, Data: st})
 }

@@ -49,10 +49,12 @@ CREATE INDEX requests_start ON requests(start_ns);`,
 	`ALTER TABLE requests ADD COLUMN pack_cache TEXT NOT NULL DEFAULT '';`,
 	maintenanceMigration, // 2: maintenance_runs (maintenance.go)
 	rollupMigration,      // 3: per-bucket sums for the dashboard (rollup.go)
+	// 4: the cluster node that served the request ("" on a single server).
+	`ALTER TABLE requests ADD COLUMN node TEXT NOT NULL DEFAULT '';`,
 }
 
 const columns = `seq, id, start_ns, transport, protocol, repo, user, remote, service, kind, wants, haves, depth, filter,
-	pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss, exit_code, result, error, pack_cache`
+	pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss, exit_code, result, error, pack_cache, node`
 
 // Options bound what the governor keeps and how it writes.
 type Options struct {
@@ -60,6 +62,8 @@ type Options struct {
 	MaxRows       int           // at most this many records are kept; 0: no bound
 	FlushInterval time.Duration // batch writes at most this far apart (default 500ms)
 	Log           *slog.Logger
+	// Node names the cluster node in every record ("": a single server).
+	Node string
 }
 
 // Governor owns the request records.
@@ -176,17 +180,20 @@ func (g *Governor) insert(batch []Record) error {
 	defer tx.Rollback()
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO requests (id, start_ns, transport, protocol, repo, user, remote, service, kind,
 		wants, haves, depth, filter, pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss,
-		exit_code, result, error, pack_cache) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+		exit_code, result, error, pack_cache, node) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 	if err != nil {
 		return err
 	}
 	defer stmt.Close()
 	ru := newRollups(time.Now())
 	for _, r := range batch {
+		if r.Node == "" {
+			r.Node = g.opts.Node // set by Start, before the writer runs
+		}
 		ru.add(inputOf(&r))
 		if _, err := stmt.ExecContext(ctx, r.ID, r.Start.UnixNano(), r.Transport, r.Protocol, r.Repo, r.User, r.Remote,
 			r.Service, r.Kind, r.Wants, r.Haves, r.Depth, r.Filter, r.PushedRefs, r.BytesIn, r.BytesOut,
-			int64(r.QueueWait), int64(r.Wall), int64(r.UserCPU), int64(r.SysCPU), r.MaxRSS, r.ExitCode, r.Result, r.Error, r.PackCache); err != nil {
+			int64(r.QueueWait), int64(r.Wall), int64(r.UserCPU), int64(r.SysCPU), r.MaxRSS, r.ExitCode, r.Result, r.Error, r.PackCache, r.Node); err != nil {
 			return err
 		}
 	}
@@ -235,7 +242,7 @@ func scanRecords(rows *sql.Rows) ([]Record, int64, error) {
 		var startNs, queue, wall, cu, cs int64
 		if err := rows.Scan(&lastSeq, &r.ID, &startNs, &r.Transport, &r.Protocol, &r.Repo, &r.User, &r.Remote, &r.Service,
 			&r.Kind, &r.Wants, &r.Haves, &r.Depth, &r.Filter, &r.PushedRefs, &r.BytesIn, &r.BytesOut, &queue, &wall,
-			&cu, &cs, &r.MaxRSS, &r.ExitCode, &r.Result, &r.Error, &r.PackCache); err != nil {
+			&cu, &cs, &r.MaxRSS, &r.ExitCode, &r.Result, &r.Error, &r.PackCache, &r.Node); err != nil {
 			return nil, 0, err
 		}
 		r.Start = time.Unix(0, startNs)

@@ -39,7 +39,8 @@ type Record struct {
 	ExitCode   int       `json:"exit_code"`
 	Result     string    `json:"result"` // ok, git-error, client-gone, timeout, killed, refused
 	Error      string    `json:"error,omitempty"`
-	PackCache  string    `json:"pack_cache,omitempty"` // generated, joined, hit, direct (pack cache); generated, replayed (fetch cache); empty: neither
+	PackCache  string    `json:"pack_cache,omitempty"` // generated, joined, hit, direct (pack cache); generated, replayed (fetch cache); relayed (served by another cluster node); empty: neither
+	Node       string    `json:"node,omitempty"`       // the cluster node that recorded it; empty: a single server
 }
 
 // Results a record can have; also the "result" label of the metrics.

@@ -441,7 +441,7 @@ func (s *Server) Start() error {
 			return fail(err)
 		}
 	}
-	s.Governor.Start(governor.Options{MaxAge: cfg.RecordsMaxAge, MaxRows: cfg.RecordsMaxCount, FlushInterval: cfg.RecordsFlush, Log: cfg.Log})
+	s.Governor.Start(governor.Options{MaxAge: cfg.RecordsMaxAge, MaxRows: cfg.RecordsMaxCount, FlushInterval: cfg.RecordsFlush, Log: cfg.Log, Node: cfg.Node})
 
 	if gitL != nil {
 		s.GitAddr = gitL.Addr()
@@ -466,6 +466,11 @@ func (s *Server) Start() error {
 		}
 		if gitL != nil {
 			s.Dashboard.GitAddr = gitL.Addr()
+		}
+		if s.Node != nil {
+			s.Dashboard.ClusterStatus = func(ctx context.Context) (cluster.Status, error) {
+				return cluster.ReadStatus(ctx, s.Data.Store.DB, s.Node.NodeTimeout())
+			}
 		}
 		if sshL != nil {
 			s.Dashboard.SSHAddr = sshL.Addr()
