@@ -303,6 +303,10 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	if out := admin("cluster", "verify", "team/imported"); strings.Count(out, " equal") != 3 {
 		t.Fatalf("cluster verify of the import:\n%s", out)
 	}
+	// Commands that would change one node's copy only are refused.
+	if out, code := packwire(t, "repo", "rename", "team/app", "team/other", "--database", url, "--data", dirs["a"]); code != 2 || !strings.Contains(out, "not supported in a cluster yet") {
+		t.Fatalf("repo rename in a cluster: %d\n%s", code, out)
+	}
 	text := admin("cluster", "status")
 	if !strings.Contains(text, "team/app") || !strings.Contains(text, newPrimary) {
 		t.Fatalf("cluster status:\n%s", text)
