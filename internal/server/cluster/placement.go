@@ -15,8 +15,10 @@ var ErrNotPlaced = errors.New("not placed in the cluster")
 
 // Placement is where one repository lives.
 type Placement struct {
-	Repo       string
-	Source     string // repo import: what the primary imports it from
+	Repo   string
+	Source string // repo import: what the primary imports it from
+	// CommitAge is how long ago the repository's generation was committed.
+	CommitAge  time.Duration
 	Primary    string
 	Generation int64
 	Epoch      int64
@@ -29,6 +31,14 @@ type Replica struct {
 	URL        string `json:"url"`
 	Generation int64  `json:"generation"` // -1: not yet created on its node
 	Healthy    bool   `json:"healthy"`
+}
+
+// Committing tells whether node, the primary, is behind only because a
+// push it made is between its commit in PostgreSQL and in git (its
+// hook's committed call comes within moments): not a copy to catch up.
+func (p Placement) Committing(node string, timeout time.Duration) bool {
+	r, ok := p.Replica(node)
+	return ok && node == p.Primary && r.Generation >= 0 && r.Generation == p.Generation-1 && p.CommitAge <= timeout
 }
 
 // UpToDate tells whether the replica holds the repository's generation.
@@ -118,7 +128,9 @@ func Place(ctx context.Context, db *store.DB, repo, source string, n int, timeou
 // health; ErrNotPlaced if the cluster does not know it.
 func Locate(ctx context.Context, db *store.DB, repo string, timeout time.Duration) (Placement, error) {
 	p := Placement{Repo: repo}
-	err := db.QueryRowContext(ctx, "SELECT primary_node, generation, epoch, source FROM cluster_repos WHERE name = ?", repo).Scan(&p.Primary, &p.Generation, &p.Epoch, &p.Source)
+	var ageMS int64
+	err := db.QueryRowContext(ctx, "SELECT primary_node, generation, epoch, source, "+dbNowMS+" - committed_ms FROM cluster_repos WHERE name = ?", repo).Scan(&p.Primary, &p.Generation, &p.Epoch, &p.Source, &ageMS)
+	p.CommitAge = time.Duration(ageMS) * time.Millisecond
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
 	}

@@ -59,7 +59,7 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 	me := rt.Node.Name
 	if write {
 		if pl.Primary == me {
-			if !pl.UpToDate(me) {
+			if !pl.UpToDate(me) && !pl.Committing(me, rt.Node.NodeTimeout()) {
 				// This copy is new (not made yet) or behind: the hook would
 				// refuse. Catch up first, as a read does.
 				if err := rt.catchUpFor(ctx, name); err != nil {
@@ -195,7 +195,7 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		if !pl.UpToDate(rt.Node.Name) {
+		if !pl.UpToDate(rt.Node.Name) && !pl.Committing(rt.Node.Name, rt.Node.NodeTimeout()) {
 			return errors.New("still behind after a catch-up")
 		}
 		return nil
@@ -214,7 +214,9 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		if pl.UpToDate(rt.Node.Name) {
+		if pl.UpToDate(rt.Node.Name) || pl.Committing(rt.Node.Name, rt.Node.NodeTimeout()) {
+			// Current, or this primary's own push is landing: fetching now
+			// would race git writing the same refs.
 			return nil
 		}
 		if pl.Primary == rt.Node.Name && pl.Source != "" && pl.Generation == 0 {
