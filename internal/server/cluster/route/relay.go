@@ -43,8 +43,11 @@ const (
 // relayClient carries relays: no overall timeout (a clone streams for as
 // long as it takes), a bounded dial and wait for the answer's headers.
 var relayClient = &http.Client{Transport: &http.Transport{
-	DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-	ResponseHeaderTimeout: 10 * time.Minute, // a push's answer comes after its pack and replication
+	DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	// The serving node answers with its headers once its Prepare has
+	// decided (a stale copy's catch-up waits at most CatchUpWait): a node
+	// silent for longer is treated as unreachable, not waited for.
+	ResponseHeaderTimeout: time.Minute,
 	DisableCompression:    true,
 	MaxIdleConnsPerHost:   16,
 }}

@@ -47,7 +47,11 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 	if req.Principal.IsCluster() {
 		return pipeline.Route{}, nil
 	}
-	pl, err := cluster.Locate(ctx, rt.Node.DB, name, rt.Node.NodeTimeout())
+	// The store is asked with a deadline: a PostgreSQL that does not answer
+	// (restarting, cut off) refuses the request instead of holding it.
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pl, err := cluster.Locate(lctx, rt.Node.DB, name, rt.Node.NodeTimeout())
+	cancel()
 	if errors.Is(err, cluster.ErrNotPlaced) {
 		// On this node's disk only (made before the node joined), or
 		// nowhere: served as a single server would.
