@@ -162,19 +162,7 @@ func (s *session) gitIn(ctx context.Context, gitDir string, stdin io.Reader, arg
 	cmd.Stderr = &errb
 	// Own process group, killed as a whole on cancellation (on Linux it also
 	// dies with packwire).
-	if err := procgroup.Start(cmd); err != nil {
-		return "", err
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			procgroup.Kill(cmd)
-		case <-done:
-		}
-	}()
-	err := cmd.Wait()
-	close(done)
+	err := procgroup.Run(ctx, cmd)
 	if st := cmd.ProcessState; st != nil {
 		u := procgroup.UsageOf(st)
 		s.userCPU += u.UserCPU

@@ -42,19 +42,7 @@ func gitIn(ctx context.Context, dir string, env []string, stdin io.Reader, args 
 	var out, errb strings.Builder
 	cmd.Stdout = &out
 	cmd.Stderr = &errb
-	if err := procgroup.Start(cmd); err != nil {
-		return gitRun{}, err
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			procgroup.Kill(cmd)
-		case <-done:
-		}
-	}()
-	err := cmd.Wait()
-	close(done)
+	err := procgroup.Run(ctx, cmd)
 	run := gitRun{stdout: out.String(), stderr: errb.String()}
 	if cmd.ProcessState != nil {
 		run.usage = procgroup.UsageOf(cmd.ProcessState)

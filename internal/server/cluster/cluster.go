@@ -100,7 +100,7 @@ func (n *Node) Run(ctx context.Context) {
 			n.Log.Warn("cluster: heartbeat failed", "node", n.Name, "error", err.Error())
 			continue
 		}
-		promoted, err := Failover(ctx, n.DB, n.timeout())
+		promoted, err := Failover(ctx, n.DB, n.NodeTimeout())
 		if err != nil && ctx.Err() == nil {
 			n.Log.Warn("cluster: failover check failed", "node", n.Name, "error", err.Error())
 		}
@@ -132,9 +132,7 @@ func (n *Node) heartbeat() time.Duration {
 }
 
 // NodeTimeout is how old a heartbeat may be before its node is unhealthy.
-func (n *Node) NodeTimeout() time.Duration { return n.timeout() }
-
-func (n *Node) timeout() time.Duration {
+func (n *Node) NodeTimeout() time.Duration {
 	if n.Timeout > 0 {
 		return n.Timeout
 	}

@@ -41,14 +41,10 @@ func (p Placement) Committing(node string, timeout time.Duration) bool {
 	return ok && node == p.Primary && r.Generation >= 0 && r.Generation == p.Generation-1 && p.CommitAge <= timeout
 }
 
-// UpToDate tells whether the replica holds the repository's generation.
+// UpToDate tells whether node's replica holds the repository's generation.
 func (p Placement) UpToDate(node string) bool {
-	for _, r := range p.Replicas {
-		if r.Node == node {
-			return r.Generation == p.Generation
-		}
-	}
-	return false
+	r, ok := p.Replica(node)
+	return ok && r.Generation == p.Generation
 }
 
 // Replica returns node's replica, if it holds one.
@@ -63,12 +59,8 @@ func (p Placement) Replica(node string) (Replica, bool) {
 
 // Has tells whether node holds a replica.
 func (p Placement) Has(node string) bool {
-	for _, r := range p.Replicas {
-		if r.Node == node {
-			return true
-		}
-	}
-	return false
+	_, ok := p.Replica(node)
+	return ok
 }
 
 // Place records a new repository on n healthy nodes (all healthy ones if
