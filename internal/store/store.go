@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -152,13 +154,34 @@ func OpenWith(ctx context.Context, path string, migrations []string) (*Store, er
 // shared state) and brings its schema up to date: the same migrations as
 // SQLite's, adapted (DB.ddl).
 func OpenPostgres(ctx context.Context, databaseURL string) (*Store, error) {
-	db, err := sql.Open("pgx", databaseURL)
-	if err != nil {
-		return nil, err
+	return OpenPostgresSchema(ctx, databaseURL, "", migrations)
+}
+
+// OpenPostgresSchema opens a PostgreSQL database whose tables live in
+// their own schema (namespace), created if missing, with migrations
+// numbered apart from the main store's (a schema_version table of its
+// own): what OpenWith is to SQLite, for a concern that keeps its own
+// tables (the governor's records). Every connection's search_path is that
+// schema alone, so the queries name tables as they do in SQLite. "" is
+// the database's default schema (public).
+func OpenPostgresSchema(ctx context.Context, databaseURL, schema string, migrations []string) (*Store, error) {
+	var db *sql.DB
+	if schema == "" {
+		var err error
+		if db, err = sql.Open("pgx", databaseURL); err != nil {
+			return nil, err
+		}
+	} else {
+		cfg, err := pgx.ParseConfig(databaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %w", RedactDatabaseURL(databaseURL), err)
+		}
+		cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+		db = stdlib.OpenDB(*cfg)
 	}
 	db.SetMaxIdleConns(4)
 	s := &Store{DB: &DB{DB: db, Engine: Postgres}}
-	if err := s.migratePostgres(ctx, migrations); err != nil {
+	if err := s.migratePostgres(ctx, schema, migrations); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store %s: %w", RedactDatabaseURL(databaseURL), err)
 	}
@@ -186,7 +209,7 @@ func RedactDatabaseURL(raw string) string {
 // transaction under an advisory lock, so that nodes starting together
 // apply each once; PostgreSQL's DDL is transactional, so a failed
 // migration leaves the schema as it was.
-func (s *Store) migratePostgres(ctx context.Context, migrations []string) error {
+func (s *Store) migratePostgres(ctx context.Context, schema string, migrations []string) error {
 	tx, err := s.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -195,6 +218,20 @@ func (s *Store) migratePostgres(ctx context.Context, migrations []string) error 
 	// 0x7061636b77697265: "packwire".
 	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(8097880775658320485)"); err != nil {
 		return err
+	}
+	if schema != "" {
+		// Created only when missing: CREATE SCHEMA IF NOT EXISTS would
+		// still want the CREATE privilege on the database, which a role
+		// given a schema made by an administrator may lack.
+		var n int
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = ?", schema).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			if _, err := tx.ExecContext(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+				return fmt.Errorf("creating schema %s: %w", schema, err)
+			}
+		}
 	}
 	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)"); err != nil {
 		return err
