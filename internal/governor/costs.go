@@ -4,9 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
+
+	"packwire/internal/store"
 )
 
 // CostGroup is what the requests sharing one key cost in a window: the same
@@ -65,7 +68,9 @@ type Costs struct {
 }
 
 // CostDims are the breakdowns Costs returns, in the order a page shows them.
-var CostDims = []string{"repo", "user", "kind", "transport"}
+// node is every record's cluster node ("" on a single server): pages show
+// it only for a cluster.
+var CostDims = []string{"repo", "user", "kind", "transport", "node"}
 
 // span is a range of buckets of one width: [from, to) in unix seconds.
 type span struct{ width, from, to int64 }
@@ -123,14 +128,14 @@ func spanSQL(spans []span, cols, table, cond string, condArgs ...any) (string, [
 		args = append(args, condArgs...)
 		args = append(args, s.from, s.to)
 	}
-	return strings.Join(parts, " UNION ALL "), args
+	return "(" + strings.Join(parts, " UNION ALL ") + ") AS spans", args
 }
 
 // Breakdown returns one dimension's groups in [from, to), the costliest
 // (git CPU, then requests) first, at most top of them (0: all). dim is
 // one of "", repo, user, kind, transport, pack_cache, repo_kind.
 func (g *Governor) Breakdown(ctx context.Context, dim string, from, to time.Time, top int) (Breakdown, error) {
-	spans, _, _ := window(from, to, time.Now())
+	spans, _, _ := window(from, to, g.now())
 	return g.breakdown(ctx, dim, spans, top)
 }
 
@@ -152,10 +157,10 @@ func (g *Governor) breakdown(ctx context.Context, dim string, spans []span, top 
 	}
 	inner, args := spanSQL(spans, "key, key2, requests, errors, cpu_ns, bytes_in, bytes_out, wall_ns", "request_rollup", "dim = ?", dim)
 	if top <= 0 {
-		top = -1 // SQLite: no limit
+		top = math.MaxInt32 // no limit that both engines take
 	}
 	rows, err := g.db.DB.QueryContext(ctx, `SELECT key, key2, sum(requests), sum(errors), sum(cpu_ns), sum(bytes_in), sum(bytes_out),
-		sum(wall_ns), count(*) OVER () FROM (`+inner+`) GROUP BY key, key2 ORDER BY 5 DESC, 3 DESC, 1, 2 LIMIT ?`, append(args, top)...)
+		sum(wall_ns), count(*) OVER () FROM `+inner+` GROUP BY key, key2 ORDER BY 5 DESC, 3 DESC, 1, 2 LIMIT ?`, append(args, top)...)
 	if err != nil {
 		return Breakdown{}, err
 	}
@@ -179,7 +184,7 @@ func (g *Governor) breakdown(ctx context.Context, dim string, spans []span, top 
 // points steps. Every figure comes from the rollups: the cost does not
 // grow with the number of records.
 func (g *Governor) Costs(ctx context.Context, from, to time.Time, top, points int) (*Costs, error) {
-	now := time.Now()
+	now := g.now()
 	spans, f, t := window(from, to, now)
 	c := &Costs{From: time.Unix(f, 0), To: time.Unix(t, 0), By: map[string]Breakdown{}}
 	if len(spans) == 0 {
@@ -211,8 +216,8 @@ func (g *Governor) Costs(ctx context.Context, from, to time.Time, top, points in
 // walls reads the wall time histograms of the window and finds each kind's
 // p50 and p95 by nearest rank, as Summarize does on the records.
 func (g *Governor) walls(ctx context.Context, spans []span) ([]WallPercentiles, error) {
-	inner, args := spanSQL(spans, "kind, bin, requests", "request_wall_bins", "1")
-	rows, err := g.db.DB.QueryContext(ctx, "SELECT kind, bin, sum(requests) FROM ("+inner+") GROUP BY kind, bin ORDER BY kind, bin", args...)
+	inner, args := spanSQL(spans, "kind, bin, requests", "request_wall_bins", "1 = 1")
+	rows, err := g.db.DB.QueryContext(ctx, "SELECT kind, bin, sum(requests) FROM "+inner+" GROUP BY kind, bin ORDER BY kind, bin", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +297,7 @@ func (g *Governor) series(ctx context.Context, c *Costs, f, t, minuteFrom int64,
 		c.Series[i].Start = time.Unix(start+int64(i)*step, 0)
 	}
 	inner, args := spanSQL(spans, "bucket, requests, cpu_ns", "request_rollup", "dim = ''")
-	rows, err := g.db.DB.QueryContext(ctx, inner, args...)
+	rows, err := g.db.DB.QueryContext(ctx, "SELECT bucket, requests, cpu_ns FROM "+inner, args...)
 	if err != nil {
 		return err
 	}
@@ -333,9 +338,9 @@ func (g *Governor) LastPushes(ctx context.Context) (map[string]time.Time, error)
 // trimRollups keeps the rollups in step with the records: minute buckets
 // for MinuteRowsKept, hour buckets back to the hour of the oldest record
 // left after retention (no records: none).
-func (g *Governor) trimRollups(ctx context.Context, now time.Time) error {
+func trimRollups(ctx context.Context, tx *store.Tx, now time.Time) error {
 	var oldest sql.NullInt64
-	if err := g.db.DB.QueryRowContext(ctx, "SELECT min(start_ns) FROM requests").Scan(&oldest); err != nil {
+	if err := tx.QueryRowContext(ctx, "SELECT min(start_ns) FROM requests").Scan(&oldest); err != nil {
 		return err
 	}
 	cutoff := now.Unix()
@@ -345,15 +350,15 @@ func (g *Governor) trimRollups(ctx context.Context, now time.Time) error {
 	hourCut := floorTo(cutoff, hourWidth)
 	minuteCut := max(floorTo(cutoff, minuteWidth), now.Add(-MinuteRowsKept).Unix())
 	for _, dim := range rollupDims {
-		if _, err := g.db.DB.ExecContext(ctx, "DELETE FROM request_rollup WHERE width = ? AND dim = ? AND bucket < ?", hourWidth, dim, hourCut); err != nil {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM request_rollup WHERE width = ? AND dim = ? AND bucket < ?", hourWidth, dim, hourCut); err != nil {
 			return err
 		}
-		if _, err := g.db.DB.ExecContext(ctx, "DELETE FROM request_rollup WHERE width = ? AND dim = ? AND bucket < ?", minuteWidth, dim, minuteCut); err != nil {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM request_rollup WHERE width = ? AND dim = ? AND bucket < ?", minuteWidth, dim, minuteCut); err != nil {
 			return err
 		}
 	}
 	for _, cut := range []struct{ width, before int64 }{{hourWidth, hourCut}, {minuteWidth, minuteCut}} {
-		if _, err := g.db.DB.ExecContext(ctx, "DELETE FROM request_wall_bins WHERE width = ? AND bucket < ?", cut.width, cut.before); err != nil {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM request_wall_bins WHERE width = ? AND bucket < ?", cut.width, cut.before); err != nil {
 			return err
 		}
 	}

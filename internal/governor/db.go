@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -25,7 +26,7 @@ CREATE TABLE requests (
 	transport   TEXT NOT NULL,
 	protocol    INTEGER NOT NULL,
 	repo        TEXT NOT NULL,
-	user        TEXT NOT NULL,
+	"user"      TEXT NOT NULL, -- quoted: a reserved word in PostgreSQL
 	remote      TEXT NOT NULL,
 	service     TEXT NOT NULL,
 	kind        TEXT NOT NULL,
@@ -51,9 +52,30 @@ CREATE INDEX requests_start ON requests(start_ns);`,
 	rollupMigration,      // 3: per-bucket sums for the dashboard (rollup.go)
 	// 4: the cluster node that served the request ("" on a single server).
 	`ALTER TABLE requests ADD COLUMN node TEXT NOT NULL DEFAULT '';`,
+	// 5: the rollups gain a node dimension (the Costs page of a cluster):
+	// summed again from the records, once, by backfillRollups; and each
+	// maintenance run says which node's copy it was.
+	`DELETE FROM request_rollup;
+DELETE FROM request_wall_bins;
+DELETE FROM rollup_pending;
+INSERT INTO rollup_pending SELECT coalesce(min(start_ns), 0) FROM requests;
+ALTER TABLE maintenance_runs ADD COLUMN node TEXT NOT NULL DEFAULT '';`,
 }
 
-const columns = `seq, id, start_ns, transport, protocol, repo, user, remote, service, kind, wants, haves, depth, filter,
+// Schema is the PostgreSQL schema (namespace) the governor's tables live
+// in when the store is in PostgreSQL: apart from the store's tables, with
+// its own migration numbering (its own schema_version), and the same
+// table names and queries as in governor.db.
+const Schema = "packwire_governor"
+
+// writeLock is the advisory lock key that serialises the transactions that
+// write records and rollups on PostgreSQL (store.Tx.Lock). With it a
+// record's seq is never below one a reader has already seen (tail and the
+// API page by seq), and nodes upserting the same rollup rows never
+// deadlock. 0x676f7665726e6f72: "governor".
+const writeLock = 0x676f7665726e6f72
+
+const columns = `seq, id, start_ns, transport, protocol, repo, "user", remote, service, kind, wants, haves, depth, filter,
 	pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss, exit_code, result, error, pack_cache, node`
 
 // Options bound what the governor keeps and how it writes.
@@ -76,6 +98,16 @@ type Governor struct {
 	wg      sync.WaitGroup
 	stop    chan struct{}
 	closeMu sync.Once
+
+	clock func() time.Time // nil: time.Now; tests fix it
+}
+
+// now is the time windows and the rollups' minute horizon are reckoned from.
+func (g *Governor) now() time.Time {
+	if g.clock != nil {
+		return g.clock()
+	}
+	return time.Now()
 }
 
 // Open opens (creating) the governor database at path. Queries work at once;
@@ -85,6 +117,30 @@ func Open(ctx context.Context, path string) (*Governor, error) {
 	if err != nil {
 		return nil, err
 	}
+	return open(ctx, db)
+}
+
+// OpenPostgres opens (creating) the governor's tables in the PostgreSQL
+// database at databaseURL, in their own Schema: the records of every node
+// of a cluster in one place.
+func OpenPostgres(ctx context.Context, databaseURL string) (*Governor, error) {
+	db, err := store.OpenPostgresSchema(ctx, databaseURL, Schema, migrations)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, db)
+}
+
+// OpenIn opens the governor where a data directory's store is: FileName in
+// dir, or PostgreSQL when database is a postgres:// URL (a cluster).
+func OpenIn(ctx context.Context, dir, database string) (*Governor, error) {
+	if store.IsPostgresURL(database) {
+		return OpenPostgres(ctx, database)
+	}
+	return Open(ctx, filepath.Join(dir, FileName))
+}
+
+func open(ctx context.Context, db *store.Store) (*Governor, error) {
 	g := &Governor{db: db, metrics: newMetrics()}
 	if err := g.backfillRollups(ctx); err != nil {
 		db.Close()
@@ -120,13 +176,18 @@ func (g *Governor) Record(r Record) {
 
 // Close writes what is queued and closes the database.
 func (g *Governor) Close() error {
+	g.stopWriter()
+	return g.db.Close()
+}
+
+// stopWriter writes what is queued and ends the writer; queries still work.
+func (g *Governor) stopWriter() {
 	g.closeMu.Do(func() {
 		if g.stop != nil {
 			close(g.stop)
 			g.wg.Wait()
 		}
 	})
-	return g.db.Close()
 }
 
 func (g *Governor) writer() {
@@ -178,14 +239,17 @@ func (g *Governor) insert(batch []Record) error {
 		return err
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO requests (id, start_ns, transport, protocol, repo, user, remote, service, kind,
+	if err := tx.Lock(ctx, writeLock); err != nil {
+		return err
+	}
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO requests (id, start_ns, transport, protocol, repo, "user", remote, service, kind,
 		wants, haves, depth, filter, pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss,
 		exit_code, result, error, pack_cache, node) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 	if err != nil {
 		return err
 	}
 	defer stmt.Close()
-	ru := newRollups(time.Now())
+	ru := newRollups(g.now())
 	for _, r := range batch {
 		if r.Node == "" {
 			r.Node = g.opts.Node // set by Start, before the writer runs
@@ -211,26 +275,39 @@ func (g *Governor) trim() {
 }
 
 // Trim deletes records older than MaxAge before now and all but the newest
-// MaxRows; it returns how many went.
+// MaxRows; it returns how many went. It is one transaction under the
+// writers' lock: nodes of a cluster trimming the same tables take turns
+// (the later finds little left), and never deadlock with a writer.
 func (g *Governor) Trim(ctx context.Context, now time.Time) (int64, error) {
+	tx, err := g.db.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	if err := tx.Lock(ctx, writeLock); err != nil {
+		return 0, err
+	}
 	var total int64
 	if g.opts.MaxAge > 0 {
-		res, err := g.db.DB.ExecContext(ctx, "DELETE FROM requests WHERE start_ns < ?", now.Add(-g.opts.MaxAge).UnixNano())
+		res, err := tx.ExecContext(ctx, "DELETE FROM requests WHERE start_ns < ?", now.Add(-g.opts.MaxAge).UnixNano())
 		if err != nil {
-			return total, err
+			return 0, err
 		}
 		n, _ := res.RowsAffected()
 		total += n
 	}
 	if g.opts.MaxRows > 0 {
-		res, err := g.db.DB.ExecContext(ctx, `DELETE FROM requests WHERE seq <= (SELECT seq FROM requests ORDER BY seq DESC LIMIT 1 OFFSET ?)`, g.opts.MaxRows)
+		res, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE seq <= (SELECT seq FROM requests ORDER BY seq DESC LIMIT 1 OFFSET ?)`, g.opts.MaxRows)
 		if err != nil {
-			return total, err
+			return 0, err
 		}
 		n, _ := res.RowsAffected()
 		total += n
 	}
-	return total, g.trimRollups(ctx, now)
+	if err := trimRollups(ctx, tx, now); err != nil {
+		return 0, err
+	}
+	return total, tx.Commit()
 }
 
 func scanRecords(rows *sql.Rows) ([]Record, int64, error) {
@@ -254,7 +331,7 @@ func scanRecords(rows *sql.Rows) ([]Record, int64, error) {
 
 // Last returns the newest n records, oldest first.
 func (g *Governor) Last(ctx context.Context, n int) ([]Record, error) {
-	rows, err := g.db.DB.QueryContext(ctx, "SELECT "+columns+" FROM (SELECT * FROM requests ORDER BY seq DESC LIMIT ?) ORDER BY seq", n)
+	rows, err := g.db.DB.QueryContext(ctx, "SELECT "+columns+" FROM (SELECT * FROM requests ORDER BY seq DESC LIMIT ?) AS newest ORDER BY seq", n)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +375,8 @@ type Group struct {
 }
 
 // GroupBy names the columns a summary can group by.
-var GroupBy = map[string]string{"repo": "repo", "user": "user", "kind": "kind", "transport": "transport", "service": "service", "result": "result"}
+// (user is quoted: a reserved word in PostgreSQL.)
+var GroupBy = map[string]string{"repo": "repo", "user": `"user"`, "kind": "kind", "transport": "transport", "service": "service", "result": "result", "node": "node"}
 
 // Summarize aggregates records since a time, grouped by one column, the
 // groups with the most git CPU first. Counting and sums happen in SQL;
@@ -306,10 +384,12 @@ var GroupBy = map[string]string{"repo": "repo", "user": "user", "kind": "kind", 
 func (g *Governor) Summarize(ctx context.Context, since time.Time, by string, top int) ([]Group, error) {
 	col, ok := GroupBy[by]
 	if !ok {
-		return nil, fmt.Errorf("cannot group by %q (repo, user, kind, transport, service, result)", by)
+		return nil, fmt.Errorf("cannot group by %q (repo, user, kind, transport, service, result, node)", by)
 	}
+	// Ties are ordered by key, so that both engines answer alike.
 	rows, err := g.db.DB.QueryContext(ctx, fmt.Sprintf(`SELECT %[1]s, count(*), sum(cpu_user_ns + cpu_sys_ns), sum(bytes_out),
-		sum(result NOT IN ('ok', 'challenged')) FROM requests WHERE start_ns >= ? GROUP BY %[1]s ORDER BY 3 DESC, 2 DESC LIMIT ?`, col), since.UnixNano(), top)
+		sum(CASE WHEN result IN ('ok', 'challenged') THEN 0 ELSE 1 END) FROM requests WHERE start_ns >= ? GROUP BY %[1]s
+		ORDER BY 3 DESC, 2 DESC, 1 LIMIT ?`, col), since.UnixNano(), top)
 	if err != nil {
 		return nil, err
 	}

@@ -43,14 +43,19 @@ type MaintenanceRun struct {
 	BytesAfter  int64         `json:"bytes_after"`
 	Result      string        `json:"result"` // ok, error, killed
 	Error       string        `json:"error,omitempty"`
+	Node        string        `json:"node,omitempty"` // the cluster node whose copy it was (migration 5); empty: a single server
 }
 
-// RecordMaintenance stores one maintenance run at once (runs are rare).
+// RecordMaintenance stores one maintenance run at once (runs are rare). A
+// run without a node is this server's (Options.Node, once started).
 func (g *Governor) RecordMaintenance(ctx context.Context, r MaintenanceRun) error {
+	if r.Node == "" {
+		r.Node = g.opts.Node
+	}
 	_, err := g.db.DB.ExecContext(ctx, `INSERT INTO maintenance_runs (repo, start_ns, wall_ns, cpu_user_ns, cpu_sys_ns, kind, reason,
-		packs_before, bytes_before, packs_after, bytes_after, result, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		packs_before, bytes_before, packs_after, bytes_after, result, error, node) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		r.Repo, r.Start.UnixNano(), int64(r.Wall), int64(r.UserCPU), int64(r.SysCPU), r.Kind, r.Reason,
-		r.PacksBefore, r.BytesBefore, r.PacksAfter, r.BytesAfter, r.Result, r.Error)
+		r.PacksBefore, r.BytesBefore, r.PacksAfter, r.BytesAfter, r.Result, r.Error, r.Node)
 	return err
 }
 
@@ -80,7 +85,7 @@ func (g *Governor) LatestMaintenance(ctx context.Context) (map[string]Maintenanc
 }
 
 const maintenanceColumns = `SELECT repo, start_ns, wall_ns, cpu_user_ns, cpu_sys_ns, kind, reason, packs_before,
-		bytes_before, packs_after, bytes_after, result, error FROM maintenance_runs`
+		bytes_before, packs_after, bytes_after, result, error, node FROM maintenance_runs`
 
 func (g *Governor) queryMaintenance(ctx context.Context, query string, args ...any) ([]MaintenanceRun, error) {
 	rows, err := g.db.DB.QueryContext(ctx, query, args...)
@@ -93,7 +98,7 @@ func (g *Governor) queryMaintenance(ctx context.Context, query string, args ...a
 		var r MaintenanceRun
 		var start, wall, cu, cs int64
 		if err := rows.Scan(&r.Repo, &start, &wall, &cu, &cs, &r.Kind, &r.Reason, &r.PacksBefore, &r.BytesBefore,
-			&r.PacksAfter, &r.BytesAfter, &r.Result, &r.Error); err != nil {
+			&r.PacksAfter, &r.BytesAfter, &r.Result, &r.Error, &r.Node); err != nil {
 			return nil, err
 		}
 		r.Start, r.Wall, r.UserCPU, r.SysCPU = time.Unix(0, start), time.Duration(wall), time.Duration(cu), time.Duration(cs)

@@ -19,7 +19,7 @@ import (
 const rollupMigration = `
 CREATE TABLE request_rollup (
 	width     INTEGER NOT NULL, -- seconds a bucket spans: 60 or 3600
-	dim       TEXT NOT NULL,    -- '' (every request), repo, user, kind, transport, pack_cache, repo_kind
+	dim       TEXT NOT NULL,    -- '' (every request), repo, user, kind, transport, pack_cache, repo_kind, node (migration 5)
 	bucket    INTEGER NOT NULL, -- unix second the bucket starts (by request start)
 	key       TEXT NOT NULL,
 	key2      TEXT NOT NULL,    -- repo_kind: the kind ('' otherwise)
@@ -59,7 +59,7 @@ const MinuteRowsKept = 48 * time.Hour
 
 // rollupDims are the dimensions summed; repo_kind (the request mix per
 // repository) is kept by the hour only.
-var rollupDims = []string{"", "repo", "user", "kind", "transport", "pack_cache", "repo_kind"}
+var rollupDims = []string{"", "repo", "user", "kind", "transport", "pack_cache", "repo_kind", "node"}
 
 // binsPerOctave sets the resolution of the wall time histograms: a
 // percentile read from them is within 2^(1/32)-1 = 2.2% of the exact one.
@@ -113,13 +113,14 @@ func newRollups(now time.Time) *rollups {
 type rollupInput struct {
 	startNs                                int64
 	repo, user, kind, transport, packCache string
+	node                                   string
 	ok                                     bool
 	cpu, bytesIn, bytesOut, wall           int64
 }
 
 func inputOf(r *Record) rollupInput {
 	return rollupInput{startNs: r.Start.UnixNano(), repo: r.Repo, user: r.User, kind: r.Kind, transport: r.Transport,
-		packCache: r.PackCache, ok: !r.Failed(), cpu: int64(r.UserCPU + r.SysCPU), bytesIn: r.BytesIn,
+		packCache: r.PackCache, node: r.Node, ok: !r.Failed(), cpu: int64(r.UserCPU + r.SysCPU), bytesIn: r.BytesIn,
 		bytesOut: r.BytesOut, wall: int64(r.Wall)}
 }
 
@@ -152,6 +153,7 @@ func (ru *rollups) add(in rollupInput) {
 		add("kind", in.kind, "")
 		add("transport", in.transport, "")
 		add("pack_cache", in.packCache, "")
+		add("node", in.node, "")
 		if width == hourWidth {
 			add("repo_kind", in.repo, in.kind)
 		}
@@ -170,18 +172,22 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// write adds the accumulated sums to the tables, inside tx.
+// write adds the accumulated sums to the tables, inside tx. Each upsert
+// adds to the row a bucket already has (PostgreSQL reads it under the row
+// lock, so nodes writing the same minute add up); the old values are named
+// by table, which PostgreSQL needs and SQLite accepts.
 func (ru *rollups) write(ctx context.Context, tx *store.Tx) error {
 	sums, err := tx.PrepareContext(ctx, `INSERT INTO request_rollup (width, dim, bucket, key, key2, requests, errors, cpu_ns, bytes_in, bytes_out, wall_ns)
 		VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (width, dim, bucket, key, key2) DO UPDATE SET
-		requests = requests + excluded.requests, errors = errors + excluded.errors, cpu_ns = cpu_ns + excluded.cpu_ns,
-		bytes_in = bytes_in + excluded.bytes_in, bytes_out = bytes_out + excluded.bytes_out, wall_ns = wall_ns + excluded.wall_ns`)
+		requests = request_rollup.requests + excluded.requests, errors = request_rollup.errors + excluded.errors,
+		cpu_ns = request_rollup.cpu_ns + excluded.cpu_ns, bytes_in = request_rollup.bytes_in + excluded.bytes_in,
+		bytes_out = request_rollup.bytes_out + excluded.bytes_out, wall_ns = request_rollup.wall_ns + excluded.wall_ns`)
 	if err != nil {
 		return err
 	}
 	defer sums.Close()
 	bins, err := tx.PrepareContext(ctx, `INSERT INTO request_wall_bins (width, kind, bucket, bin, requests) VALUES (?,?,?,?,?)
-		ON CONFLICT (width, bucket, kind, bin) DO UPDATE SET requests = requests + excluded.requests`)
+		ON CONFLICT (width, bucket, kind, bin) DO UPDATE SET requests = request_wall_bins.requests + excluded.requests`)
 	if err != nil {
 		return err
 	}
@@ -198,7 +204,7 @@ func (ru *rollups) write(ctx context.Context, tx *store.Tx) error {
 	}
 	for repo, ns := range ru.lastPush {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO repo_last_push (repo, start_ns) VALUES (?, ?)
-			ON CONFLICT (repo) DO UPDATE SET start_ns = max(start_ns, excluded.start_ns)`, repo, ns); err != nil {
+			ON CONFLICT (repo) DO UPDATE SET start_ns = excluded.start_ns WHERE excluded.start_ns > repo_last_push.start_ns`, repo, ns); err != nil {
 			return err
 		}
 	}
@@ -221,8 +227,12 @@ func (g *Governor) backfillRollups(ctx context.Context) error {
 		return err
 	}
 	defer tx.Rollback()
-	// Checked again inside the transaction: a server and a CLI opening at
-	// once must not both add the same records.
+	if err := tx.Lock(ctx, writeLock); err != nil {
+		return err
+	}
+	// Checked again inside the transaction (and, on PostgreSQL, under the
+	// writers' lock): a server and a CLI, or two nodes, opening at once
+	// must not both add the same records.
 	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM rollup_pending").Scan(&pending); err != nil || pending == 0 {
 		return err
 	}
@@ -236,7 +246,7 @@ func (g *Governor) backfillRollups(ctx context.Context) error {
 }
 
 func sumRecordsInto(ctx context.Context, tx *store.Tx, now time.Time) error {
-	rows, err := tx.QueryContext(ctx, `SELECT start_ns, repo, user, kind, transport, pack_cache, result IN ('ok', 'challenged'),
+	rows, err := tx.QueryContext(ctx, `SELECT start_ns, repo, "user", kind, transport, pack_cache, node, result IN ('ok', 'challenged'),
 		cpu_user_ns + cpu_sys_ns, bytes_in, bytes_out, wall_ns FROM requests`)
 	if err != nil {
 		return err
@@ -245,7 +255,7 @@ func sumRecordsInto(ctx context.Context, tx *store.Tx, now time.Time) error {
 	n := 0
 	for rows.Next() {
 		var in rollupInput
-		if err := rows.Scan(&in.startNs, &in.repo, &in.user, &in.kind, &in.transport, &in.packCache, &in.ok,
+		if err := rows.Scan(&in.startNs, &in.repo, &in.user, &in.kind, &in.transport, &in.packCache, &in.node, &in.ok,
 			&in.cpu, &in.bytesIn, &in.bytesOut, &in.wall); err != nil {
 			rows.Close()
 			return err
