@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"packwire/internal/datadir"
@@ -76,7 +75,7 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer data.Close()
-	gov, err := governor.Open(ctx, filepath.Join(data.Dir, governor.FileName))
+	gov, err := governor.OpenIn(ctx, data.Dir, data.Database)
 	if err != nil {
 		return err
 	}
@@ -173,7 +172,7 @@ func printRun(w io.Writer, run governor.MaintenanceRun) {
 
 // maintainImported brings a freshly imported repository into shape at once.
 func maintainImported(ctx context.Context, data *datadir.Data, r repo.Repo, stdout io.Writer) error {
-	gov, err := governor.Open(ctx, filepath.Join(data.Dir, governor.FileName))
+	gov, err := governor.OpenIn(ctx, data.Dir, data.Database)
 	if err != nil {
 		return err
 	}
@@ -261,7 +260,7 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stdout, "checkout (HEAD's tree): %d objects, %d stored as deltas, %d against bases outside the tree (shallow and partial clones make git rebuild those)\n",
 			c.Objects, c.Deltas, c.Outside)
 	}
-	gov, err := governor.Open(ctx, filepath.Join(data.Dir, governor.FileName))
+	gov, err := governor.OpenIn(ctx, data.Dir, data.Database)
 	if err != nil {
 		return err
 	}

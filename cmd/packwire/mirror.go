@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -108,7 +107,7 @@ func cmdRepoSync(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("repo sync %s: %w", pos[0], err)
 	}
-	gov, err := governor.Open(ctx, filepath.Join(data.Dir, governor.FileName))
+	gov, err := governor.OpenIn(ctx, data.Dir, data.Database)
 	if err != nil {
 		return err
 	}

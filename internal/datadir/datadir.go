@@ -40,6 +40,9 @@ type Data struct {
 	Repos  repo.Root
 	Store  *store.Store
 	Access *access.Controller
+	// Database is the store's postgres:// URL ("": the SQLite file), where
+	// the governor's records are kept too (governor.OpenIn).
+	Database string
 }
 
 // EnvDir names the environment variable that, when set, replaces DefaultDir
@@ -160,10 +163,11 @@ func open(ctx context.Context, dir, database string, create bool) (*Data, error)
 		return nil, err
 	}
 	return &Data{
-		Dir:    abs,
-		Repos:  repo.Root{Dir: filepath.Join(abs, "repos"), DefaultBranch: defaultBranch},
-		Store:  st,
-		Access: &access.Controller{Store: st},
+		Dir:      abs,
+		Repos:    repo.Root{Dir: filepath.Join(abs, "repos"), DefaultBranch: defaultBranch},
+		Store:    st,
+		Access:   &access.Controller{Store: st},
+		Database: database, // "" or postgres://, checked above
 	}, nil
 }
 

@@ -276,7 +276,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	gov, err := governor.Open(ctx, filepath.Join(data.Dir, governor.FileName))
+	gov, err := governor.OpenIn(ctx, data.Dir, data.Database)
 	if err != nil {
 		data.Close()
 		return nil, err
