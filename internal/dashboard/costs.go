@@ -122,6 +122,9 @@ func (h *Handler) costs(w http.ResponseWriter, r *http.Request, who string) {
 	})
 	for _, dim := range governor.CostDims {
 		b := c.By[dim]
+		if dim == "node" && !recordsCarryNodes(b) {
+			continue // a single server: one row, no name
+		}
 		t := costTable{Dim: dim, Rows: b.Groups, More: b.All - len(b.Groups)}
 		var most time.Duration
 		for _, g := range b.Groups {
@@ -142,6 +145,17 @@ func (h *Handler) costs(w http.ResponseWriter, r *http.Request, who string) {
 		v.Tables = append(v.Tables, t)
 	}
 	h.render(w, "costs", p)
+}
+
+// recordsCarryNodes tells whether a node breakdown comes from a cluster's
+// nodes rather than one server's unnamed records.
+func recordsCarryNodes(b governor.Breakdown) bool {
+	for _, g := range b.Groups {
+		if g.Key != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // stepText names a series step: "minute", "15 minutes", "hour", "6 hours".

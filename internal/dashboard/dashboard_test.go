@@ -466,10 +466,37 @@ func TestClusterPage(t *testing.T) {
 			Repos: []cluster.RepoStatus{{Name: "team/app", Primary: "a", Generation: 7, Replicas: []cluster.Replica{{Node: "a", Generation: 7, Healthy: true}, {Node: "b", Generation: 5}}}},
 		}, nil
 	}
+	// Records carry the node that served them: the Cluster page shows
+	// each node's last hour, the Costs page a breakdown by node (which a
+	// single server's unnamed records do not get).
+	if body := f.do("GET", "/-/costs?window=1h", nil, basic(f.admin)).Body.String(); strings.Contains(body, `id="by-node"`) {
+		t.Fatalf("the Costs page of unnamed records has a node breakdown:\n%s", body)
+	}
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		f.gov.Record(governor.Record{ID: governor.NewID(time.Now()), Start: time.Now(), Transport: "git", Repo: "team/app", Kind: "full-clone",
+			Service: "git-upload-pack", Wall: governor.Duration(time.Second), UserCPU: governor.Duration(3 * time.Second), Result: "ok", Node: "b"})
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if recs, _ := f.gov.Last(ctx, 3); len(recs) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the records were not written")
+		}
+	}
 	body := f.do("GET", "/-/cluster", nil, basic(f.admin)).Body.String()
-	for _, want := range []string{"http://a:8080", "<strong>no</strong>", "team/app", "a: 7", "b: 5 <strong>stale</strong> <strong>unhealthy</strong>"} {
+	for _, want := range []string{"http://a:8080", "<strong>no</strong>", "team/app", "a: 7", "b: 5 <strong>stale</strong> <strong>unhealthy</strong>",
+		`<td class="n">2</td><td class="n">` + durationText(6*time.Second) + `</td></tr>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the Cluster page lacks %q:\n%s", want, body)
 		}
+	}
+	body = f.do("GET", "/-/costs?window=1h", nil, basic(f.admin)).Body.String()
+	if !strings.Contains(body, `id="by-node"`) || !strings.Contains(body, "<td>b</td>") {
+		t.Errorf("the Costs page has no breakdown by node:\n%s", body)
+	}
+	if body := f.do("GET", "/-/now", nil, basic(f.admin)).Body.String(); !strings.Contains(body, "every node of the cluster") {
+		t.Errorf("the Now page does not say its last hour is the cluster's:\n%s", body)
 	}
 }

@@ -23,6 +23,9 @@ type nowView struct {
 	Limits   bool              `json:"limits"`      // a limiter is configured
 	Cache    bool              `json:"cache"`       // the pack cache is on
 	Fetch    bool              `json:"fetch_cache"` // the fetch cache is on
+	// Cluster: the last hour's figures are every node's (the records
+	// are shared in PostgreSQL); in flight, queues and caches are this node's.
+	Cluster bool `json:"cluster"`
 }
 
 type activeRow struct {
@@ -53,7 +56,7 @@ type outcomeRow struct {
 
 func (h *Handler) nowData(ctx context.Context) nowView {
 	now := time.Now()
-	v := nowView{Time: now.UTC().Format(time.RFC3339), Fields: map[string]string{}}
+	v := nowView{Time: now.UTC().Format(time.RFC3339), Fields: map[string]string{}, Cluster: h.ClusterStatus != nil}
 	if h.Pipeline != nil {
 		for _, a := range h.Pipeline.Active() {
 			age := now.Sub(a.Started)

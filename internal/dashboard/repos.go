@@ -157,15 +157,31 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, who string) {
 }
 
 // cluster shows the cluster's nodes and each repository's copies.
+// clusterView is the Cluster page: the nodes and placements, and what each
+// node served in the last hour (the governor's records carry the node, and
+// a cluster keeps them all in PostgreSQL).
+type clusterView struct {
+	*cluster.Status
+	Hour map[string]governor.CostGroup // by node name
+}
+
 func (h *Handler) cluster(w http.ResponseWriter, r *http.Request, who string) {
-	var st *cluster.Status
+	var v *clusterView
 	if h.ClusterStatus != nil {
 		s, err := h.ClusterStatus(r.Context())
 		if err != nil {
 			h.fail(w, who, http.StatusInternalServerError, "reading the cluster's state failed", err)
 			return
 		}
-		st = &s
+		v = &clusterView{Status: &s, Hour: map[string]governor.CostGroup{}}
+		if h.Governor != nil {
+			now := time.Now()
+			if b, err := h.Governor.Breakdown(r.Context(), "node", now.Add(-time.Hour), now, 0); err == nil {
+				for _, g := range b.Groups {
+					v.Hour[g.Key] = g
+				}
+			}
+		}
 	}
-	h.render(w, "cluster", page{Title: "Cluster", Nav: "cluster", User: who, Data: st})
+	h.render(w, "cluster", page{Title: "Cluster", Nav: "cluster", User: who, Data: v})
 }
