@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"packwire/internal/gittest"
+	"packwire/internal/governor"
 	"packwire/internal/pgtest"
 	"packwire/internal/server"
 	"packwire/internal/server/cluster"
@@ -183,23 +184,53 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 			}
 		}
 	}
-	// d's records say it relayed, and name it; the primary's name it too.
-	time.Sleep(200 * time.Millisecond) // records are written every 50 ms
-	recs, err := nodes["d"].Governor.Last(context.Background(), 200)
+	// Every node writes its records to PostgreSQL, each naming its node:
+	// "governor --database" from a machine with no data directory, and
+	// the governor of any node (its dashboard), show the whole cluster.
+	var byNode struct {
+		Groups []governor.Group `json:"groups"`
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if err := json.Unmarshal([]byte(admin("governor", "--by", "node", "--json")), &byNode); err != nil {
+			t.Fatal(err)
+		}
+		if len(byNode.Groups) == 4 { // each node served clones
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("governor --by node: %+v, want a, b, c and d", byNode.Groups)
+		}
+	}
+	var total int64
+	for _, g := range byNode.Groups {
+		if nodes[g.Key] == nil || g.Count == 0 {
+			t.Fatalf("governor --by node: a group %+v", g)
+		}
+		total += g.Count
+	}
+	costs, err := nodes["a"].Governor.Costs(context.Background(), time.Now().Add(-time.Hour), time.Now(), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if costs.Total.Requests < total || len(costs.By["node"].Groups) != 4 {
+		t.Fatalf("node a's Costs: %d requests by %+v; governor --by node had %d", costs.Total.Requests, costs.By["node"].Groups, total)
+	}
+	// d's records (--node d) say it relayed.
 	relayedOnD := 0
-	for _, r := range recs {
+	for _, line := range strings.Split(strings.TrimSpace(admin("governor", "--last", "500", "--node", "d", "--json")), "\n") {
+		var r governor.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
 		if r.Node != "d" {
-			t.Fatalf("a record of node d names node %q", r.Node)
+			t.Fatalf("governor --node d printed a record of node %q", r.Node)
 		}
 		if r.PackCache == "relayed" && r.Repo == "team/app" {
 			relayedOnD++
 		}
 	}
 	if relayedOnD == 0 {
-		t.Fatalf("node d recorded no relayed request: %+v", recs)
+		t.Fatal("node d recorded no relayed request")
 	}
 	second = commit("four")
 

@@ -331,7 +331,28 @@ func scanRecords(rows *sql.Rows) ([]Record, int64, error) {
 
 // Last returns the newest n records, oldest first.
 func (g *Governor) Last(ctx context.Context, n int) ([]Record, error) {
-	rows, err := g.db.DB.QueryContext(ctx, "SELECT "+columns+" FROM (SELECT * FROM requests ORDER BY seq DESC LIMIT ?) AS newest ORDER BY seq", n)
+	return g.LastWhere(ctx, n, Filter{})
+}
+
+// Filter narrows a query to some records; an empty field matches all.
+type Filter struct {
+	Node string // the cluster node that served them
+}
+
+// where is the filter as SQL conditions (each starting " AND ") and their
+// arguments.
+func (f Filter) where() (string, []any) {
+	if f.Node == "" {
+		return "", nil
+	}
+	return " AND node = ?", []any{f.Node}
+}
+
+// LastWhere returns the newest n records that pass f, oldest first.
+func (g *Governor) LastWhere(ctx context.Context, n int, f Filter) ([]Record, error) {
+	cond, args := f.where()
+	rows, err := g.db.DB.QueryContext(ctx, "SELECT "+columns+" FROM (SELECT * FROM requests WHERE 1 = 1"+cond+" ORDER BY seq DESC LIMIT ?) AS newest ORDER BY seq",
+		append(args, n)...)
 	if err != nil {
 		return nil, err
 	}
@@ -382,14 +403,20 @@ var GroupBy = map[string]string{"repo": "repo", "user": `"user"`, "kind": "kind"
 // groups with the most git CPU first. Counting and sums happen in SQL;
 // each percentile is one indexed lookup.
 func (g *Governor) Summarize(ctx context.Context, since time.Time, by string, top int) ([]Group, error) {
+	return g.SummarizeWhere(ctx, since, by, top, Filter{})
+}
+
+// SummarizeWhere is Summarize over the records that pass f.
+func (g *Governor) SummarizeWhere(ctx context.Context, since time.Time, by string, top int, f Filter) ([]Group, error) {
+	cond, condArgs := f.where()
 	col, ok := GroupBy[by]
 	if !ok {
 		return nil, fmt.Errorf("cannot group by %q (repo, user, kind, transport, service, result, node)", by)
 	}
 	// Ties are ordered by key, so that both engines answer alike.
 	rows, err := g.db.DB.QueryContext(ctx, fmt.Sprintf(`SELECT %[1]s, count(*), sum(cpu_user_ns + cpu_sys_ns), sum(bytes_out),
-		sum(CASE WHEN result IN ('ok', 'challenged') THEN 0 ELSE 1 END) FROM requests WHERE start_ns >= ? GROUP BY %[1]s
-		ORDER BY 3 DESC, 2 DESC, 1 LIMIT ?`, col), since.UnixNano(), top)
+		sum(CASE WHEN result IN ('ok', 'challenged') THEN 0 ELSE 1 END) FROM requests WHERE start_ns >= ?%[2]s GROUP BY %[1]s
+		ORDER BY 3 DESC, 2 DESC, 1 LIMIT ?`, col, cond), append(append([]any{since.UnixNano()}, condArgs...), top)...)
 	if err != nil {
 		return nil, err
 	}
@@ -419,8 +446,8 @@ func (g *Governor) Summarize(ctx context.Context, since time.Time, by string, to
 			offset := int64(p.q*float64(gr.Count)+0.999999) - 1 // nearest rank
 			offset = max(0, min(offset, gr.Count-1))
 			var wall int64
-			err := g.db.DB.QueryRowContext(ctx, fmt.Sprintf("SELECT wall_ns FROM requests WHERE start_ns >= ? AND %s = ? ORDER BY wall_ns LIMIT 1 OFFSET ?", col),
-				since.UnixNano(), gr.Key, offset).Scan(&wall)
+			err := g.db.DB.QueryRowContext(ctx, fmt.Sprintf("SELECT wall_ns FROM requests WHERE start_ns >= ?%s AND %s = ? ORDER BY wall_ns LIMIT 1 OFFSET ?", cond, col),
+				append(append([]any{since.UnixNano()}, condArgs...), gr.Key, offset)...).Scan(&wall)
 			if err != nil {
 				return nil, err
 			}

@@ -45,7 +45,7 @@ func testEnginesAgree(t *testing.T, pg *pgtest.Server) {
 	if got != want {
 		t.Fatalf("PostgreSQL and SQLite disagree.\nSQLite:\n%s\nPostgreSQL:\n%s", want, got)
 	}
-	for _, s := range []string{"summary by user", `"user0"`, "by node (of 2)", "last push team/repo", "maintenance team/repo1 full", "trimmed 1", "after page"} {
+	for _, s := range []string{"summary by user", `"user0"`, "by node (of 2)", "last of n2: rq_test0399 n2", "last push team/repo", "maintenance team/repo1 full", "trimmed 1", "after page"} {
 		if !strings.Contains(want, s) {
 			t.Errorf("transcript lacks %q:\n%s", s, want)
 		}
@@ -117,6 +117,14 @@ func exerciseGovernor(t *testing.T, g *Governor, now time.Time) string {
 		for _, gr := range groups {
 			say("  %q %d p50=%v p95=%v p99=%v cpu=%v out=%d errors=%d", gr.Key, gr.Count, gr.P50, gr.P95, gr.P99, gr.CPU, gr.BytesOut, gr.Errors)
 		}
+	}
+	onN2, err := g.SummarizeWhere(ctx, now.Add(-30*time.Hour), "repo", 3, Filter{Node: "n2"})
+	must(err)
+	say("summary of node n2 by repo: %+v", onN2)
+	lastN2, err := g.LastWhere(ctx, 3, Filter{Node: "n2"})
+	must(err)
+	for _, r := range lastN2 {
+		say("last of n2: %s %s", r.ID, r.Node)
 	}
 	for _, w := range []struct{ from, to time.Duration }{{time.Hour, 0}, {24 * time.Hour, 0}, {80 * time.Hour, 0}, {75 * time.Hour, 61 * time.Hour}} {
 		c, err := g.Costs(ctx, now.Add(-w.from), now.Add(-w.to), 3, 40)
