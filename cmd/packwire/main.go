@@ -100,7 +100,7 @@ func init() {
 			{name: "verify", args: "[REPO...]", summary: "compare replicas' refs with their primary's; repair those that differ", run: cmdClusterVerify},
 		}},
 		{name: "audit", args: "[--limit N] [--json]", summary: "every change to users, keys, tokens, grants, rules, settings, repositories: who, what, when", run: cmdAudit},
-		{name: "governor", summary: "what requests cost: by kind, repo, user, transport (--last N, tail, maintenance)", run: cmdGovernor},
+		{name: "governor", summary: "what requests cost: by kind, repo, user, transport, node (--last N, tail, maintenance; a cluster's with --database)", run: cmdGovernor},
 		{name: "netem", args: "--upstream HOST:PORT", summary: "a proxy that adds latency, jitter, a bandwidth limit or resets; counts round trips", run: cmdNetem},
 		{name: "rtt", args: "URL...", summary: "round trips and wall of ls-remote, no-op fetch, clone at several added RTTs\n(protocol v0/v2, SSH with/without ControlMaster)", run: cmdRTT},
 		{name: "compare", args: "-- CMD_A -- CMD_B", summary: "paired, order-shuffled timing of two commands: median ratio, 95% CI, verdict", run: cmdCompare},
