@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -190,6 +191,14 @@ func (g *Governor) stopWriter() {
 	})
 }
 
+// maxUnwritten bounds the records kept for another try while the database
+// cannot be written (PostgreSQL restarting, a full disk): some 25 MB.
+const maxUnwritten = 50_000
+
+// retryWait is how long the writer waits after a failed write before it
+// tries again with the same records (and those that came meanwhile).
+const retryWait = time.Second
+
 func (g *Governor) writer() {
 	defer g.wg.Done()
 	tick := time.NewTicker(g.opts.FlushInterval)
@@ -197,14 +206,36 @@ func (g *Governor) writer() {
 	trim := time.NewTicker(time.Minute)
 	defer trim.Stop()
 	var batch []Record
-	flush := func() {
-		if len(batch) == 0 {
+	var retryAt time.Time // after a failed write: not before this
+	failures := 0         // writes failed in a row
+	flush := func(final bool) {
+		if len(batch) == 0 || (!final && time.Now().Before(retryAt)) {
 			return
 		}
-		if err := g.insert(batch); err != nil {
+		// After a failure the batch may have been committed all the same
+		// (the connection lost while committing): the retry skips the
+		// records already there.
+		err := g.write(batch, failures > 0)
+		if err == nil {
+			if failures > 0 {
+				g.opts.Log.Info("governor: request records written after failed tries", "records", len(batch), "tries", failures+1)
+			}
+			batch, failures, retryAt = batch[:0], 0, time.Time{}
+			return
+		}
+		if failures == 0 || final {
 			g.opts.Log.Error("governor: writing request records", "records", len(batch), "error", err.Error())
 		}
-		batch = batch[:0]
+		failures++
+		retryAt = time.Now().Add(retryWait)
+		switch {
+		case final:
+			g.opts.Log.Error("governor: request records lost at shutdown", "records", len(batch))
+		case len(batch) > maxUnwritten:
+			n := len(batch) - maxUnwritten
+			g.opts.Log.Error("governor: request records dropped, the database could not be written", "records", n, "error", err.Error())
+			batch = append(batch[:0], batch[n:]...)
+		}
 	}
 	g.trim()
 	for {
@@ -212,10 +243,10 @@ func (g *Governor) writer() {
 		case r := <-g.queue:
 			batch = append(batch, r)
 			if len(batch) >= 512 {
-				flush()
+				flush(false)
 			}
 		case <-tick.C:
-			flush()
+			flush(false)
 		case <-trim.C:
 			g.trim()
 		case <-g.stop:
@@ -224,7 +255,7 @@ func (g *Governor) writer() {
 				case r := <-g.queue:
 					batch = append(batch, r)
 				default:
-					flush()
+					flush(true)
 					return
 				}
 			}
@@ -232,7 +263,11 @@ func (g *Governor) writer() {
 	}
 }
 
-func (g *Governor) insert(batch []Record) error {
+func (g *Governor) insert(batch []Record) error { return g.write(batch, false) }
+
+// write inserts a batch of records and adds them to the rollups, in one
+// transaction; retry: leave out those already written.
+func (g *Governor) write(batch []Record, retry bool) error {
 	ctx := context.Background()
 	tx, err := g.db.DB.BeginTx(ctx, nil)
 	if err != nil {
@@ -241,6 +276,11 @@ func (g *Governor) insert(batch []Record) error {
 	defer tx.Rollback()
 	if err := tx.Lock(ctx, writeLock); err != nil {
 		return err
+	}
+	if retry {
+		if batch, err = unwritten(ctx, tx, batch); err != nil {
+			return err
+		}
 	}
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO requests (id, start_ns, transport, protocol, repo, "user", remote, service, kind,
 		wants, haves, depth, filter, pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss,
@@ -265,6 +305,44 @@ func (g *Governor) insert(batch []Record) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// unwritten returns the records of batch whose ids are not in the table.
+func unwritten(ctx context.Context, tx *store.Tx, batch []Record) ([]Record, error) {
+	written := map[string]bool{}
+	for start := 0; start < len(batch); start += 500 {
+		part := batch[start:min(start+500, len(batch))]
+		args := make([]any, len(part))
+		for i, r := range part {
+			args[i] = r.ID
+		}
+		rows, err := tx.QueryContext(ctx, "SELECT id FROM requests WHERE id IN (?"+strings.Repeat(", ?", len(part)-1)+")", args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			written[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	if len(written) == 0 {
+		return batch, nil
+	}
+	out := make([]Record, 0, len(batch)-len(written))
+	for _, r := range batch {
+		if !written[r.ID] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // trim applies the retention bounds.

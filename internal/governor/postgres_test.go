@@ -3,6 +3,7 @@ package governor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand"
 	"path/filepath"
 	"sort"
@@ -21,6 +22,92 @@ func TestPostgres(t *testing.T) {
 	pg := pgtest.Start(t)
 	t.Run("EnginesAgree", func(t *testing.T) { testEnginesAgree(t, pg) })
 	t.Run("NodesWriteTogether", func(t *testing.T) { testNodesWriteTogether(t, pg) })
+	t.Run("SurvivesRestart", func(t *testing.T) { testSurvivesRestart(t, pg) }) // last: it restarts the server
+}
+
+// testSurvivesRestart: PostgreSQL restarts while a node records requests.
+// The writes that fail meanwhile are tried again: every record is written
+// once, and the rollups hold each once.
+func testSurvivesRestart(t *testing.T, pg *pgtest.Server) {
+	ctx := context.Background()
+	g, err := OpenPostgres(ctx, pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	var logs lockedLog
+	g.Start(Options{FlushInterval: 5 * time.Millisecond, Node: "n", Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	rng := rand.New(rand.NewSource(31))
+	now := time.Now()
+	stop := make(chan struct{})
+	written := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				written <- n
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			r := randomRecord(rng, now.Add(-time.Duration(rng.Int63n(int64(10*time.Minute)))), 5, 3)
+			r.ID = fmt.Sprintf("rq_restart%05d", n)
+			g.Record(r)
+			n++
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := pg.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	n := <-written
+	var recs []Record
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if recs, err = g.Last(ctx, 2*n); err == nil && len(recs) >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records written 30 s after the restart (%v)\n%s", len(recs), n, err, logs.String())
+		}
+	}
+	if !strings.Contains(logs.String(), "written after failed tries") {
+		t.Fatalf("no write failed while PostgreSQL restarted: the test tested nothing\n%s", logs.String())
+	}
+	ids := map[string]bool{}
+	for _, r := range recs {
+		ids[r.ID] = true
+	}
+	if len(recs) != n || len(ids) != n {
+		t.Fatalf("%d records (%d ids) for %d requests", len(recs), len(ids), n)
+	}
+	c, err := g.Costs(ctx, now.Add(-time.Hour), now.Add(time.Minute), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Total.Requests != int64(n) {
+		t.Fatalf("rollups hold %d requests, %d were recorded", c.Total.Requests, n)
+	}
+	checkAgainstSummarize(t, g, c)
+}
+
+// lockedLog is a log destination the writer and the test share.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // testEnginesAgree writes the same records and maintenance runs to SQLite
