@@ -56,6 +56,9 @@ PostgreSQL: this shows the whole cluster, each record with its node
 	if _, ok := governor.GroupBy[*by]; !ok {
 		return usagef("--by %s: one of repo, user, kind, transport, service, result, node", *by)
 	}
+	if maintenance && *node != "" {
+		return usagef("--node: governor maintenance lists every node's runs, each with its node")
+	}
 	if *database != "" && !store.IsPostgresURL(*database) {
 		return usagef("--database %s: not a postgres:// URL (leave it out for governor.db in the data directory)", store.RedactDatabaseURL(*database))
 	}

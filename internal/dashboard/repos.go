@@ -156,7 +156,6 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, who string) {
 	h.render(w, "audit", page{Title: "Audit log", Nav: "audit", User: who, Data: entries})
 }
 
-// cluster shows the cluster's nodes and each repository's copies.
 // clusterView is the Cluster page: the nodes and placements, and what each
 // node served in the last hour (the governor's records carry the node, and
 // a cluster keeps them all in PostgreSQL).
@@ -165,6 +164,7 @@ type clusterView struct {
 	Hour map[string]governor.CostGroup // by node name
 }
 
+// cluster shows the cluster's nodes and each repository's copies.
 func (h *Handler) cluster(w http.ResponseWriter, r *http.Request, who string) {
 	var v *clusterView
 	if h.ClusterStatus != nil {

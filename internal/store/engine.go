@@ -105,9 +105,6 @@ func (t *Tx) PrepareContext(ctx context.Context, q string) (*sql.Stmt, error) {
 	return t.Tx.PrepareContext(ctx, t.engine.rebind(q))
 }
 
-// Engine is the engine of the transaction's database.
-func (t *Tx) Engine() Engine { return t.engine }
-
 // Lock serialises the transactions that lock the same key, until each
 // ends: on PostgreSQL a transaction-level advisory lock (several nodes
 // write the same tables); on SQLite nothing, since every transaction
