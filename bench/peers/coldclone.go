@@ -55,8 +55,8 @@ func (s *setup) coldCloneWorkload(r *report) {
 			// pack-objects a third more than a maintained layout.
 			benchkit.Run(s.bin, "maintain", "--data", s.data, s.repo)
 			// git's own layout after a push is gc's: one pack, bitmap, no
-			// loose objects (a loose blob costs pack-objects a deflate on
-			// every clone: 3 of them tripled a pristine clone's CPU here).
+			// loose objects (each costs pack-objects a deflate on every
+			// clone: those of a few pushes tripled a clone's CPU here).
 			s.mustGit(nil, work, "push", "-q", "gc", "HEAD")
 			benchkit.Run("git", "-C", gcBare, "gc", "--quiet", "--prune=now")
 			time.Sleep(2 * time.Second) // older than repostate.RacyWindow, as a real clone after a push
