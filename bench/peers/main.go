@@ -66,7 +66,10 @@ func main() {
 	outDir := flag.String("out", "bench/out/peers", "work directory (repositories, data, clones)")
 	shape := flag.String("shape", "jquery", "synth shape of the benchmark repository (jquery, swift, linux)")
 	scale := flag.Float64("scale", 1, "synth scale of the benchmark repository")
-	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, idle, load); default all")
+	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, coldclone, bigstorm, idle, load); default all but bigstorm")
+	from := flag.String("from", "", "copy this bare repository (e.g. one packwire synth made) instead of generating the shape (-shape names it)")
+	bigHerd := flag.Int("bigstorm-herd", 16, "clones per herd of the bigstorm workload (run it with a big repository: -shape linux -scale 0.15)")
+	bigTransports := flag.String("bigstorm-transports", "git://,HTTP,SSH", "comma-separated transports of the bigstorm workload")
 	results := flag.String("results", "", "write the results as Markdown to this file too (e.g. bench/RESULTS.md)")
 	loadFor := flag.Duration("load-duration", 60*time.Second, "duration of the 64-clone load with a pusher")
 	idleConns := flag.Int("idle", 1000, "idle connections held per transport")
@@ -85,6 +88,15 @@ func main() {
 		log.Fatal(err)
 	}
 	s := &setup{out: out, nRounds: *rounds, repo: *shape}
+	want := map[string]bool{}
+	for _, w := range strings.Split(*only, ",") {
+		if w != "" {
+			want[w] = true
+		}
+	}
+	// bigstorm needs a big repository and an hour: only when asked for.
+	run := func(name string) bool { return want[name] || len(want) == 0 && name != "bigstorm" }
+
 	home := filepath.Join(out, "home")
 	os.MkdirAll(home, 0o700)
 	s.clientEnv = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}
@@ -100,15 +112,30 @@ func main() {
 	// The benchmark repository: a synthetic one of the study's shapes, put
 	// into the layout packwire's maintenance keeps (every server serves the
 	// same files, so the layout helps all of them alike).
-	log.Printf("making a %s-shaped repository at scale %g ...", *shape, *scale)
-	res, err := synth.Generate(context.Background(), synth.Options{Shape: *shape, Scale: *scale, Out: filepath.Join(s.repos, s.repo+".git"), Seed: 1})
-	if err != nil {
-		log.Fatal(err)
+	dst := filepath.Join(s.repos, s.repo+".git")
+	var counts string
+	if *from != "" {
+		log.Printf("copying %s ...", *from)
+		benchkit.Run("cp", "-a", *from, dst)
+		counts = fmt.Sprintf("copied from %s (%d objects)", *from, benchkit.CountObjects(dst))
+	} else {
+		log.Printf("making a %s-shaped repository at scale %g ...", *shape, *scale)
+		res, err := synth.Generate(context.Background(), synth.Options{Shape: *shape, Scale: *scale, Out: dst, Seed: 1})
+		if err != nil {
+			log.Fatal(err)
+		}
+		counts = fmt.Sprintf("%d commits, %d trees, %d blobs, %d branches, %d tags", res.Commits, res.Trees, res.Blobs, res.Branches, res.Tags)
+	}
+	// coldclone's peer serves the same history in git's own layout.
+	if run("coldclone") {
+		gcDst := filepath.Join(s.repos, s.gcCopy()+".git")
+		benchkit.Run("cp", "-a", dst, gcDst)
+		benchkit.Run("git", "-C", gcDst, "gc", "--quiet", "--prune=now")
 	}
 	benchkit.Run(s.bin, "init", "--data", s.data) // admin commands refuse a directory without a store
-	benchkit.Run(s.bin, "maintain", "--data", s.data)
-	s.repoInfo = fmt.Sprintf("%s-shaped synth repository at scale %g: %d commits, %d trees, %d blobs, %d branches, %d tags, pack %.1f MiB",
-		*shape, *scale, res.Commits, res.Trees, res.Blobs, res.Branches, res.Tags, float64(benchkit.DirSize(filepath.Join(s.repos, s.repo+".git", "objects", "pack")))/(1<<20))
+	benchkit.Run(s.bin, "maintain", "--data", s.data, s.repo)
+	s.repoInfo = fmt.Sprintf("%s-shaped synth repository at scale %g: %s, pack %.1f MiB",
+		*shape, *scale, counts, float64(benchkit.DirSize(filepath.Join(dst, "objects", "pack")))/(1<<20))
 	log.Print(s.repoInfo)
 
 	s.key = filepath.Join(home, "id_ed25519")
@@ -137,14 +164,6 @@ func main() {
 		}
 	}()
 
-	want := map[string]bool{}
-	for _, w := range strings.Split(*only, ",") {
-		if w != "" {
-			want[w] = true
-		}
-	}
-	run := func(name string) bool { return len(want) == 0 || want[name] }
-
 	r := &report{}
 	r.header(s)
 	if run("clone") {
@@ -167,6 +186,16 @@ func main() {
 	}
 	if run("storm") {
 		s.stormWorkload(r)
+	}
+	if run("coldclone") {
+		s.coldCloneWorkload(r)
+	}
+	if run("bigstorm") {
+		trs := map[string]bool{}
+		for _, t := range strings.Split(*bigTransports, ",") {
+			trs[t] = true
+		}
+		s.bigStormWorkload(r, *bigHerd, trs)
 	}
 	if run("idle") {
 		s.idleWorkload(r, *idleConns)

@@ -125,6 +125,27 @@ func (g *Group) ResetPeak() {
 	}
 }
 
+// Reclaim asks the kernel to drop the page cache charged to the memory
+// group (cgroup v1 memory.force_empty), so that a peak measured next starts
+// from the group's own live memory, not from files earlier runs left
+// cached; the machine's other page cache is not touched.
+func (g *Group) Reclaim() {
+	if g.HasMemory() {
+		os.WriteFile(g.mem+"/memory.force_empty", []byte("0"), 0o644)
+	}
+}
+
+// Usage returns the memory charged to the group now (anonymous memory and
+// page cache).
+func (g *Group) Usage() int64 {
+	if !g.HasMemory() {
+		return 0
+	}
+	b, _ := os.ReadFile(g.mem + "/memory.usage_in_bytes")
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
 // Peak returns the memory group's high-water mark (anonymous memory and
 // page cache charged to the group) since the last ResetPeak.
 func (g *Group) Peak() int64 {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -222,7 +223,54 @@ func (s *Server) handle(conn net.Conn) {
 		return
 	}
 	// git's stderr is not part of the git:// protocol: it goes to the log only.
-	call.Run(ctx, conn, conn, nil)
+	out := fileConn{Conn: conn}
+	if s.Pipeline.Runner != nil {
+		out.idle = s.Pipeline.Runner.IdleTimeout
+	}
+	call.Run(ctx, conn, out, nil)
+}
+
+// sendFileChunk is how much of a file goes out under one write deadline.
+const sendFileChunk = 4 << 20
+
+// fileConn is the client stream as the pipeline writes to it. It lets the
+// fetch cache send an answer's file with sendfile(2) (io.Copy from an
+// *os.File into the TCP connection) rather than read it into a buffer and
+// write that: a git:// replay's bytes then never pass through packwire.
+// A git:// stream has no framing of its own, so a file's bytes go out as
+// they are at any point of a session.
+type fileConn struct {
+	net.Conn
+	idle time.Duration // per-chunk write deadline (the idle timeout); 0: none
+}
+
+// ServeFile sends size bytes of f from its current offset.
+func (c fileConn) ServeFile(f *os.File, size int64) (int64, error) { return c.sendFile(f, size) }
+
+// StreamFile sends the next n bytes of f from its current offset.
+func (c fileConn) StreamFile(f *os.File, n int64) (int64, error) { return c.sendFile(f, n) }
+
+func (c fileConn) sendFile(f *os.File, n int64) (int64, error) {
+	var sent int64
+	for sent < n {
+		if c.idle > 0 {
+			c.SetWriteDeadline(time.Now().Add(c.idle))
+		}
+		// A LimitReader over the *os.File is what net.TCPConn's ReadFrom
+		// hands to sendfile; other connections copy as io.Copy does.
+		k, err := io.Copy(c.Conn, io.LimitReader(f, min(sendFileChunk, n-sent)))
+		sent += k
+		if err != nil {
+			return sent, err
+		}
+		if k == 0 {
+			return sent, io.ErrUnexpectedEOF
+		}
+	}
+	if c.idle > 0 {
+		c.SetWriteDeadline(time.Time{})
+	}
+	return sent, nil
 }
 
 // refuse sends an ERR packet and half-closes, then waits briefly for the
