@@ -69,12 +69,14 @@ func TestParseDelays(t *testing.T) {
 }
 
 func TestCompareCommand(t *testing.T) {
-	out, code := packwire(t, "compare", "-n", "8", "--warmup", "1", "--seed", "5", "--", "true", "--", "sleep", "0.05")
+	// B sleeps 0.5 s: on a loaded machine starting `true` alone took 0.24 s,
+	// and against a 0.05 s sleep one such pair turned the verdict.
+	out, code := packwire(t, "compare", "-n", "8", "--warmup", "1", "--seed", "5", "--", "true", "--", "sleep", "0.5")
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	if !strings.Contains(out, "verdict: A faster") || !strings.Contains(out, "8 pairs") {
-		t.Errorf("true against sleep 0.05:\n%s", out)
+		t.Errorf("true against sleep 0.5:\n%s", out)
 	}
 	// A failing command is counted and reported, with exit status 1.
 	out, code = packwire(t, "compare", "-n", "6", "--warmup", "0", "--json", "--", "true", "--", "sh", "-c", "exit 3")

@@ -3,9 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"packwire/internal/gitexec"
@@ -13,89 +11,56 @@ import (
 	"packwire/internal/repostate"
 )
 
-// capabilitiesCache keeps protocol v2 capability advertisements by
-// repository. Over smart HTTP a v2 client's GET of info/refs gets nothing
-// but that advertisement, which depends only on git's version and
-// configuration, yet cost a git process per request: half the server CPU
-// of a no-op fetch. The cache serves it without spawning git until the
-// repository's or a global config file changes. An advertisement with a
-// session id (transfer.advertiseSID) is per process and never cached.
-type capabilitiesCache struct {
-	mu      sync.Mutex
-	entries map[string]capabilitiesEntry // by repository path
-}
-
-type capabilitiesEntry struct {
-	stamp string // repostate.Config's digest when read
-	body  []byte
-}
-
-// maxCapabilities bounds what is kept per repository: an advertisement is
-// a few hundred bytes; anything larger is not one.
-const maxCapabilities = 16 << 10
-
 // cachesCapabilities tells whether a request is a stateless v2
 // capability advertisement (HTTP GET info/refs with version=2).
+//
+// Over smart HTTP a v2 client's GET of info/refs gets nothing but that
+// advertisement, which depends only on git's version and configuration,
+// yet cost a git process per request: half the server CPU of a no-op
+// fetch. The answer cache serves it without spawning git until the
+// repository's or a global config file changes. An advertisement with a
+// session id (transfer.advertiseSID) is per process and never kept.
 func cachesCapabilities(req Request) bool {
 	return req.Service == gitexec.UploadPack && req.AdvertiseRefs && req.StatelessRPC &&
 		protocol.Version(req.Protocol) == 2
 }
 
-func (c *capabilitiesCache) get(repoPath, stamp string) ([]byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[repoPath]
-	return e.body, ok && e.stamp == stamp
+// cachesRefAdvertisement tells whether a request is a stateless v0/v1 ref
+// advertisement (HTTP GET info/refs of upload-pack without version=2):
+// the refs and capabilities, kept per repository state.
+func cachesRefAdvertisement(req Request) bool {
+	return req.Service == gitexec.UploadPack && req.AdvertiseRefs && req.StatelessRPC &&
+		protocol.Version(req.Protocol) != 2
 }
 
-func (c *capabilitiesCache) put(repoPath, stamp string, body []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.entries == nil {
-		c.entries = map[string]capabilitiesEntry{}
-	}
-	c.entries[repoPath] = capabilitiesEntry{stamp: stamp, body: body}
-}
-
-// runCapabilities answers a v2 capability advertisement from the cache,
-// or runs git and keeps its answer for the next request.
-func (c *Call) runCapabilities(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
-	p := c.p
+// runCapabilities answers a v2 capability advertisement (spec: a
+// stateless --advertise-refs run) from the answer cache, or runs git and
+// keeps its answer for the next request.
+func (c *Call) runCapabilities(ctx context.Context, spec gitexec.Spec, stdout, stderr io.Writer) (gitexec.Result, error) {
 	st := repostate.Config(c.Repo.Path, time.Now())
-	stamp := st.Digest
-	if body, ok := p.capabilities.get(c.Repo.Path, stamp); ok && !st.Racy {
-		n, err := stdout.Write(body)
-		if spec.Progress != nil {
-			spec.Progress.BytesOut.Add(int64(n))
-		}
-		if err != nil {
-			return gitexec.Result{BytesOut: int64(n)}, fmt.Errorf("%w: %v", gitexec.ErrClientGone, err)
-		}
-		return gitexec.Result{BytesOut: int64(n)}, nil
-	}
-	capture := &capturingWriter{w: stdout}
-	res, err := p.Runner.Run(ctx, spec, stdin, capture, stderr)
-	if err == nil && res.ExitCode == 0 && !st.Racy && !capture.overflow && bytes.HasSuffix(capture.buf.Bytes(), []byte("0000")) &&
-		!bytes.Contains(capture.buf.Bytes(), []byte("session-id=")) {
-		p.capabilities.put(c.Repo.Path, stamp, bytes.Clone(capture.buf.Bytes()))
-	}
-	return res, err
+	noSession := func(b []byte) bool { return !bytes.Contains(b, []byte("session-id=")) }
+	return c.cachedAnswer(ctx, "capabilities", spec, st, nil, nil, noSession, stdout, stderr)
 }
 
-// capturingWriter passes writes through and keeps a copy of up to
-// maxCapabilities bytes.
-type capturingWriter struct {
-	w        io.Writer
-	buf      bytes.Buffer
-	overflow bool
+// runRefAdvertisement answers a v0/v1 ref advertisement (a stateless
+// --advertise-refs run) from the answer cache for the repository's
+// current refs, or runs git and keeps its answer.
+func (c *Call) runRefAdvertisement(ctx context.Context, spec gitexec.Spec, stdout, stderr io.Writer) (gitexec.Result, error) {
+	st, err := repostate.Refs(c.Repo.Path, time.Now())
+	if err != nil {
+		st = repostate.Stamp{}
+	}
+	noSession := func(b []byte) bool { return !bytes.Contains(b, []byte("session-id=")) }
+	return c.cachedAnswer(ctx, "advertisement", spec, st, nil, nil, noSession, stdout, stderr)
 }
 
-func (c *capturingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	if c.buf.Len()+n > maxCapabilities {
-		c.overflow = true
-	} else {
-		c.buf.Write(p[:n])
+// runLsRefs answers a v2 ls-refs command (body, whole; spec a stateless
+// run) from the answer cache for the repository's current refs, or runs
+// git and keeps its answer. key is the command without the client's agent.
+func (c *Call) runLsRefs(ctx context.Context, spec gitexec.Spec, body, key []byte, stdout, stderr io.Writer) (gitexec.Result, error) {
+	st, err := repostate.Refs(c.Repo.Path, time.Now())
+	if err != nil {
+		st = repostate.Stamp{}
 	}
-	return n, err
+	return c.cachedAnswer(ctx, "ls-refs", spec, st, body, key, nil, stdout, stderr)
 }

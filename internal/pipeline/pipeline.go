@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,7 +138,7 @@ type Pipeline struct {
 	// is decided, so that transports never learn about nodes.
 	Cluster Router
 
-	capabilities capabilitiesCache // v2 advertisements for stateless HTTP
+	answers answerCache // advertisements and ls-refs answers by repository state
 
 	mu       sync.Mutex
 	draining bool
@@ -453,6 +454,8 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			"PACKWIRE_REMOTE=" + req.Remote,
 		},
 	}
+	plain := spec // without the pack-objects hook, for answers that generate no pack
+	plain.Env = slices.Clone(spec.Env)
 	if req.Service == gitexec.UploadPack && p.PackCache != nil && !req.AdvertiseRefs {
 		spec.Config = append(spec.Config, packcache.HookConfig(p.HookExecutable))
 		spec.Env = append(spec.Env,
@@ -475,7 +478,13 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		}
 	}
 	var gate *admissionGate
+	session := c.servesV2Session()
+	clientIn := stdin // the transport's own, before any tap
 	switch {
+	case session:
+		if watch != nil {
+			stdin = io.TeeReader(stdin, watch)
+		}
 	case c.gated:
 		if watch == nil {
 			watch = classifier
@@ -506,10 +515,14 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	case c.route.Relay != nil:
 		c.outcome = "relayed"
 		res, err = c.route.Relay.Relay(ctx, req, c.Repo.Name, stdin, stdout, stderr)
+	case session:
+		res, err = c.runV2Session(ctx, cancel, plain, spec, clientIn, stdin, stdout, stderr)
 	case req.Service == gitexec.ReceivePack && !req.AdvertiseRefs:
 		res, err = c.runPush(ctx, spec, stdin, stdout, stderr)
 	case cachesCapabilities(req):
-		res, err = c.runCapabilities(ctx, spec, stdin, stdout, stderr)
+		res, err = c.runCapabilities(ctx, spec, stdout, stderr)
+	case cachesRefAdvertisement(req):
+		res, err = c.runRefAdvertisement(ctx, spec, stdout, stderr)
 	case req.Service == gitexec.UploadPack && req.StatelessRPC && !req.AdvertiseRefs:
 		res, err = c.runStateless(ctx, spec, stdin, stdout, stderr)
 	default:

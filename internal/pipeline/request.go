@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"packwire/internal/fetchcache"
 	"packwire/internal/gitexec"
 	"packwire/internal/pktline"
 	"packwire/internal/protocol"
@@ -202,9 +203,12 @@ func (c *Call) runStateless(ctx context.Context, spec gitexec.Spec, stdin io.Rea
 	}
 	switch {
 	case refsOnly:
-		// Refs only: no pack, no slot.
+		// Refs only: no pack, no slot; the same answer for the same refs.
 		kind := protocol.Refs
 		c.running.kind.Store(&kind)
+		if cmd, err := fetchcache.InspectCommand(body.mem); err == nil && body.file == nil {
+			return c.runLsRefs(ctx, spec, body.mem, cmd.Key, stdout, stderr)
+		}
 	case p.usesFetchCache(c.Request) && body.file == nil:
 		return c.runFetch(ctx, spec, body.mem, stdout, stderr)
 	default:
