@@ -417,9 +417,11 @@ func TestClusterSurvivesPostgresRestart(t *testing.T) {
 		env.Git(work, "add", ".")
 		env.Git(work, "commit", "-qm", fmt.Sprint(i))
 		n := nodes[i%3]
+		began := time.Now()
 		// A transfer stalled for 20 s fails the push (and says so) rather
 		// than hold the test.
 		out, err := env.Run(work, []string{"GIT_HTTP_LOW_SPEED_LIMIT=1", "GIT_HTTP_LOW_SPEED_TIME=20"}, "push", fmt.Sprintf("http://ci:%s@%s/app", token, n.HTTPAddr), "HEAD:main")
+		t.Logf("push %d to node %d (restarted %v): %v in %v", i, i%3, restarted.Load(), err, time.Since(began).Round(time.Millisecond))
 		if err == nil {
 			acked = env.RevParse(work, "HEAD")
 			if restarted.Load() {
