@@ -376,14 +376,6 @@ func (l *lockedBuffer) String() string {
 // reconnect by themselves, pushes are accepted again, and every
 // acknowledged push is on every copy.
 func TestClusterSurvivesPostgresRestart(t *testing.T) {
-	// Known bug, not found yet: after PostgreSQL restarts, a push relayed to
-	// the primary sometimes waits minutes for the primary's answer
-	// (relayTo's client.Do; in CI it held the test 9 minutes, and 4 local
-	// runs in a row did not end either). Until that is found this test
-	// would hang CI, so it runs only when asked for.
-	if os.Getenv("PACKWIRE_TEST_PG_RESTART") == "" {
-		t.Skip("known hang after a PostgreSQL restart (see the comment); PACKWIRE_TEST_PG_RESTART=1 runs it")
-	}
 	pg := pgtest.Start(t)
 	url := pg.NewDatabase(t)
 	var nodes []*servertest.Server

@@ -40,17 +40,42 @@ const (
 	trlStderr = "X-Packwire-Stderr"
 )
 
-// relayClient carries relays: no overall timeout (a clone streams for as
-// long as it takes), a bounded dial and wait for the answer's headers.
-var relayClient = &http.Client{Transport: &http.Transport{
-	DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-	// The serving node answers with its headers once its Prepare has
-	// decided (a stale copy's catch-up waits at most CatchUpWait): a node
-	// silent for longer is treated as unreachable, not waited for.
-	ResponseHeaderTimeout: time.Minute,
-	DisableCompression:    true,
-	MaxIdleConnsPerHost:   16,
-}}
+// relayHeaderWait bounds how long a relay waits for the serving node's
+// decision (its Prepare; a stale copy's catch-up waits at most
+// CatchUpWait): a node silent for longer is treated as unreachable.
+const relayHeaderWait = time.Minute
+
+// relayTransport carries one relay: no overall timeout (a clone streams
+// for as long as it takes), a bounded dial, and its connection watched:
+// failed is called when reading the serving node's side fails.
+func relayTransport(failed func(error)) *http.Transport {
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &watchedConn{Conn: c, failed: failed}, nil
+		},
+		DisableCompression: true,
+		DisableKeepAlives:  true, // the serving node closes each relay's connection
+	}
+}
+
+// watchedConn reports its first read error.
+type watchedConn struct {
+	net.Conn
+	failed func(error)
+}
+
+func (c *watchedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.failed(err)
+	}
+	return n, err
+}
 
 // refusal is a relayed request's refusal, as the serving node decided it.
 type refusal struct {
@@ -66,8 +91,34 @@ type refusal struct {
 // in Relay.
 func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.Request, repoName string) (pipeline.Relayer, error) {
 	body, bodyW := io.Pipe()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(to.URL, "/")+RelayPath, body)
+	// Go's Transport returns from a failed round trip only once it has
+	// stopped writing the request's body, and this body is a pipe that
+	// Relay feeds later: so every failure before the answer's headers
+	// (the node's connection fails, no answer in time, the client left)
+	// must close the pipe, or Do waits for ever.
+	waitCtx, abort := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer abort(nil)
+	var answered atomic.Bool
+	fail := func(err error) {
+		if !answered.Load() {
+			abort(err)
+		}
+	}
+	stopClient := context.AfterFunc(ctx, func() { fail(context.Cause(ctx)) })
+	defer stopClient()
+	headerTimer := time.AfterFunc(relayHeaderWait, func() {
+		fail(fmt.Errorf("no answer from node %s within %v", to.Node, relayHeaderWait))
+	})
+	defer headerTimer.Stop()
+	stopBody := context.AfterFunc(waitCtx, func() { body.CloseWithError(context.Cause(waitCtx)) })
+	defer stopBody()
+	// The relay's own context outlives the wait: Relay's streams end
+	// with the client's context, which Relay watches itself.
+	relayCtx, endRelay := context.WithCancel(context.WithoutCancel(ctx))
+	stopRelay := context.AfterFunc(waitCtx, endRelay)
+	hreq, err := http.NewRequestWithContext(relayCtx, http.MethodPost, strings.TrimRight(to.URL, "/")+RelayPath, body)
 	if err != nil {
+		endRelay()
 		return nil, err
 	}
 	h := hreq.Header
@@ -81,13 +132,23 @@ func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.
 	h.Set(hdrStateless, strconv.FormatBool(req.StatelessRPC))
 	h.Set(hdrAdvertise, strconv.FormatBool(req.AdvertiseRefs))
 	hreq.SetBasicAuth(access.ClusterUser, rt.Secret)
-	resp, err := relayClient.Do(hreq)
+	resp, err := (&http.Client{Transport: relayTransport(fail)}).Do(hreq)
+	answered.Store(true)
+	if !stopRelay() {
+		// The wait was given up on as the answer came: the relay is over.
+		if err == nil {
+			resp.Body.Close()
+			err = context.Cause(waitCtx)
+		}
+	}
 	if err != nil {
+		endRelay()
 		bodyW.Close()
 		return nil, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
 			Message: fmt.Sprintf("node %s, which serves '%s', is unreachable; retry shortly", to.Node, repoName), Err: err}
 	}
 	if resp.StatusCode != http.StatusOK {
+		defer endRelay()
 		defer resp.Body.Close()
 		bodyW.Close()
 		var ref refusal
@@ -98,7 +159,7 @@ func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.
 		}
 		return nil, &pipeline.Error{Code: ref.Code, Message: ref.Message, RetryAfter: ref.RetryAfter}
 	}
-	return &openRelay{node: to.Node, resp: resp, body: bodyW}, nil
+	return &openRelay{node: to.Node, resp: resp, body: bodyW, end: endRelay}, nil
 }
 
 // openRelay is a relay the serving node accepted: its answer's body, and
@@ -107,11 +168,13 @@ type openRelay struct {
 	node string
 	resp *http.Response
 	body *io.PipeWriter
+	end  context.CancelFunc // the relay call's context
 }
 
 // Relay streams stdin to the serving node and its answer to stdout, both
 // ways at once (a git:// or SSH session negotiates).
 func (r *openRelay) Relay(ctx context.Context, req pipeline.Request, repoName string, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
+	defer r.end()
 	defer r.resp.Body.Close()
 	var sent atomic.Int64
 	go func() {

@@ -1,0 +1,92 @@
+package route
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"packwire/internal/gitexec"
+	"packwire/internal/pipeline"
+	"packwire/internal/server/cluster"
+)
+
+// TestRelayEndsWhenTheNodeFailsBeforeAnswering: a serving node that reads
+// the relay's headers and then dies (its connection reset, as after a
+// crash or when its PostgreSQL restarted) must fail the relay at once with
+// "unreachable", not leave it waiting for ever: Go's Transport waits for
+// the request body's writer, and the body is a pipe fed only later.
+func TestRelayEndsWhenTheNodeFailsBeforeAnswering(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				http.ReadRequest(bufio.NewReader(c)) // the headers, then nothing
+				time.Sleep(50 * time.Millisecond)
+				c.Close()
+			}()
+		}
+	}()
+	rt := &Router{Secret: "s"}
+	req := pipeline.Request{Transport: "http", Service: gitexec.ReceivePack}
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.relayTo(context.Background(), cluster.Replica{Node: "b", URL: "http://" + ln.Addr().String()}, req, "app")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var perr *pipeline.Error
+		if !errors.As(err, &perr) || perr.Code != pipeline.CodeUnavailable {
+			t.Fatalf("relay to a node that died: %v, want unavailable", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay still waits 10 s after the serving node closed its connection")
+	}
+}
+
+// TestRelayEndsWhenTheClientLeaves: the client's context ending while the
+// serving node has not answered ends the relay.
+func TestRelayEndsWhenTheClientLeaves(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // accepted, never answered
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	rt := &Router{Secret: "s"}
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.relayTo(ctx, cluster.Replica{Node: "b", URL: "http://" + ln.Addr().String()}, pipeline.Request{Transport: "http", Service: gitexec.UploadPack}, "app")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a relay whose client left succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay still waits 10 s after its client left")
+	}
+}
