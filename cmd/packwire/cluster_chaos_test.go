@@ -79,13 +79,13 @@ func startNode(t *testing.T, name, dir, database string) *nodeProc {
 // afterwards (each pusher's last acknowledged commit is in its branch on
 // every node); failed pushes were told so; git fsck is clean everywhere;
 // the killed node, restarted, catches up and cluster verify finds every
-// copy equal. PACKWIRE_CHAOS_SECONDS sets the load's length (default 30;
-// the figure is 60).
+// copy equal. PACKWIRE_CHAOS_SECONDS sets the load's length (default 60,
+// the figure).
 func TestClusterKillUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	seconds := 30
+	seconds := 60
 	if s, err := strconv.Atoi(os.Getenv("PACKWIRE_CHAOS_SECONDS")); err == nil && s > 0 {
 		seconds = s
 	}
