@@ -20,29 +20,16 @@ import (
 // "unreachable", not leave it waiting for ever: Go's Transport waits for
 // the request body's writer, and the body is a pipe fed only later.
 func TestRelayEndsWhenTheNodeFailsBeforeAnswering(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				http.ReadRequest(bufio.NewReader(c)) // the headers, then nothing
-				time.Sleep(50 * time.Millisecond)
-				c.Close()
-			}()
-		}
-	}()
+	url := fakeNode(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c)) // the headers, then nothing
+		time.Sleep(50 * time.Millisecond)
+		c.Close()
+	})
 	rt := &Router{Secret: "s"}
 	req := pipeline.Request{Transport: "http", Service: gitexec.ReceivePack}
 	done := make(chan error, 1)
 	go func() {
-		_, err := rt.relayTo(context.Background(), cluster.Replica{Node: "b", URL: "http://" + ln.Addr().String()}, req, "app")
+		_, err := rt.relayTo(context.Background(), cluster.Replica{Node: "b", URL: url}, req, "app")
 		done <- err
 	}()
 	select {
@@ -59,26 +46,13 @@ func TestRelayEndsWhenTheNodeFailsBeforeAnswering(t *testing.T) {
 // TestRelayEndsWhenTheClientLeaves: the client's context ending while the
 // serving node has not answered ends the relay.
 func TestRelayEndsWhenTheClientLeaves(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // accepted, never answered
-		}
-	}()
+	url := fakeNode(t, func(c net.Conn) {}) // accepted, never answered
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	rt := &Router{Secret: "s"}
 	done := make(chan error, 1)
 	go func() {
-		_, err := rt.relayTo(ctx, cluster.Replica{Node: "b", URL: "http://" + ln.Addr().String()}, pipeline.Request{Transport: "http", Service: gitexec.UploadPack}, "app")
+		_, err := rt.relayTo(ctx, cluster.Replica{Node: "b", URL: url}, pipeline.Request{Transport: "http", Service: gitexec.UploadPack}, "app")
 		done <- err
 	}()
 	select {
@@ -89,4 +63,39 @@ func TestRelayEndsWhenTheClientLeaves(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the relay still waits 10 s after its client left")
 	}
+}
+
+// fakeNode listens on loopback and hands each connection to serve; the
+// listener and its connections close with the test.
+func fakeNode(t *testing.T, serve func(net.Conn)) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan net.Conn, 16)
+	t.Cleanup(func() {
+		ln.Close()
+		for {
+			select {
+			case c := <-conns:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case conns <- c:
+			default:
+			}
+			go serve(c)
+		}
+	}()
+	return "http://" + ln.Addr().String()
 }
