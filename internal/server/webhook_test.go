@@ -99,6 +99,19 @@ func fastRetries(c *Config) {
 	c.HookTimeout = 2 * time.Second
 }
 
+// distinctDeliveries keeps the first request of each delivery id.
+func distinctDeliveries(reqs []receivedHook) []receivedHook {
+	seen := map[string]bool{}
+	var out []receivedHook
+	for _, r := range reqs {
+		if id := r.header.Get(webhook.HeaderDelivery); !seen[id] {
+			seen[id] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func addHook(t *testing.T, st *store.Store, pattern, url, secret string, events ...string) int64 {
 	t.Helper()
 	if len(events) == 0 {
@@ -138,8 +151,10 @@ func TestWebhookPayloadAndSignature(t *testing.T) {
 	newMain := s.env.RevParse(w, "HEAD")
 	s.env.Git(w, "push", "-q", s.pushURL("team/app"), "main", ":branch0")
 
-	waitFor(t, 10*time.Second, "two deliveries", func() bool { return len(recv.requests()) >= 2 })
-	got := recv.requests()
+	waitFor(t, 10*time.Second, "two deliveries", func() bool { return len(distinctDeliveries(recv.requests())) >= 2 })
+	// An attempt that timed out on a loaded machine is tried again under
+	// the same delivery id (at least once, as documented): count ids.
+	got := distinctDeliveries(recv.requests())
 	byEvent := map[string]receivedHook{}
 	for _, r := range got {
 		byEvent[r.header.Get(webhook.HeaderEvent)] = r
@@ -181,8 +196,8 @@ func TestWebhookPayloadAndSignature(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the push-only hook's delivery", func() bool { return len(pushOnly.requests()) >= 1 })
 	time.Sleep(300 * time.Millisecond) // anything more would have come by now
-	if n := len(pushOnly.requests()); n != 1 || pushOnly.requests()[0].header.Get(webhook.HeaderEvent) != webhook.EventPush {
-		t.Errorf("push-only hook got %d deliveries", n)
+	if only := distinctDeliveries(pushOnly.requests()); len(only) != 1 || only[0].header.Get(webhook.HeaderEvent) != webhook.EventPush {
+		t.Errorf("push-only hook got %d deliveries", len(only))
 	}
 	if n := len(other.requests()); n != 0 {
 		t.Errorf("a hook for other/** got %d deliveries", n)
