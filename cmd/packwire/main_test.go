@@ -123,7 +123,9 @@ func TestAdminCommands(t *testing.T) {
 	}
 	db, _ := os.ReadFile(filepath.Join(data, "packwire.db"))
 	wal, _ := os.ReadFile(filepath.Join(data, "packwire.db-wal"))
-	secret := token[strings.LastIndex(token, "_")+1:]
+	// The secret is everything after pwt_<16 hex>_: it may itself hold
+	// '_' (base64url), so not what follows the last one.
+	secret := token[len("pwt_")+16+1:]
 	if strings.Contains(string(db)+string(wal), secret) {
 		t.Fatal("the token secret is stored in clear")
 	}
