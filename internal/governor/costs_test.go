@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -291,6 +293,77 @@ func BenchmarkCostsMillionRecords(b *testing.B) {
 		}
 		if c.Total.Requests != n || len(c.By["repo"].Groups) != 20 || c.By["repo"].All != 50 || len(c.Walls) != len(testKinds) {
 			b.Fatalf("costs of the day: %d requests, %d of %d repos, %d kinds", c.Total.Requests, len(c.By["repo"].Groups), c.By["repo"].All, len(c.Walls))
+		}
+	}
+}
+
+// A request one cluster node relayed to another is recorded by both: every
+// total counts it once (where git ran), the node breakdown shows both.
+func TestRelayedRequestsCountOnce(t *testing.T) {
+	g := openTest(t, Options{})
+	now := time.Now()
+	served := record(now.Add(-time.Minute), "full-clone", 40*time.Millisecond, 10*time.Millisecond)
+	served.Node, served.Transport, served.User = "b", "ssh", "alice"
+	relay := served
+	relay.ID, relay.Node, relay.PackCache, relay.UserCPU = NewID(now), "a", PackCacheRelayed, 0
+	own := record(now.Add(-time.Minute), "push", 30*time.Millisecond, 5*time.Millisecond)
+	own.Node = "a"
+	for _, r := range []Record{served, relay, own} {
+		g.Record(r)
+	}
+	waitCount(t, g, 3)
+	ctx := context.Background()
+	c, err := g.Costs(ctx, now.Add(-time.Hour), now.Add(time.Minute), 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Total.Requests != 2 || c.Total.BytesOut != 2000 || c.Total.CPU != 15*time.Millisecond {
+		t.Fatalf("total %+v: want 2 requests, 2000 bytes out, 15ms of CPU", c.Total)
+	}
+	byKey := func(b Breakdown) map[string]int64 {
+		m := map[string]int64{}
+		for _, gr := range b.Groups {
+			m[gr.Key] = gr.Requests
+		}
+		return m
+	}
+	if got := byKey(c.By["kind"]); got["full-clone"] != 1 || got["push"] != 1 {
+		t.Fatalf("by kind %v: the relayed clone counted twice", got)
+	}
+	if got := byKey(c.By["node"]); got["a"] != 2 || got["b"] != 1 {
+		t.Fatalf("by node %v: want a 2 (one relayed), b 1", got)
+	}
+	for _, w := range c.Walls {
+		if w.Kind == "full-clone" && w.Requests != 1 {
+			t.Fatalf("wall percentiles of %d full clones, want 1", w.Requests)
+		}
+	}
+	kinds, err := g.Summarize(ctx, now.Add(-time.Hour), "kind", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kinds {
+		if k.Count != 1 {
+			t.Fatalf("summary by kind: %s counted %d times", k.Key, k.Count)
+		}
+	}
+	nodes, err := g.Summarize(ctx, now.Add(-time.Hour), "node", 10)
+	if err != nil || len(nodes) != 2 {
+		t.Fatalf("summary by node: %+v, %v", nodes, err)
+	}
+	onA, err := g.SummarizeWhere(ctx, now.Add(-time.Hour), "kind", 10, Filter{Node: "a"})
+	if err != nil || len(onA) != 2 {
+		t.Fatalf("node a by kind: %+v, %v: want its push and its relay", onA, err)
+	}
+	rec := httptest.NewRecorder()
+	g.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	metrics := rec.Body.String()
+	for _, want := range []string{
+		`packwire_requests_total{kind="full-clone",result="ok",service="git-upload-pack",transport="ssh"} 1`,
+		`packwire_relayed_requests_total{kind="full-clone",result="ok",service="git-upload-pack",transport="ssh"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("metrics lack %s", want)
 		}
 	}
 }

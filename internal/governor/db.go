@@ -61,6 +61,12 @@ DELETE FROM request_wall_bins;
 DELETE FROM rollup_pending;
 INSERT INTO rollup_pending SELECT coalesce(min(start_ns), 0) FROM requests;
 ALTER TABLE maintenance_runs ADD COLUMN node TEXT NOT NULL DEFAULT '';`,
+	// 6: relayed requests leave the totals (PackCacheRelayed): where a
+	// store has any, its rollups are summed again, once.
+	`DELETE FROM request_rollup WHERE EXISTS (SELECT 1 FROM requests WHERE pack_cache = 'relayed');
+DELETE FROM request_wall_bins WHERE EXISTS (SELECT 1 FROM requests WHERE pack_cache = 'relayed');
+INSERT INTO rollup_pending SELECT since FROM (SELECT coalesce(min(start_ns), 0) AS since FROM requests) AS oldest
+	WHERE EXISTS (SELECT 1 FROM requests WHERE pack_cache = 'relayed') AND NOT EXISTS (SELECT 1 FROM rollup_pending);`,
 }
 
 // Schema is the PostgreSQL schema (namespace) the governor's tables live
@@ -490,6 +496,10 @@ func (g *Governor) SummarizeWhere(ctx context.Context, since time.Time, by strin
 	col, ok := GroupBy[by]
 	if !ok {
 		return nil, fmt.Errorf("cannot group by %q (repo, user, kind, transport, service, result, node)", by)
+	}
+	if by != "node" && f.Node == "" {
+		// Once per request: where it was served (PackCacheRelayed).
+		cond += " AND pack_cache <> '" + PackCacheRelayed + "'"
 	}
 	// Ties are ordered by key, so that both engines answer alike.
 	rows, err := g.db.DB.QueryContext(ctx, fmt.Sprintf(`SELECT %[1]s, count(*), sum(cpu_user_ns + cpu_sys_ns), sum(bytes_out),

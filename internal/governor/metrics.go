@@ -17,6 +17,7 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	cpu      *prometheus.CounterVec
 	bytes    *prometheus.CounterVec
+	relayed  *prometheus.CounterVec
 }
 
 func newMetrics() *Metrics {
@@ -35,13 +36,22 @@ func newMetrics() *Metrics {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "packwire_bytes_total", Help: "Bytes relayed between clients and git.",
 		}, []string{"transport", "service", "kind", "direction"}),
+		relayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "packwire_relayed_requests_total", Help: "Git requests passed on to the cluster node that served them (counted there in packwire_requests_total).",
+		}, []string{"transport", "service", "kind", "result"}),
 	}
-	m.registry.MustRegister(m.requests, m.duration, m.cpu, m.bytes,
+	m.registry.MustRegister(m.requests, m.duration, m.cpu, m.bytes, m.relayed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *Metrics) observe(r *Record) {
+	if r.PackCache == PackCacheRelayed {
+		// The serving node counts it: a sum over a cluster's nodes counts
+		// each request once.
+		m.relayed.WithLabelValues(r.Transport, r.Service, r.Kind, r.Result).Inc()
+		return
+	}
 	m.requests.WithLabelValues(r.Transport, r.Service, r.Kind, r.Result).Inc()
 	if r.Result == ResultRefused || r.Result == ResultChallenged {
 		return

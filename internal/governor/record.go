@@ -43,6 +43,12 @@ type Record struct {
 	Node       string    `json:"node,omitempty"`       // the cluster node that recorded it; empty: a single server
 }
 
+// PackCacheRelayed is the outcome of a request this node passed on to the
+// cluster node that served it. That node records the request too (git ran
+// there), so totals count it once, from there: summaries, rollups and the
+// request metrics leave relayed records out, except by node.
+const PackCacheRelayed = "relayed"
+
 // Results a record can have; also the "result" label of the metrics.
 const (
 	ResultOK         = "ok"

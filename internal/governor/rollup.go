@@ -126,6 +126,11 @@ func inputOf(r *Record) rollupInput {
 
 func (ru *rollups) add(in rollupInput) {
 	sec := floorDiv(in.startNs, int64(time.Second))
+	// A request one node relayed to another is recorded on both; the
+	// serving node's record (where git ran) is the one every total counts.
+	// The relaying node's stays in the node and pack_cache breakdowns,
+	// where the relays' own load shows.
+	relayed := in.packCache == PackCacheRelayed
 	for _, width := range []int64{minuteWidth, hourWidth} {
 		if width == minuteWidth && sec < ru.horizon {
 			continue
@@ -147,19 +152,22 @@ func (ru *rollups) add(in rollupInput) {
 			s.bytesOut += in.bytesOut
 			s.wall += in.wall
 		}
+		add("pack_cache", in.packCache, "")
+		add("node", in.node, "")
+		if relayed {
+			continue
+		}
 		add("", "", "")
 		add("repo", in.repo, "")
 		add("user", in.user, "")
 		add("kind", in.kind, "")
 		add("transport", in.transport, "")
-		add("pack_cache", in.packCache, "")
-		add("node", in.node, "")
 		if width == hourWidth {
 			add("repo_kind", in.repo, in.kind)
 		}
 		ru.bins[binKey{width: width, bucket: bucket, kind: in.kind, bin: wallBin(in.wall)}]++
 	}
-	if in.kind == "push" && in.ok && in.startNs > ru.lastPush[in.repo] {
+	if !relayed && in.kind == "push" && in.ok && in.startNs > ru.lastPush[in.repo] {
 		ru.lastPush[in.repo] = in.startNs
 	}
 }

@@ -513,7 +513,7 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	var err error
 	switch {
 	case c.route.Relay != nil:
-		c.outcome = "relayed"
+		c.outcome = governor.PackCacheRelayed
 		res, err = c.route.Relay.Relay(ctx, req, c.Repo.Name, stdin, stdout, stderr)
 	case session:
 		res, err = c.runV2Session(ctx, cancel, plain, spec, clientIn, stdin, stdout, stderr)
