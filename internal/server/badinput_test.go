@@ -21,6 +21,7 @@ import (
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
 	"packwire/internal/pktline"
+	"packwire/internal/procgroup"
 )
 
 // rawGit sends raw bytes to the git:// listener and returns what came back
@@ -376,10 +377,19 @@ func TestClientVanishesMidPush(t *testing.T) {
 	cmd := exec.Command("git", "push", "--progress", s.pushURL("team/app"), "big:refs/heads/big")
 	cmd.Dir = w
 	cmd.Env = s.env.Vars
+	// The whole client goes: git push's remote-http, send-pack and
+	// pack-objects outlive a kill of git push alone and carry on pushing.
 	stderr, _ := cmd.StderrPipe()
-	cmd.Start()
+	procgroup.Start(cmd)
 	waitProgress(stderr, "Writing objects:")
-	cmd.Process.Kill()
+	// git reports progress as it packs; its HTTP request may start later
+	// (remote-http buffers the first MiB): kill once the server has it.
+	for deadline := time.Now().Add(time.Minute); len(gitChildren(t, "receive-pack")) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never started receive-pack for the push")
+		}
+	}
+	procgroup.Kill(cmd)
 	cmd.Wait()
 	waitNoChildren(t, "receive-pack", 3*time.Second)
 	if after := s.env.Git(bare, "show-ref"); after != before {
