@@ -21,7 +21,7 @@ import (
 // onOneCopy are the commands that change a repository on this machine's
 // disk: in a cluster they would change one node's copy only, so they are
 // refused there until the cluster does them on every copy.
-var onOneCopy = map[string]bool{"repo delete": true, "repo restore": true, "repo rename": true, "repo set-description": true,
+var onOneCopy = map[string]bool{"repo restore": true, "repo rename": true, "repo set-description": true,
 	"repo set-head": true, "repo quota": true, "repo sync": true, "repo mirror add": true, "repo mirror remove": true}
 
 // openData parses an admin command's flags (always --data, plus any that

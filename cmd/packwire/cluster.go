@@ -100,6 +100,30 @@ func placeInCluster(ctx context.Context, data *datadir.Data, name, source string
 	return true, nil
 }
 
+// deleteInCluster deletes a repository from the cluster, if the store is
+// a cluster's: every node answers "not found" at once, and each node that
+// held a copy moves it into its own trash when it next runs.
+func deleteInCluster(ctx context.Context, data *datadir.Data, name string, stdout, stderr io.Writer) (bool, error) {
+	clustered, err := inCluster(ctx, data)
+	if err != nil || !clustered {
+		return false, err
+	}
+	if name, err = repo.CleanName(name); err != nil {
+		return true, err
+	}
+	nodes, err := cluster.Delete(ctx, data.Store.DB, name)
+	if errors.Is(err, cluster.ErrNotPlaced) {
+		return true, fmt.Errorf("%w (packwire cluster status lists the cluster's)", repo.ErrNotFound)
+	}
+	if err != nil {
+		return true, err
+	}
+	recordRepoChange(ctx, data, stderr, "repo delete", name, "deleted from the cluster; copies to the trash on "+strings.Join(nodes, ", "))
+	fmt.Fprintf(stdout, "deleted %s from the cluster: every node answers not found; %s move their copies into their trash within a heartbeat\n",
+		name, strings.Join(nodes, ", "))
+	return true, nil
+}
+
 // inCluster tells whether the store is a cluster's: PostgreSQL, with nodes.
 func inCluster(ctx context.Context, data *datadir.Data) (bool, error) {
 	if data.Store.DB.Engine != store.Postgres {

@@ -454,3 +454,82 @@ func TestClusterSurvivesPostgresRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterDeletesEverywhere: repo delete on a cluster answers "not
+// found" on every node at once (over each transport), each node moves its
+// copy into its trash, a push in flight cannot resurrect it, and the name
+// can be created again once the copies are gone, without the old
+// deletion touching the new copies.
+func TestClusterDeletesEverywhere(t *testing.T) {
+	url := pgtest.Start(t).NewDatabase(t)
+	const heartbeat, timeout = 200 * time.Millisecond, time.Second
+	nodes := map[string]*servertest.Server{}
+	for _, name := range []string{"a", "b", "c"} {
+		nodes[name] = servertest.Start(t, func(c *server.Config) {
+			c.Database, c.Node, c.NodeHeartbeat, c.NodeTimeout = url, name, heartbeat, timeout
+		})
+	}
+	env := nodes["a"].Env
+	admin := storeAdmin(t, url, filepath.Join(t.TempDir(), "none"))
+	admin("user", "add", "alice")
+	admin("grant", "alice", "write", "team/*")
+	lines := strings.Split(strings.TrimSpace(admin("token", "create", "alice")), "\n")
+	token := lines[len(lines)-1]
+	bare := func(node string) string { return filepath.Join(nodes[node].Data.Dir, "repos", "team", "gone.git") }
+	exists := func(path string) bool { _, err := os.Stat(path); return err == nil }
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	admin("repo", "create", "team/gone", "--replicas", "3")
+	waitUntil("every copy created", func() bool { return exists(bare("a")) && exists(bare("b")) && exists(bare("c")) })
+	work := filepath.Join(t.TempDir(), "work")
+	env.Git("", "init", "-q", "-b", "main", work)
+	os.WriteFile(filepath.Join(work, "f.txt"), []byte("one\n"), 0o644)
+	env.Git(work, "add", ".")
+	env.Git(work, "commit", "-qm", "one")
+	pushURL := fmt.Sprintf("http://alice:%s@%s/team/gone", token, nodes["b"].HTTPAddr)
+	env.Git(work, "push", "-q", pushURL, "main")
+
+	out := admin("repo", "delete", "team/gone")
+	if !strings.Contains(out, "deleted team/gone from the cluster") {
+		t.Fatalf("repo delete in a cluster:\n%s", out)
+	}
+	// Not found at once, on every node and transport (git's wording).
+	for name, n := range nodes {
+		for _, remote := range []string{"git://" + n.GitAddr.String() + "/team/gone", fmt.Sprintf("http://alice:%s@%s/team/gone", token, n.HTTPAddr)} {
+			out, err := env.Run("", nil, "ls-remote", remote)
+			if err == nil || !strings.Contains(out, "not found") {
+				t.Fatalf("node %s, %s after the delete: %v\n%s", name, remote, err, out)
+			}
+		}
+	}
+	if out, err := env.Run(work, nil, "push", "-q", pushURL, "main:other"); err == nil {
+		t.Fatalf("a push to the deleted repository was taken:\n%s", out)
+	}
+	for name := range nodes {
+		waitUntil("node "+name+" to move its copy into its trash", func() bool {
+			trashed, _ := nodes[name].Data.Repos.ListTrash()
+			return !exists(bare(name)) && len(trashed) == 1 && trashed[0].Name == "team/gone"
+		})
+	}
+	if out := admin("cluster", "status", "--json"); strings.Contains(out, "team/gone") {
+		t.Fatalf("cluster status still lists the deleted repository:\n%s", out)
+	}
+	// The name again: a new, empty repository on every node.
+	admin("repo", "create", "team/gone", "--replicas", "3")
+	waitUntil("every new copy created", func() bool { return exists(bare("a")) && exists(bare("b")) && exists(bare("c")) })
+	time.Sleep(3 * heartbeat) // a stale deletion would strike within a tick
+	for name := range nodes {
+		if !exists(bare(name)) {
+			t.Fatalf("node %s lost the new copy", name)
+		}
+		if refs := env.Git(bare(name), "for-each-ref"); refs != "" {
+			t.Fatalf("node %s: the new repository has refs of the old one:\n%s", name, refs)
+		}
+	}
+}

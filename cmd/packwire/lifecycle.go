@@ -21,13 +21,19 @@ them for good.`
 func cmdRepoDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	const syn = "repo delete NAME [--data DIR]"
 	data, pos, err := openData(ctx, "repo delete", syn,
-		"Delete a repository: it is moved (one rename) into the trash, and clients get\n\"repository 'NAME' not found\" from then on; packwire repo restore brings it\nback. Refused while a push, maintenance or backup works in the repository.\n\n"+trashNote, args, stderr, nil)
+		"Delete a repository: it is moved (one rename) into the trash, and clients get\n\"repository 'NAME' not found\" from then on; packwire repo restore brings it\nback. Refused while a push, maintenance or backup works in the repository.\nIn a cluster (--database with nodes) it is deleted from every node at once;\neach node moves its copy into its own trash.\n\n"+trashNote, args, stderr, nil)
 	if err != nil {
 		return err
 	}
 	defer data.Close()
 	if err := wantArgs(args, pos, 1, 1, syn); err != nil {
 		return err
+	}
+	if deleted, err := deleteInCluster(ctx, data, pos[0], stdout, stderr); deleted || err != nil {
+		if err != nil {
+			return fmt.Errorf("repo delete %s: %w", pos[0], err)
+		}
+		return nil
 	}
 	t, err := lifecycle.Delete(data.Repos, pos[0], time.Now())
 	if err != nil {

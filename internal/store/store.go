@@ -117,6 +117,14 @@ var migrations = []string{
 		PRIMARY KEY (repo, node)
 	);
 	CREATE INDEX replicas_node ON replicas(node);`,
+	// 7: repositories deleted from the cluster that a node still has to
+	// move into its trash (cluster.Delete).
+	`CREATE TABLE cluster_deletions (
+		repo       TEXT NOT NULL,
+		node       TEXT NOT NULL,
+		deleted_ms INTEGER NOT NULL,
+		PRIMARY KEY (repo, node)
+	);`,
 }
 
 // Open opens (creating if needed) packwire's main database at path

@@ -81,6 +81,9 @@ func Place(ctx context.Context, db *store.DB, repo, source string, n int, timeou
 		return Placement{}, err
 	}
 	defer tx.Rollback()
+	if err := pendingDeletion(ctx, tx, repo); err != nil {
+		return Placement{}, err
+	}
 	rows, err := tx.QueryContext(ctx, `SELECT nd.name FROM nodes nd WHERE `+healthySQL+`
 		ORDER BY (SELECT count(*) FROM replicas rp WHERE rp.node = nd.name), nd.name LIMIT ?`, timeout.Milliseconds(), n)
 	if err != nil {

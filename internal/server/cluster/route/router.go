@@ -34,6 +34,7 @@ type Router struct {
 
 	mu       sync.Mutex
 	catching map[string]chan struct{} // repositories being caught up, closed when done
+	deleting sync.Mutex               // one carryOutDeletions at a time
 }
 
 // Route serves here what this node can: reads from an up-to-date copy,
@@ -53,6 +54,17 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 	pl, err := cluster.Locate(lctx, rt.Node.DB, name, rt.Node.NodeTimeout())
 	cancel()
 	if errors.Is(err, cluster.ErrNotPlaced) {
+		// Deleted from the cluster, its copy here not yet in the trash.
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		deleting, err := cluster.Deleting(lctx, rt.Node.DB, name, rt.Node.Name)
+		cancel()
+		if err != nil {
+			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second, Message: "cluster store unreachable, retry later", Err: err}
+		}
+		if deleting {
+			go rt.carryOutDeletions(context.WithoutCancel(ctx))
+			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeNotFound, Message: fmt.Sprintf("repository '%s' not found", name)}
+		}
 		// On this node's disk only (made before the node joined), or
 		// nowhere: served as a single server would.
 		return pipeline.Route{}, nil
@@ -153,6 +165,7 @@ func (rt *Router) clientURL(pl cluster.Placement, node string) string {
 // fetched from the primary) and catches up stale ones. Run by the
 // node's loop and before a read of a stale copy.
 func (rt *Router) Reconcile(ctx context.Context) error {
+	deletions := rt.carryOutDeletions(ctx)
 	rows, err := rt.Node.DB.QueryContext(ctx, `SELECT rp.repo FROM replicas rp JOIN cluster_repos c ON c.name = rp.repo
 		WHERE rp.node = ? AND rp.generation <> c.generation ORDER BY rp.repo`, rt.Node.Name)
 	if err != nil {
@@ -168,7 +181,7 @@ func (rt *Router) Reconcile(ctx context.Context) error {
 		names = append(names, n)
 	}
 	rows.Close()
-	var errs []error
+	errs := []error{deletions}
 	for _, n := range names {
 		if err := rt.catchUp(ctx, n); err != nil && ctx.Err() == nil && !errors.Is(err, errWaiting) {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
