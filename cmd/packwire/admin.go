@@ -15,14 +15,14 @@ import (
 	"packwire/internal/access"
 	"packwire/internal/datadir"
 	"packwire/internal/repo"
+	"packwire/internal/server/cluster"
 	"packwire/internal/store"
 )
 
 // onOneCopy are the commands that change a repository on this machine's
 // disk: in a cluster they would change one node's copy only, so they are
 // refused there until the cluster does them on every copy.
-var onOneCopy = map[string]bool{"repo restore": true, "repo rename": true, "repo set-description": true,
-	"repo set-head": true, "repo quota": true, "repo sync": true, "repo mirror add": true, "repo mirror remove": true}
+var onOneCopy = map[string]bool{"repo restore": true, "repo rename": true, "repo quota": true, "repo sync": true, "repo mirror add": true, "repo mirror remove": true}
 
 // openData parses an admin command's flags (always --data, plus any that
 // extra registers) and opens the data directory.
@@ -73,11 +73,22 @@ func cmdRepoCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	if branch != "" {
+		if err := repo.CheckBranch(branch); err != nil {
+			return fmt.Errorf("repo create %s: %w", pos[0], err)
+		}
 		data.Repos.DefaultBranch = branch
 	}
 	if placed, err := placeInCluster(ctx, data, pos[0], "", replicas, stdout); placed || err != nil {
 		if err != nil {
 			return fmt.Errorf("repo create %s: %w", pos[0], err)
+		}
+		if branch != "" {
+			// Each node creates its copy with the server's default branch;
+			// this one is applied to every copy as repo set-head is.
+			name, _ := repo.CleanName(pos[0])
+			if _, err := cluster.SetSettings(ctx, data.Store.DB, name, branch, nil); err != nil {
+				return fmt.Errorf("repo create %s: placed, but its HEAD: %w", pos[0], err)
+			}
 		}
 		recordRepoChange(ctx, data, stderr, "repo create", pos[0], "placed in the cluster")
 		return nil

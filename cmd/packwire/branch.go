@@ -45,13 +45,21 @@ func cmdDefaultBranch(ctx context.Context, args []string, stdout, stderr io.Writ
 func cmdRepoSetHead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	const syn = "repo set-head NAME BRANCH [--data DIR]"
 	data, pos, err := openData(ctx, "repo set-head", syn,
-		"Make BRANCH the repository's default branch: the one HEAD names, which\nclones check out. The branch must exist unless the repository has none yet.", args, stderr, nil)
+		"Make BRANCH the repository's default branch: the one HEAD names, which\nclones check out. The branch must exist unless the repository has none yet.\nIn a cluster (--database with nodes) every copy's HEAD changes.", args, stderr, nil)
 	if err != nil {
 		return err
 	}
 	defer data.Close()
 	if err := wantArgs(args, pos, 2, 2, syn); err != nil {
 		return err
+	}
+	if set, err := setInCluster(ctx, data, pos[0], pos[1], nil); set || err != nil {
+		if err != nil {
+			return fmt.Errorf("repo set-head %s: %w", pos[0], err)
+		}
+		recordRepoChange(ctx, data, stderr, "repo set-head", pos[0], "refs/heads/"+pos[1]+" on every copy")
+		fmt.Fprintf(stdout, "%s: HEAD -> refs/heads/%s on every copy (each node sets it within a heartbeat)\n", pos[0], pos[1])
+		return nil
 	}
 	r, err := data.Repos.Resolve(pos[0])
 	if err != nil {

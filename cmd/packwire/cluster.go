@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -122,6 +123,48 @@ func deleteInCluster(ctx context.Context, data *datadir.Data, name string, stdou
 	fmt.Fprintf(stdout, "deleted %s from the cluster: every node answers not found; %s move their copies into their trash within a heartbeat\n",
 		name, strings.Join(nodes, ", "))
 	return true, nil
+}
+
+// setInCluster changes a repository's HEAD branch (if not "") or its
+// description (if not nil) on every copy, if the store is a cluster's.
+func setInCluster(ctx context.Context, data *datadir.Data, name, head string, description *string) (bool, error) {
+	clustered, err := inCluster(ctx, data)
+	if err != nil || !clustered {
+		return false, err
+	}
+	if name, err = repo.CleanName(name); err != nil {
+		return true, err
+	}
+	if head != "" {
+		if err := repo.CheckBranch(head); err != nil {
+			return true, err
+		}
+		secret, err := data.Store.Setting(ctx, cluster.SettingSecret, "")
+		if err != nil {
+			return true, err
+		}
+		branches, err := cluster.PrimaryBranches(ctx, data.Store.DB, secret, name, cluster.DefaultNodeTimeout)
+		if errors.Is(err, cluster.ErrNotPlaced) {
+			return true, fmt.Errorf("%w (packwire cluster status lists the cluster's)", repo.ErrNotFound)
+		}
+		if err != nil {
+			return true, err
+		}
+		if len(branches) > 0 && !slices.Contains(branches, head) {
+			return true, fmt.Errorf("no branch %q in %s (it has: %s)", head, name, strings.Join(branches, ", "))
+		}
+	}
+	if description != nil {
+		*description = strings.TrimSpace(*description)
+		if strings.ContainsAny(*description, "\n\r") {
+			return true, errors.New("a description is one line")
+		}
+	}
+	_, err = cluster.SetSettings(ctx, data.Store.DB, name, head, description)
+	if errors.Is(err, cluster.ErrNotPlaced) {
+		return true, fmt.Errorf("%w (packwire cluster status lists the cluster's)", repo.ErrNotFound)
+	}
+	return true, err
 }
 
 // inCluster tells whether the store is a cluster's: PostgreSQL, with nodes.

@@ -455,12 +455,15 @@ func TestClusterSurvivesPostgresRestart(t *testing.T) {
 	}
 }
 
-// TestClusterDeletesEverywhere: repo delete on a cluster answers "not
-// found" on every node at once (over each transport), each node moves its
-// copy into its trash, a push in flight cannot resurrect it, and the name
-// can be created again once the copies are gone, without the old
-// deletion touching the new copies.
-func TestClusterDeletesEverywhere(t *testing.T) {
+// TestClusterRepoCommands: the commands that change a repository's files
+// change every copy of a cluster's. repo create --default-branch and repo
+// set-head set HEAD on every node (a clone from any node checks that
+// branch out), repo set-description writes each copy's description; repo
+// delete answers "not found" on every node at once (over each transport),
+// each node moves its copy into its trash, a push in flight cannot
+// resurrect it, and the name can be created again once the copies are
+// gone, without the old deletion touching the new copies.
+func TestClusterRepoCommands(t *testing.T) {
 	url := pgtest.Start(t).NewDatabase(t)
 	const heartbeat, timeout = 200 * time.Millisecond, time.Second
 	nodes := map[string]*servertest.Server{}
@@ -485,15 +488,40 @@ func TestClusterDeletesEverywhere(t *testing.T) {
 			}
 		}
 	}
-	admin("repo", "create", "team/gone", "--replicas", "3")
-	waitUntil("every copy created", func() bool { return exists(bare("a")) && exists(bare("b")) && exists(bare("c")) })
+	headOf := func(node string) string {
+		b, _ := os.ReadFile(filepath.Join(bare(node), "HEAD"))
+		return strings.TrimSpace(string(b))
+	}
+	everyCopy := func(what string, cond func(node string) bool) {
+		t.Helper()
+		waitUntil(what+" on every copy", func() bool { return cond("a") && cond("b") && cond("c") })
+	}
+	admin("repo", "create", "team/gone", "--replicas", "3", "--default-branch", "trunk")
+	everyCopy("HEAD -> trunk", func(n string) bool { return headOf(n) == "ref: refs/heads/trunk" })
 	work := filepath.Join(t.TempDir(), "work")
 	env.Git("", "init", "-q", "-b", "main", work)
 	os.WriteFile(filepath.Join(work, "f.txt"), []byte("one\n"), 0o644)
 	env.Git(work, "add", ".")
 	env.Git(work, "commit", "-qm", "one")
 	pushURL := fmt.Sprintf("http://alice:%s@%s/team/gone", token, nodes["b"].HTTPAddr)
-	env.Git(work, "push", "-q", pushURL, "main")
+	env.Git(work, "push", "-q", pushURL, "main", "main:trunk")
+	if out, code := packwire(t, "repo", "set-head", "team/gone", "nope", "--data", filepath.Join(t.TempDir(), "none"), "--database", url); code == 0 || !strings.Contains(out, `no branch "nope"`) {
+		t.Fatalf("set-head to a missing branch: %d\n%s", code, out)
+	}
+	admin("repo", "set-head", "team/gone", "main")
+	everyCopy("HEAD -> main", func(n string) bool { return headOf(n) == "ref: refs/heads/main" })
+	for name, n := range nodes {
+		clone := filepath.Join(t.TempDir(), "clone-"+name)
+		env.Git("", "clone", "-q", "git://"+n.GitAddr.String()+"/team/gone", clone)
+		if got := env.Git(clone, "symbolic-ref", "HEAD"); strings.TrimSpace(got) != "refs/heads/main" {
+			t.Fatalf("a clone from node %s checked out %s, want main", name, got)
+		}
+	}
+	admin("repo", "set-description", "team/gone", "The app that goes")
+	everyCopy("the description", func(n string) bool {
+		b, _ := os.ReadFile(filepath.Join(bare(n), "description"))
+		return string(b) == "The app that goes\n"
+	})
 
 	out := admin("repo", "delete", "team/gone")
 	if !strings.Contains(out, "deleted team/gone from the cluster") {

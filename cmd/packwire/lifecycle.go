@@ -146,13 +146,22 @@ packwire grant, rule and anonymous-read.`, args, stderr, nil)
 func cmdRepoSetDescription(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	const syn = "repo set-description NAME TEXT [--data DIR]"
 	data, pos, err := openData(ctx, "repo set-description", syn,
-		"Set the repository's description: one line in git's description file, which\ngitweb, cgit and packwire repo list and repo show display (\"\" clears it).", args, stderr, nil)
+		"Set the repository's description: one line in git's description file, which\ngitweb, cgit and packwire repo list and repo show display (\"\" clears it).\nIn a cluster (--database with nodes) every copy's changes.", args, stderr, nil)
 	if err != nil {
 		return err
 	}
 	defer data.Close()
 	if err := wantArgs(args, pos, 2, 2, syn); err != nil {
 		return err
+	}
+	text := pos[1]
+	if set, err := setInCluster(ctx, data, pos[0], "", &text); set || err != nil {
+		if err != nil {
+			return fmt.Errorf("repo set-description %s: %w", pos[0], err)
+		}
+		recordRepoChange(ctx, data, stderr, "repo set-description", pos[0], text+" (every copy)")
+		fmt.Fprintf(stdout, "%s: description set on every copy (each node writes it within a heartbeat)\n", pos[0])
+		return nil
 	}
 	r, err := data.Repos.Resolve(pos[0])
 	if err != nil {

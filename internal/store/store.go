@@ -118,13 +118,19 @@ var migrations = []string{
 	);
 	CREATE INDEX replicas_node ON replicas(node);`,
 	// 7: repositories deleted from the cluster that a node still has to
-	// move into its trash (cluster.Delete).
+	// move into its trash (cluster.Delete); a repository's settings that
+	// live in git's files (HEAD's branch, the description), numbered, and
+	// the number each copy applied (cluster.SetSettings).
 	`CREATE TABLE cluster_deletions (
 		repo       TEXT NOT NULL,
 		node       TEXT NOT NULL,
 		deleted_ms INTEGER NOT NULL,
 		PRIMARY KEY (repo, node)
-	);`,
+	);
+	ALTER TABLE cluster_repos ADD COLUMN head TEXT NOT NULL DEFAULT '';
+	ALTER TABLE cluster_repos ADD COLUMN description TEXT;
+	ALTER TABLE cluster_repos ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE replicas ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Open opens (creating if needed) packwire's main database at path

@@ -187,6 +187,7 @@ func (rt *Router) Reconcile(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
 		}
 	}
+	errs = append(errs, rt.applySettings(ctx))
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,73 @@
+package route
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"time"
+
+	"packwire/internal/lifecycle"
+	"packwire/internal/repo"
+	"packwire/internal/server/cluster"
+)
+
+// carryOutDeletions moves this node's copies of repositories deleted from
+// the cluster into its trash (as repo delete does on one server), then
+// clears each deletion. A copy busy with a push, maintenance or a backup
+// is left for the next run.
+func (rt *Router) carryOutDeletions(ctx context.Context) error {
+	rt.deleting.Lock()
+	defer rt.deleting.Unlock()
+	names, err := cluster.Deletions(ctx, rt.Node.DB, rt.Node.Name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range names {
+		_, err := lifecycle.Delete(rt.Repos, name, time.Now())
+		if err != nil && !errors.Is(err, repo.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
+			continue
+		}
+		if err := cluster.Deleted(ctx, rt.Node.DB, name, rt.Node.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applySettings brings this node's copies up to their repositories'
+// settings (HEAD's branch, the description: cluster.Settings).
+func (rt *Router) applySettings(ctx context.Context) error {
+	stale, err := cluster.StaleSettings(ctx, rt.Node.DB, rt.Node.Name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for name, st := range stale {
+		r, err := rt.Repos.Resolve(name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		// HEAD is set whether or not the branch exists here yet: the copy
+		// may not have caught up with the push that made it.
+		if st.Head != "" && repo.Head(r) != st.Head {
+			if out, err := exec.CommandContext(ctx, "git", "--git-dir", r.Path, "symbolic-ref", "HEAD", "refs/heads/"+st.Head).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: setting HEAD: %v: %s", name, err, out))
+				continue
+			}
+		}
+		if st.Description != nil && repo.Description(r) != *st.Description {
+			if err := repo.SetDescription(r, *st.Description); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				continue
+			}
+		}
+		if err := cluster.SettingsApplied(ctx, rt.Node.DB, name, rt.Node.Name, st.Number); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
