@@ -517,6 +517,17 @@ func TestClusterRepoCommands(t *testing.T) {
 			t.Fatalf("a clone from node %s checked out %s, want main", name, got)
 		}
 	}
+	// HEAD follows a first push of another branch on every copy, as on
+	// one server (HEAD is not a ref: replication alone would not carry it).
+	admin("repo", "create", "team/first", "--replicas", "3")
+	firstHead := func(node string) string {
+		b, _ := os.ReadFile(filepath.Join(nodes[node].Data.Dir, "repos", "team", "first.git", "HEAD"))
+		return strings.TrimSpace(string(b))
+	}
+	waitUntil("team/first on every node", func() bool { return firstHead("a") != "" && firstHead("b") != "" && firstHead("c") != "" })
+	env.Git(work, "push", "-q", fmt.Sprintf("http://alice:%s@%s/team/first", token, nodes["c"].HTTPAddr), "main:dev")
+	everyCopy("team/first's HEAD -> dev", func(n string) bool { return firstHead(n) == "ref: refs/heads/dev" })
+
 	admin("repo", "set-description", "team/gone", "The app that goes")
 	everyCopy("the description", func(n string) bool {
 		b, _ := os.ReadFile(filepath.Join(bare(n), "description"))

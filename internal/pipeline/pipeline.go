@@ -169,6 +169,10 @@ type Route struct {
 	// Relay, if set, passes the request's streams to the node that serves
 	// it: no git runs here and no slot is taken (that node admits it).
 	Relay Relayer
+	// HeadMoved, if set, is told when a push moved HEAD to the first
+	// branch pushed (repo.FollowFirstPush): HEAD is not a ref, so the
+	// cluster carries it to the other copies itself.
+	HeadMoved func(ctx context.Context, branch string) error
 }
 
 // Relayer serves a request on another node, streaming both ways.

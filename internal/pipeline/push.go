@@ -233,6 +233,11 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		p.log().Warn("HEAD not moved to the first pushed branch", "repo", c.Repo.Name, "error", err.Error())
 	} else if branch != "" {
 		p.log().Info("HEAD follows the first push", "repo", c.Repo.Name, "branch", branch)
+		if moved := c.route.HeadMoved; moved != nil {
+			if err := moved(ctx, branch); err != nil {
+				p.log().Warn("HEAD moved here, not yet on the other copies", "repo", c.Repo.Name, "branch", branch, "error", err.Error())
+			}
+		}
 	}
 	res.BytesIn += total.BytesIn
 	res.BytesOut += total.BytesOut

@@ -83,6 +83,10 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 				}
 			}
 			return pipeline.Route{
+				HeadMoved: func(ctx context.Context, branch string) error {
+					_, err := cluster.SetSettings(context.WithoutCancel(ctx), rt.Node.DB, name, branch, nil)
+					return err
+				},
 				Config: []string{"core.hooksPath=" + rt.HooksDir},
 				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvDatabase + "=" + rt.DatabaseURL, cluster.EnvRepo + "=" + name,
 					cluster.EnvNode + "=" + me, cluster.EnvSecret + "=" + rt.Secret, cluster.EnvTimeout + "=" + rt.Node.NodeTimeout().String(),
