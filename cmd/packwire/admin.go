@@ -22,7 +22,7 @@ import (
 // onOneCopy are the commands that change a repository on this machine's
 // disk: in a cluster they would change one node's copy only, so they are
 // refused there until the cluster does them on every copy.
-var onOneCopy = map[string]bool{"repo restore": true, "repo rename": true, "repo quota": true, "repo sync": true, "repo mirror add": true, "repo mirror remove": true}
+var onOneCopy = map[string]bool{"repo restore": true, "repo rename": true, "repo sync": true, "repo mirror add": true, "repo mirror remove": true}
 
 // openData parses an admin command's flags (always --data, plus any that
 // extra registers) and opens the data directory.
@@ -86,7 +86,7 @@ func cmdRepoCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 			// Each node creates its copy with the server's default branch;
 			// this one is applied to every copy as repo set-head is.
 			name, _ := repo.CleanName(pos[0])
-			if _, err := cluster.SetSettings(ctx, data.Store.DB, name, branch, nil); err != nil {
+			if _, err := cluster.SetSettings(ctx, data.Store.DB, name, cluster.Change{Head: branch}); err != nil {
 				return fmt.Errorf("repo create %s: placed, but its HEAD: %w", pos[0], err)
 			}
 		}

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+
+	"packwire/internal/datadir"
+	"packwire/internal/server/cluster"
 
 	"packwire/internal/repo"
 	"packwire/internal/units"
@@ -85,6 +89,9 @@ func cmdRepoQuota(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := wantArgs(args, pos, 1, 2, syn); err != nil {
 		return err
 	}
+	if done, err := quotaInCluster(ctx, data, pos, stdout, stderr); done || err != nil {
+		return err
+	}
 	r, err := data.Repos.Resolve(pos[0])
 	if err != nil {
 		return fmt.Errorf("repo quota %s: %w", pos[0], err)
@@ -102,6 +109,49 @@ func cmdRepoQuota(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		recordRepoChange(ctx, data, stderr, "repo quota", r.Name, pos[1])
 	}
 	return printUsage(stdout, r)
+}
+
+// quotaInCluster shows or sets a cluster repository's quota, kept with
+// its settings (cluster.Settings) and applied by each node to its copy.
+// The size on disk is each node's: the Cluster page and repo quota on a
+// node's own data directory show it.
+func quotaInCluster(ctx context.Context, data *datadir.Data, pos []string, stdout, stderr io.Writer) (bool, error) {
+	clustered, err := inCluster(ctx, data)
+	if err != nil || !clustered {
+		return false, err
+	}
+	name, err := repo.CleanName(pos[0])
+	if err != nil {
+		return true, fmt.Errorf("repo quota %s: %w", pos[0], err)
+	}
+	var st cluster.Settings
+	if len(pos) == 2 {
+		var bytes int64
+		if pos[1] != "off" {
+			if bytes, err = units.ParseBytes(pos[1]); err != nil || bytes == 0 {
+				return true, usagef("repo quota %s: %q is not a size (500M, 2G, a byte count, or off)", name, pos[1])
+			}
+		}
+		st, err = cluster.SetSettings(ctx, data.Store.DB, name, cluster.Change{Quota: &bytes})
+		if err == nil {
+			recordRepoChange(ctx, data, stderr, "repo quota", name, pos[1]+" (every copy)")
+		}
+	} else {
+		st, err = cluster.RepoSettings(ctx, data.Store.DB, name)
+	}
+	if errors.Is(err, cluster.ErrNotPlaced) {
+		err = fmt.Errorf("%w (packwire cluster status lists the cluster's)", repo.ErrNotFound)
+	}
+	if err != nil {
+		return true, fmt.Errorf("repo quota %s: %w", name, err)
+	}
+	switch {
+	case st.Quota == nil || *st.Quota == 0:
+		fmt.Fprintf(stdout, "%s: no quota on its copies\n", name)
+	default:
+		fmt.Fprintf(stdout, "%s: a %s quota on every copy (each node applies a change within a heartbeat)\n", name, units.Bytes(*st.Quota))
+	}
+	return true, nil
 }
 
 // printUsage prints a repository's size on disk and its quota.

@@ -160,7 +160,7 @@ func setInCluster(ctx context.Context, data *datadir.Data, name, head string, de
 			return true, errors.New("a description is one line")
 		}
 	}
-	_, err = cluster.SetSettings(ctx, data.Store.DB, name, head, description)
+	_, err = cluster.SetSettings(ctx, data.Store.DB, name, cluster.Change{Head: head, Description: description})
 	if errors.Is(err, cluster.ErrNotPlaced) {
 		return true, fmt.Errorf("%w (packwire cluster status lists the cluster's)", repo.ErrNotFound)
 	}

@@ -528,6 +528,25 @@ func TestClusterRepoCommands(t *testing.T) {
 	env.Git(work, "push", "-q", fmt.Sprintf("http://alice:%s@%s/team/first", token, nodes["c"].HTTPAddr), "main:dev")
 	everyCopy("team/first's HEAD -> dev", func(n string) bool { return firstHead(n) == "ref: refs/heads/dev" })
 
+	// A quota on every copy: a push over it is refused by the primary.
+	if out := admin("repo", "quota", "team/first", "1"); !strings.Contains(out, "a 1 B quota on every copy") {
+		t.Fatalf("repo quota in a cluster:\n%s", out)
+	}
+	everyCopy("team/first's quota", func(n string) bool {
+		out, err := env.Run("", nil, "--git-dir", filepath.Join(nodes[n].Data.Dir, "repos", "team", "first.git"), "config", "packwire.quota")
+		return err == nil && strings.TrimSpace(out) == "1"
+	})
+	os.WriteFile(filepath.Join(work, "g.txt"), []byte("two\n"), 0o644)
+	env.Git(work, "add", ".")
+	env.Git(work, "commit", "-qm", "two")
+	if out, err := env.Run(work, nil, "push", fmt.Sprintf("http://alice:%s@%s/team/first", token, nodes["a"].HTTPAddr), "main:dev"); err == nil || !strings.Contains(out, "quota") {
+		t.Fatalf("a push over the cluster's quota: %v\n%s", err, out)
+	}
+	admin("repo", "quota", "team/first", "off")
+	if out := admin("repo", "quota", "team/first"); !strings.Contains(out, "no quota") {
+		t.Fatalf("repo quota after off:\n%s", out)
+	}
+
 	admin("repo", "set-description", "team/gone", "The app that goes")
 	everyCopy("the description", func(n string) bool {
 		b, _ := os.ReadFile(filepath.Join(bare(n), "description"))

@@ -119,7 +119,7 @@ var migrations = []string{
 	CREATE INDEX replicas_node ON replicas(node);`,
 	// 7: repositories deleted from the cluster that a node still has to
 	// move into its trash (cluster.Delete); a repository's settings that
-	// live in git's files (HEAD's branch, the description), numbered, and
+	// live in git's files (HEAD's branch, the description, the quota), numbered, and
 	// the number each copy applied (cluster.SetSettings).
 	`CREATE TABLE cluster_deletions (
 		repo       TEXT NOT NULL,
@@ -129,6 +129,7 @@ var migrations = []string{
 	);
 	ALTER TABLE cluster_repos ADD COLUMN head TEXT NOT NULL DEFAULT '';
 	ALTER TABLE cluster_repos ADD COLUMN description TEXT;
+	ALTER TABLE cluster_repos ADD COLUMN quota INTEGER;
 	ALTER TABLE cluster_repos ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE replicas ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;`,
 }

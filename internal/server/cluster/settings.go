@@ -13,18 +13,27 @@ import (
 
 // Settings are a repository's settings kept in git's own files on each
 // copy rather than in refs, so that replication does not carry them: the
-// branch HEAD names and the description. The cluster keeps them in its
-// row with a number that each change increments; every node applies them
-// to its copy when its number is behind (route's Reconcile).
+// branch HEAD names, the description, the quota (packwire.quota in its
+// config). The cluster keeps them in its row with a number that each
+// change increments; every node applies them to its copy when its number
+// is behind (route's Reconcile).
 type Settings struct {
 	Head        string  // "": as the copy was created
 	Description *string // nil: as the copy was created
+	Quota       *int64  // nil: as the copy was created; 0: none
 	Number      int64
 }
 
-// SetSettings changes a repository's head (if not "") and description
-// (if not nil) for every copy, and returns the new settings.
-func SetSettings(ctx context.Context, db *store.DB, repo, head string, description *string) (Settings, error) {
+// Change is what SetSettings changes: the fields set (not "" or nil).
+type Change struct {
+	Head        string
+	Description *string
+	Quota       *int64
+}
+
+// SetSettings applies a change to a repository's settings for every copy,
+// and returns the new settings.
+func SetSettings(ctx context.Context, db *store.DB, repo string, change Change) (Settings, error) {
 	if db.Engine != store.Postgres {
 		return Settings{}, ErrNotClustered
 	}
@@ -35,37 +44,70 @@ func SetSettings(ctx context.Context, db *store.DB, repo, head string, descripti
 	defer tx.Rollback()
 	var st Settings
 	var desc sql.NullString
-	err = tx.QueryRowContext(ctx, "SELECT head, description, settings FROM cluster_repos WHERE name = ? FOR UPDATE", repo).Scan(&st.Head, &desc, &st.Number)
+	var quota sql.NullInt64
+	err = tx.QueryRowContext(ctx, "SELECT head, description, quota, settings FROM cluster_repos WHERE name = ? FOR UPDATE", repo).Scan(&st.Head, &desc, &quota, &st.Number)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
 	}
 	if err != nil {
 		return st, err
 	}
-	if desc.Valid {
-		st.Description = &desc.String
+	st.Description, st.Quota = nullString(desc), nullInt(quota)
+	if change.Head != "" {
+		st.Head = change.Head
 	}
-	if head != "" {
-		st.Head = head
+	if change.Description != nil {
+		st.Description = change.Description
 	}
-	if description != nil {
-		st.Description = description
+	if change.Quota != nil {
+		st.Quota = change.Quota
 	}
 	st.Number++
-	var descArg any
+	var descArg, quotaArg any
 	if st.Description != nil {
 		descArg = *st.Description
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET head = ?, description = ?, settings = ? WHERE name = ?", st.Head, descArg, st.Number, repo); err != nil {
+	if st.Quota != nil {
+		quotaArg = *st.Quota
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET head = ?, description = ?, quota = ?, settings = ? WHERE name = ?",
+		st.Head, descArg, quotaArg, st.Number, repo); err != nil {
 		return st, err
 	}
 	return st, tx.Commit()
 }
 
+// RepoSettings reads a repository's settings.
+func RepoSettings(ctx context.Context, db *store.DB, repo string) (Settings, error) {
+	var st Settings
+	var desc sql.NullString
+	var quota sql.NullInt64
+	err := db.QueryRowContext(ctx, "SELECT head, description, quota, settings FROM cluster_repos WHERE name = ?", repo).Scan(&st.Head, &desc, &quota, &st.Number)
+	if errors.Is(err, sql.ErrNoRows) {
+		return st, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
+	}
+	st.Description, st.Quota = nullString(desc), nullInt(quota)
+	return st, err
+}
+
+func nullString(v sql.NullString) *string {
+	if !v.Valid {
+		return nil
+	}
+	return &v.String
+}
+
+func nullInt(v sql.NullInt64) *int64 {
+	if !v.Valid {
+		return nil
+	}
+	return &v.Int64
+}
+
 // StaleSettings lists node's copies whose settings are behind, with the
 // settings to apply.
 func StaleSettings(ctx context.Context, db *store.DB, node string) (map[string]Settings, error) {
-	rows, err := db.QueryContext(ctx, `SELECT c.name, c.head, c.description, c.settings FROM replicas rp
+	rows, err := db.QueryContext(ctx, `SELECT c.name, c.head, c.description, c.quota, c.settings FROM replicas rp
 		JOIN cluster_repos c ON c.name = rp.repo WHERE rp.node = ? AND rp.generation >= 0 AND rp.settings <> c.settings`, node)
 	if err != nil {
 		return nil, err
@@ -76,12 +118,11 @@ func StaleSettings(ctx context.Context, db *store.DB, node string) (map[string]S
 		var name string
 		var st Settings
 		var desc sql.NullString
-		if err := rows.Scan(&name, &st.Head, &desc, &st.Number); err != nil {
+		var quota sql.NullInt64
+		if err := rows.Scan(&name, &st.Head, &desc, &quota, &st.Number); err != nil {
 			return nil, err
 		}
-		if desc.Valid {
-			st.Description = &desc.String
-		}
+		st.Description, st.Quota = nullString(desc), nullInt(quota)
 		stale[name] = st
 	}
 	return stale, rows.Err()

@@ -38,7 +38,7 @@ func (rt *Router) carryOutDeletions(ctx context.Context) error {
 }
 
 // applySettings brings this node's copies up to their repositories'
-// settings (HEAD's branch, the description: cluster.Settings).
+// settings (HEAD's branch, the description, the quota: cluster.Settings).
 func (rt *Router) applySettings(ctx context.Context) error {
 	stale, err := cluster.StaleSettings(ctx, rt.Node.DB, rt.Node.Name)
 	if err != nil {
@@ -63,6 +63,14 @@ func (rt *Router) applySettings(ctx context.Context) error {
 			if err := repo.SetDescription(r, *st.Description); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 				continue
+			}
+		}
+		if st.Quota != nil {
+			if q, err := repo.Quota(r); err != nil || q != *st.Quota {
+				if err := repo.SetQuota(ctx, r, *st.Quota); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", name, err))
+					continue
+				}
 			}
 		}
 		if err := cluster.SettingsApplied(ctx, rt.Node.DB, name, rt.Node.Name, st.Number); err != nil {

@@ -84,7 +84,7 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 			}
 			return pipeline.Route{
 				HeadMoved: func(ctx context.Context, branch string) error {
-					_, err := cluster.SetSettings(context.WithoutCancel(ctx), rt.Node.DB, name, branch, nil)
+					_, err := cluster.SetSettings(context.WithoutCancel(ctx), rt.Node.DB, name, cluster.Change{Head: branch})
 					return err
 				},
 				Config: []string{"core.hooksPath=" + rt.HooksDir},
