@@ -87,9 +87,16 @@ func ValidName(name string) error {
 // Run heartbeats and runs the failover monitor every Heartbeat until ctx
 // ends. A failed heartbeat is logged and retried: the node is marked
 // unhealthy by the others if it stays failed for Timeout.
+//
+// The monitor judges others only once this node has been connected for a
+// Timeout: when PostgreSQL was away (restarting) longer than that, every
+// node's heartbeat is stale, and the first node back would otherwise
+// promote replicas away from primaries that are alive and about to
+// heartbeat again. A node really gone is still stale a Timeout later.
 func (n *Node) Run(ctx context.Context) {
 	t := time.NewTicker(n.heartbeat())
 	defer t.Stop()
+	var connectedSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -98,9 +105,17 @@ func (n *Node) Run(ctx context.Context) {
 		}
 		if err := n.beat(ctx); err != nil && ctx.Err() == nil {
 			n.Log.Warn("cluster: heartbeat failed", "node", n.Name, "error", err.Error())
+			connectedSince = time.Time{}
 			continue
 		}
-		promoted, err := Failover(ctx, n.DB, n.NodeTimeout())
+		if connectedSince.IsZero() {
+			connectedSince = time.Now()
+		}
+		var promoted []Promotion
+		var err error
+		if time.Since(connectedSince) >= n.NodeTimeout() {
+			promoted, err = Failover(ctx, n.DB, n.NodeTimeout())
+		}
 		if err != nil && ctx.Err() == nil {
 			n.Log.Warn("cluster: failover check failed", "node", n.Name, "error", err.Error())
 		}

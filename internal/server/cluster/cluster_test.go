@@ -166,3 +166,73 @@ func TestNotClusteredOnSQLite(t *testing.T) {
 		t.Fatalf("join on SQLite: %v", err)
 	}
 }
+
+// TestNoFailoverRightAfterReconnecting: when PostgreSQL was away longer
+// than the node timeout, every heartbeat is stale; the first node back
+// must not promote replicas away from a primary that is alive and
+// heartbeats again moments later. A primary that stays silent is still
+// replaced.
+func TestNoFailoverRightAfterReconnecting(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	db := st.DB
+	const timeout = 2 * time.Second
+	nodes := join(t, db, "a", "b")
+	if _, err := Place(ctx, db, "app", "", 2, timeout); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b"} {
+		if ok, err := SetReplicaGeneration(ctx, db, "app", n, 0); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	primary := func() string {
+		pl, err := Locate(ctx, db, "app", timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pl.Primary
+	}
+	if primary() != "a" {
+		t.Fatalf("primary %s, want a", primary())
+	}
+	// PostgreSQL was away for a minute: both heartbeats are that old.
+	if _, err := db.Exec("UPDATE nodes SET heartbeat_ms = heartbeat_ms - 60000"); err != nil {
+		t.Fatal(err)
+	}
+	beatA := func() {
+		if _, err := db.Exec("UPDATE nodes SET heartbeat_ms = " + dbNowMS + " WHERE name = 'a'"); err != nil {
+			t.Error(err)
+		}
+	}
+	// b comes back first and runs its monitor; a heartbeats again a moment
+	// later (its own loop, played here).
+	b := nodes[1]
+	b.Heartbeat, b.Timeout = 50*time.Millisecond, timeout
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	// a is back only once b has run a monitor tick (its heartbeat is
+	// fresh, and its check follows the heartbeat in the same tick).
+	for fresh := false; !fresh; time.Sleep(10 * time.Millisecond) {
+		if err := db.QueryRow("SELECT "+dbNowMS+" - heartbeat_ms < 1000 FROM nodes WHERE name = 'b'").Scan(&fresh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	for end := time.Now().Add(timeout + time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		beatA()
+		if p := primary(); p != "a" {
+			t.Fatalf("b promoted itself (%s) over a primary that heartbeats again", p)
+		}
+	}
+	// a stays silent now: b takes over once a is a timeout old.
+	deadline := time.Now().Add(3 * timeout)
+	for primary() != "b" {
+		if time.Now().After(deadline) {
+			t.Fatal("a silent primary was not replaced")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
