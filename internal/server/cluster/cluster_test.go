@@ -216,7 +216,7 @@ func TestNoFailoverRightAfterReconnecting(t *testing.T) {
 	// a is back only once b has run a monitor tick (its heartbeat is
 	// fresh, and its check follows the heartbeat in the same tick).
 	for fresh := false; !fresh; time.Sleep(10 * time.Millisecond) {
-		if err := db.QueryRow("SELECT "+dbNowMS+" - heartbeat_ms < 1000 FROM nodes WHERE name = 'b'").Scan(&fresh); err != nil {
+		if err := db.QueryRow("SELECT " + dbNowMS + " - heartbeat_ms < 1000 FROM nodes WHERE name = 'b'").Scan(&fresh); err != nil {
 			t.Fatal(err)
 		}
 	}
