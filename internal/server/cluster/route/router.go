@@ -61,9 +61,15 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 		if err != nil {
 			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second, Message: "cluster store unreachable, retry later", Err: err}
 		}
+		notFound := &pipeline.Error{Code: pipeline.CodeNotFound, Message: fmt.Sprintf("repository '%s' not found", name)}
 		if deleting {
 			go rt.carryOutDeletions(context.WithoutCancel(ctx))
-			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeNotFound, Message: fmt.Sprintf("repository '%s' not found", name)}
+			return pipeline.Route{}, notFound
+		}
+		// A deletion carried out since the pipeline found the copy here
+		// has moved it away before clearing its row: look again.
+		if _, err := rt.Repos.Resolve(name); errors.Is(err, repo.ErrNotFound) {
+			return pipeline.Route{}, notFound
 		}
 		// On this node's disk only (made before the node joined), or
 		// nowhere: served as a single server would.
