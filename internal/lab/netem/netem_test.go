@@ -110,7 +110,9 @@ func TestDelayIsTheRoundTripTime(t *testing.T) {
 	// The first exchange pays the handshake too: two round trips.
 	exchange(t, c, []byte("hello\n"), 6)
 	first := time.Since(began)
-	if first < 2*delay-2*time.Millisecond || first > 2*delay+150*time.Millisecond {
+	// Two round trips, never fewer; the upper bound is loose, since a
+	// single sample on a loaded machine can be late by anything.
+	if first < 2*delay-2*time.Millisecond || first > 2*delay+time.Second {
 		t.Errorf("connect + first exchange took %v, want about %v", first, 2*delay)
 	}
 	var rtts []time.Duration
@@ -120,12 +122,14 @@ func TestDelayIsTheRoundTripTime(t *testing.T) {
 		rtts = append(rtts, time.Since(t0))
 	}
 	slices.Sort(rtts)
-	// Never early; late only by scheduling (the machine is shared, so be generous).
+	// Never early; late only by scheduling. The fastest of five says what
+	// the proxy adds: on a loaded machine (a load of 20 on 2 CPUs) the
+	// median was 90 ms for a 60 ms delay, the fastest still 61 ms.
 	if rtts[0] < delay-2*time.Millisecond {
 		t.Errorf("a round trip took %v, less than the delay %v: %v", rtts[0], delay, rtts)
 	}
-	if med := rtts[len(rtts)/2]; med > delay+20*time.Millisecond {
-		t.Errorf("median round trip %v, want within a few ms of %v: %v", med, delay, rtts)
+	if rtts[0] > delay+20*time.Millisecond {
+		t.Errorf("the fastest round trip took %v, want within a few ms of %v: %v", rtts[0], delay, rtts)
 	}
 }
 
