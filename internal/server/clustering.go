@@ -44,11 +44,7 @@ func (s *Server) openCluster(ctx context.Context) error {
 		return fmt.Errorf("cluster hooks: %w", err)
 	}
 	s.Node = &cluster.Node{DB: s.Data.Store.DB, Name: cfg.Node, URL: cfg.NodeURL, Heartbeat: cfg.NodeHeartbeat, Timeout: cfg.NodeTimeout, Log: cfg.Log}
-	pending := filepath.Join(s.Data.Dir, "run", "cluster-pending")
-	if err := os.MkdirAll(pending, 0o700); err != nil {
-		return err
-	}
-	s.Router = &route.Router{Node: s.Node, DatabaseURL: cfg.Database, Secret: secret, HooksDir: hooks, PendingDir: pending, Repos: s.Data.Repos}
+	s.Router = &route.Router{Node: s.Node, Secret: secret, HooksDir: hooks, Repos: s.Data.Repos}
 	s.Pipeline.Cluster = s.Router
 	return nil
 }
@@ -74,6 +70,12 @@ func (s *Server) startCluster() error {
 	}
 	s.Node.Listeners = fmt.Sprintf("git=%v http=%v ssh=%v", s.GitAddr, s.HTTPAddr, s.SSHAddr)
 	ctx, cancel := context.WithCancel(context.Background())
+	// The hooks of pushes on this node's primaries ask the server over a
+	// socket only this user can reach (they hold the server's token too).
+	if err := s.Router.ServeHooks(ctx, filepath.Join(s.Data.Dir, "run", "cluster", "hook.sock")); err != nil {
+		cancel()
+		return err
+	}
 	if err := s.Node.Join(ctx); err != nil {
 		cancel()
 		return err

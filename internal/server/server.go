@@ -492,9 +492,14 @@ func (s *Server) Start() error {
 		handler := exactRoutes(routes, dashboardPrefix(s.Dashboard, git))
 		if s.Router != nil { // a POST, which exactRoutes leaves to git
 			relay, next := route.Handler(s.Pipeline, s.Data.Access), handler
+			replicate := route.ReplicateHandler(s.Data.Repos, s.Data.Access)
 			handler = nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
-				if r.URL.Path == route.RelayPath {
+				switch r.URL.Path {
+				case route.RelayPath:
 					relay.ServeHTTP(w, r)
+					return
+				case route.ReplicatePath:
+					replicate.ServeHTTP(w, r)
 					return
 				}
 				next.ServeHTTP(w, r)

@@ -22,18 +22,21 @@ import (
 // requests this node serves, and what a push on the primary needs. It
 // also keeps this node's copies current (Reconcile).
 type Router struct {
-	Node        *cluster.Node
-	DatabaseURL string    // for the hook, which opens its own connection
-	Secret      string    // the cluster user's password
-	HooksDir    string    // core.hooksPath of pushes on the primary: proc-receive and reference-transaction
-	PendingDir  string    // the hook's files between its prepared and committed calls
-	Repos       repo.Root // this node's repositories
+	Node     *cluster.Node
+	Secret   string    // the cluster user's password
+	HooksDir string    // core.hooksPath of pushes on the primary: proc-receive and reference-transaction
+	Repos    repo.Root // this node's repositories
 	// CatchUpWait bounds how long a read waits for this node's stale copy
 	// to catch up before it is refused.
 	CatchUpWait time.Duration
 
 	mu       sync.Mutex
 	catching map[string]chan struct{} // repositories being caught up, closed when done
+
+	// The hooks' socket (ServeHooks) and what is between a push's calls.
+	hookSocket, hookToken string
+	pending               map[string]pendingPush   // repo NUL receive-pack pid
+	recording             map[string]chan struct{} // repo -> the record of the primary's copy in progress
 }
 
 // Route serves here what this node can: reads from an up-to-date copy,
@@ -70,11 +73,14 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 					return pipeline.Route{}, err
 				}
 			}
+			if rt.hookSocket == "" {
+				return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+					Message: "this node is starting, retry shortly", Err: errors.New("cluster: the hooks' socket is not listening")}
+			}
 			return pipeline.Route{
 				Config: []string{"core.hooksPath=" + rt.HooksDir},
-				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvDatabase + "=" + rt.DatabaseURL, cluster.EnvRepo + "=" + name,
-					cluster.EnvNode + "=" + me, cluster.EnvSecret + "=" + rt.Secret, cluster.EnvTimeout + "=" + rt.Node.NodeTimeout().String(),
-					cluster.EnvPending + "=" + rt.PendingDir},
+				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvRepo + "=" + name,
+					cluster.EnvSocket + "=" + rt.hookSocket, cluster.EnvToken + "=" + rt.hookToken},
 			}, nil
 		}
 		primary, ok := pl.Replica(pl.Primary)

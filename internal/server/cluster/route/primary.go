@@ -1,0 +1,466 @@
+package route
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"packwire/internal/access"
+	"packwire/internal/repo"
+	"packwire/internal/server/cluster"
+)
+
+// pendingPush is a push between its "prepared" call (its generation
+// committed in PostgreSQL) and its "committed" one (git wrote the
+// primary's refs).
+type pendingPush struct {
+	gen   int64
+	since time.Time
+}
+
+// pendingTTL drops a pending push whose receive-pack never came back (it
+// was killed): its copy stays behind, and is caught up.
+const pendingTTL = 10 * time.Minute
+
+// maxSocketPath is the longest unix socket path every platform takes.
+const maxSocketPath = 100
+
+// ServeHooks listens on a unix socket at path (its directory made 0700,
+// the socket 0600) for the reference-transaction hooks of pushes on this
+// node, until ctx ends. The hooks prove themselves with a random token
+// the server gives them in their environment (Route). It returns once
+// the socket is listening.
+func (rt *Router) ServeHooks(ctx context.Context, path string) error {
+	if len(path) > maxSocketPath {
+		// Too long for a socket's address (a deep data directory): a
+		// private directory of the machine's temporary one instead.
+		dir, err := os.MkdirTemp("", "packwire-hooks-")
+		if err != nil {
+			return err
+		}
+		go func() { <-ctx.Done(); os.RemoveAll(dir) }()
+		path = filepath.Join(dir, filepath.Base(path))
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	os.Remove(path) // a socket left by a killed server
+	b := make([]byte, 32)
+	rand.Read(b)
+	rt.hookToken = hex.EncodeToString(b)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("cluster hook socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return err
+	}
+	rt.hookSocket = path
+	go func() { <-ctx.Done(); ln.Close() }()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			go rt.serveHook(ctx, conn)
+		}
+	}()
+	return nil
+}
+
+// serveHook answers one hook call.
+func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	dec := json.NewDecoder(conn)
+	var req cluster.HookRequest
+	if err := dec.Decode(&req); err != nil {
+		return
+	}
+	conn.SetReadDeadline(time.Time{})
+	answer := func(err error) {
+		var a cluster.HookAnswer
+		if err != nil {
+			a.Error = err.Error()
+		}
+		json.NewEncoder(conn).Encode(a)
+	}
+	if subtle.ConstantTimeCompare([]byte(req.Token), []byte(rt.hookToken)) != 1 || rt.hookToken == "" {
+		answer(errors.New("cluster: the hook's token is not this server's; nothing was written"))
+		return
+	}
+	key := req.Repo + "\x00" + req.Txn
+	switch req.State {
+	case "prepared":
+		// The hook gone (receive-pack killed with the client's request):
+		// the push is given up on, unless already committed.
+		ctx, cancel := context.WithTimeout(ctx, cluster.ReplicateTimeout+30*time.Second)
+		defer cancel()
+		go func() {
+			io.Copy(io.Discard, io.MultiReader(dec.Buffered(), conn))
+			cancel()
+		}()
+		answer(rt.replicate(ctx, req.Repo, key, req.Env, req.Updates))
+	case "committed":
+		rt.mu.Lock()
+		p, ok := rt.pending[key]
+		delete(rt.pending, key)
+		rt.mu.Unlock()
+		if ok {
+			rt.recordOwn(req.Repo, p.gen)
+		}
+		answer(nil)
+	default: // aborted
+		rt.mu.Lock()
+		delete(rt.pending, key)
+		rt.mu.Unlock()
+		answer(nil)
+	}
+}
+
+// recordOwn records, in the background, that this primary's copy holds
+// gen (git has written its refs): only then, so that a primary killed in
+// between is stale, not falsely current. The next push to the repository
+// waits for it (awaitOwn).
+func (rt *Router) recordOwn(name string, gen int64) {
+	done := make(chan struct{})
+	rt.mu.Lock()
+	if rt.recording == nil {
+		rt.recording = map[string]chan struct{}{}
+	}
+	prev := rt.recording[name]
+	rt.recording[name] = done
+	rt.mu.Unlock()
+	go func() {
+		defer func() {
+			rt.mu.Lock()
+			if rt.recording[name] == done {
+				delete(rt.recording, name)
+			}
+			rt.mu.Unlock()
+			close(done)
+		}()
+		if prev != nil {
+			<-prev
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for {
+			err := cluster.RecordCopy(ctx, rt.Node.DB, name, rt.Node.Name, gen)
+			if err == nil {
+				return
+			}
+			if ctx.Err() != nil {
+				rt.Node.Log.Warn("cluster: recording the primary's copy", "repo", name, "generation", gen, "error", err.Error())
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+}
+
+// awaitOwn waits for the record of this primary's previous push to name.
+func (rt *Router) awaitOwn(ctx context.Context, name string) {
+	rt.mu.Lock()
+	ch := rt.recording[name]
+	rt.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// replicate is a push's "prepared" step on its primary: with the
+// repository's row locked, the push's new objects are packed once and
+// sent with the updates to every other up-to-date replica in parallel
+// (ReplicatePath); as soon as a majority, this copy counted, holds the
+// update, the next generation is committed with the voters' and the hook
+// may let git commit. Replicas that answer later are recorded at the new
+// generation when they do; a replica that fails is left stale and caught
+// up by its node.
+func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string, updates []cluster.Update) error {
+	rt.awaitOwn(ctx, name)
+	p, err := cluster.BeginPush(ctx, rt.Node.DB, name, rt.Node.Name, rt.Node.NodeTimeout())
+	if err != nil {
+		return err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			p.Rollback()
+		}
+	}()
+	if len(p.Targets)+1 < p.Need() {
+		return fmt.Errorf("cluster: only %d of %d replicas of %s can take the push (%d needed); nothing was written: %s",
+			len(p.Targets)+1, p.Total, name, p.Need(), strings.Join(p.Skipped, "; "))
+	}
+	var pack *os.File
+	var packSize int64
+	if len(p.Targets) > 0 {
+		rp, err := rt.Repos.Resolve(name)
+		if err != nil {
+			return err
+		}
+		if pack, packSize, err = packFor(ctx, rp, qenv, updates); err != nil {
+			return fmt.Errorf("cluster: packing the push for the replicas: %w", err)
+		}
+	}
+	results := make(chan sendResult, len(p.Targets))
+	var sends sync.WaitGroup
+	sendCtx, stopSends := context.WithTimeout(context.WithoutCancel(ctx), cluster.ReplicateTimeout)
+	for _, r := range p.Targets {
+		sends.Add(1)
+		go func() {
+			defer sends.Done()
+			results <- sendResult{r.Node, rt.sendTo(sendCtx, r.URL, name, updates, pack, packSize)}
+		}()
+	}
+	go func() {
+		sends.Wait()
+		stopSends()
+		if pack != nil {
+			pack.Close()
+		}
+	}()
+	// A push given up on (the hook gone) before its majority stops the
+	// sends: a replica that took it already is caught up by verify.
+	stop := context.AfterFunc(ctx, stopSends)
+	defer stop()
+	var voters, failures []string
+	pending := len(p.Targets)
+	for ; pending > 0 && len(voters)+1 < p.Need(); pending-- {
+		res := <-results
+		if res.err != nil {
+			failures = append(failures, fmt.Sprintf("%s: %v", res.node, res.err))
+			continue
+		}
+		voters = append(voters, res.node)
+	}
+	if len(voters)+1 < p.Need() {
+		return fmt.Errorf("cluster: only %d of %d replicas of %s took the push (%d needed); nothing was written: %s",
+			len(voters)+1, p.Total, name, p.Need(), strings.Join(append(failures, p.Skipped...), "; "))
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	rt.mu.Lock()
+	if rt.pending == nil {
+		rt.pending = map[string]pendingPush{}
+	}
+	for k, v := range rt.pending {
+		if time.Since(v.since) > pendingTTL {
+			delete(rt.pending, k)
+		}
+	}
+	rt.pending[key] = pendingPush{gen: p.Generation + 1, since: time.Now()}
+	rt.mu.Unlock()
+	committed = true
+	if err := p.Commit(ctx, voters); err != nil {
+		rt.mu.Lock()
+		delete(rt.pending, key)
+		rt.mu.Unlock()
+		return err
+	}
+	stop() // the push stands: the late replicas finish on their own
+	if pending > 0 {
+		go rt.recordLate(name, p.Generation+1, results, pending)
+	}
+	return nil
+}
+
+// sendResult is one replica's answer to a push.
+type sendResult struct {
+	node string
+	err  error
+}
+
+// recordLate records the n replicas still sending a push that was
+// answered without them, each at the push's generation once it holds it
+// (if its copy is still at the one before); one that failed stays stale
+// and is caught up by its node.
+func (rt *Router) recordLate(name string, gen int64, results <-chan sendResult, n int) {
+	for ; n > 0; n-- {
+		res := <-results
+		if res.err != nil {
+			rt.Node.Log.Warn("cluster: a replica did not take a push (caught up later)", "repo", name, "node", res.node, "generation", gen, "error", res.err.Error())
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := cluster.RecordCopy(ctx, rt.Node.DB, name, res.node, gen); err != nil {
+			rt.Node.Log.Warn("cluster: recording a replica", "repo", name, "node", res.node, "generation", gen, "error", err.Error())
+		}
+		cancel()
+	}
+}
+
+// packFor packs the push's new objects once, for every replica: what the
+// new values reach that neither the old values nor this copy's other refs
+// do (the replicas are at the same state, so they hold those), as a thin
+// pack from the quarantine git gave the hook. The file is unlinked; each
+// sender reads it through its own section.
+func packFor(ctx context.Context, rp repo.Repo, qenv []string, updates []cluster.Update) (*os.File, int64, error) {
+	var in strings.Builder
+	for _, u := range updates {
+		if !cluster.IsZero(u.New) {
+			in.WriteString(u.New + "\n")
+		}
+	}
+	if in.Len() == 0 {
+		return nil, 0, nil // deletes only
+	}
+	in.WriteString("--not\n")
+	for _, u := range updates {
+		if !cluster.IsZero(u.Old) {
+			in.WriteString(u.Old + "\n")
+		}
+	}
+	tips, err := refTips(rp.Path)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, t := range tips {
+		in.WriteString(t + "\n")
+	}
+	f, err := os.CreateTemp("", "packwire-replicate-*.pack")
+	if err != nil {
+		return nil, 0, err
+	}
+	os.Remove(f.Name())
+	cmd := exec.CommandContext(ctx, "git", "-c", "safe.directory=*", "--git-dir", rp.Path,
+		"pack-objects", "--stdout", "--revs", "--thin", "--delta-base-offset", "-q")
+	cmd.Env = append(os.Environ(), qenv...)
+	cmd.Stdin = strings.NewReader(in.String())
+	cmd.Stdout = f
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("pack-objects: %v: %s", err, cluster.LastLines(stderr.String(), 3))
+	}
+	size, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	// An empty pack (the new values were all here already) is not sent.
+	var hdr [12]byte
+	if _, err := f.ReadAt(hdr[:], 0); err == nil && hdr[8]|hdr[9]|hdr[10]|hdr[11] == 0 {
+		f.Close()
+		return nil, 0, nil
+	}
+	return f, size, nil
+}
+
+// refTips are the object ids this copy's refs point at, outside the
+// node's own namespace, read from the files (loose refs and packed-refs).
+func refTips(gitDir string) ([]string, error) {
+	seen := map[string]bool{}
+	var tips []string
+	add := func(id string) {
+		if validID(id) && !seen[id] {
+			seen[id] = true
+			tips = append(tips, id)
+		}
+	}
+	if f, err := os.Open(filepath.Join(gitDir, "packed-refs")); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			id, ref, ok := strings.Cut(sc.Text(), " ")
+			if ok && !strings.HasPrefix(ref, cluster.LocalRefs) {
+				add(id)
+			}
+		}
+		f.Close()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	root := filepath.Join(gitDir, "refs")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // a ref deleted while walking
+		}
+		rel, _ := filepath.Rel(gitDir, path)
+		if d.IsDir() {
+			if filepath.ToSlash(rel)+"/" == cluster.LocalRefs {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(path, ".lock") {
+			return nil // git's lock of a ref being updated: the new value
+		}
+		if b, err := os.ReadFile(path); err == nil {
+			add(strings.TrimSpace(string(b)))
+		}
+		return nil
+	})
+	return tips, err
+}
+
+// replicateClient carries replication to other nodes; its connections
+// are kept between pushes.
+var replicateClient = &http.Client{Transport: &http.Transport{
+	DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	MaxIdleConnsPerHost: 16,
+	IdleConnTimeout:     90 * time.Second,
+	DisableCompression:  true,
+}}
+
+// sendTo replicates one push to the node at nodeURL (ReplicatePath).
+func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cluster.Update, pack *os.File, packSize int64) error {
+	var head strings.Builder
+	for _, u := range updates {
+		fmt.Fprintf(&head, "%s %s %s\n", u.Old, u.New, u.Ref)
+	}
+	head.WriteString("\n")
+	var body io.Reader = strings.NewReader(head.String())
+	size := int64(head.Len())
+	if pack != nil {
+		body = io.MultiReader(body, io.NewSectionReader(pack, 0, packSize))
+		size += packSize
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(nodeURL, "/")+ReplicatePath, body)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	req.Header.Set(hdrReplicaRepo, name)
+	req.Header.Set("Content-Type", "application/x-packwire-replicate")
+	req.SetBasicAuth(access.ClusterUser, rt.Secret)
+	resp, err := replicateClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
