@@ -205,7 +205,10 @@ func (rt *Router) awaitOwn(ctx context.Context, name string) {
 // generation when they do; a replica that fails is left stale and caught
 // up by its node.
 func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string, updates []cluster.Update) error {
+	t0 := time.Now()
+	defer func() { fmt.Fprintf(os.Stderr, "TRACE replicate total %v\n", time.Since(t0)) }()
 	rt.awaitOwn(ctx, name)
+	fmt.Fprintf(os.Stderr, "TRACE awaitOwn %v\n", time.Since(t0))
 	p, err := cluster.BeginPush(ctx, rt.Node.DB, name, rt.Node.Name, rt.Node.NodeTimeout())
 	if err != nil {
 		return err
@@ -216,10 +219,12 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 			p.Rollback()
 		}
 	}()
+	fmt.Fprintf(os.Stderr, "TRACE begin %v\n", time.Since(t0))
 	if len(p.Targets)+1 < p.Need() {
 		return fmt.Errorf("cluster: only %d of %d replicas of %s can take the push (%d needed); nothing was written: %s",
 			len(p.Targets)+1, p.Total, name, p.Need(), strings.Join(p.Skipped, "; "))
 	}
+	// One pack of the new objects, the same bytes for every replica.
 	var pack *os.File
 	var packSize int64
 	if len(p.Targets) > 0 {
@@ -261,6 +266,7 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 			continue
 		}
 		voters = append(voters, res.node)
+		fmt.Fprintf(os.Stderr, "TRACE voter %v\n", time.Since(t0))
 	}
 	if len(voters)+1 < p.Need() {
 		return fmt.Errorf("cluster: only %d of %d replicas of %s took the push (%d needed); nothing was written: %s",
@@ -432,7 +438,8 @@ var replicateClient = &http.Client{Transport: &http.Transport{
 	DisableCompression:  true,
 }}
 
-// sendTo replicates one push to the node at nodeURL (ReplicatePath).
+// sendTo replicates one push to the node at nodeURL (ReplicatePath): the
+// updates, then the pack (nil: no new objects).
 func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cluster.Update, pack *os.File, packSize int64) error {
 	var head strings.Builder
 	for _, u := range updates {
@@ -440,16 +447,16 @@ func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cl
 	}
 	head.WriteString("\n")
 	var body io.Reader = strings.NewReader(head.String())
-	size := int64(head.Len())
+	length := int64(head.Len())
 	if pack != nil {
 		body = io.MultiReader(body, io.NewSectionReader(pack, 0, packSize))
-		size += packSize
+		length += packSize
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(nodeURL, "/")+ReplicatePath, body)
 	if err != nil {
 		return err
 	}
-	req.ContentLength = size
+	req.ContentLength = length
 	req.Header.Set(hdrReplicaRepo, name)
 	req.Header.Set("Content-Type", "application/x-packwire-replicate")
 	req.SetBasicAuth(access.ClusterUser, rt.Secret)

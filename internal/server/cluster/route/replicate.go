@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -94,6 +93,8 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader) (in
 
 	objects := filepath.Join(rp.Path, "objects")
 	var quarantine string
+	var qenv []string
+	var connected chan error
 	if _, err := body.Peek(1); err == nil {
 		if quarantine, err = os.MkdirTemp(objects, "incoming-"); err != nil {
 			return http.StatusInternalServerError, err
@@ -102,24 +103,50 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader) (in
 		if err := os.Mkdir(filepath.Join(quarantine, "pack"), 0o755); err != nil {
 			return http.StatusInternalServerError, err
 		}
-		qenv := []string{"GIT_OBJECT_DIRECTORY=" + quarantine, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + objects, "GIT_QUARANTINE_PATH=" + quarantine}
-		if out, err := gitIn(ctx, rp, qenv, body, "index-pack", "--stdin", "--fix-thin"); err != nil {
-			return http.StatusBadRequest, fmt.Errorf("index-pack: %v: %s", err, out)
-		}
-		// Every new value must be complete here (git's own check of a push).
-		var wants bytes.Buffer
-		for _, u := range updates {
-			if !cluster.IsZero(u.New) {
-				fmt.Fprintln(&wants, u.New)
-			}
-		}
-		if out, err := gitIn(ctx, rp, qenv, &wants, "rev-list", "--objects", "--stdin", "--not", "--all", "--quiet"); err != nil {
-			return http.StatusConflict, fmt.Errorf("missing objects (this copy is not at the primary's state): %v: %s", err, out)
+		qenv = []string{"GIT_OBJECT_DIRECTORY=" + quarantine, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + objects, "GIT_QUARANTINE_PATH=" + quarantine}
+		if err := indexPack(ctx, rp, qenv, body); err != nil {
+			return http.StatusBadRequest, err
 		}
 	} else if !errors.Is(err, io.EOF) {
 		return http.StatusBadRequest, err
 	}
-	if err := updateRefs(ctx, rp, quarantine, updates); err != nil {
+	// Every new value must be complete here (git's own check of a push),
+	// checked while the refs are being prepared.
+	var wants bytes.Buffer
+	for _, u := range updates {
+		if !cluster.IsZero(u.New) {
+			fmt.Fprintln(&wants, u.New)
+		}
+	}
+	if wants.Len() > 0 {
+		connected = make(chan error, 1)
+		go func() {
+			out, err := gitIn(ctx, rp, qenv, &wants, "rev-list", "--objects", "--stdin", "--not", "--all", "--quiet")
+			if err != nil {
+				err = fmt.Errorf("%v: %s", err, out)
+			}
+			connected <- err
+		}()
+	}
+	txn, err := prepareRefs(ctx, rp, quarantine, updates)
+	var cerr error
+	if connected != nil {
+		cerr = <-connected
+	}
+	if err != nil { // not at the old values: the first reason
+		return http.StatusConflict, err
+	}
+	if cerr != nil {
+		txn.abort()
+		return StatusMissingObjects, fmt.Errorf("missing objects: %v", cerr)
+	}
+	if quarantine != "" {
+		if err := migrate(quarantine, objects); err != nil {
+			txn.abort()
+			return http.StatusInternalServerError, err
+		}
+	}
+	if err := txn.commit(); err != nil {
 		return http.StatusConflict, err
 	}
 	var created []string
@@ -130,6 +157,19 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader) (in
 	}
 	repo.FollowFirstPush(ctx, rp, created)
 	return http.StatusOK, nil
+}
+
+// StatusMissingObjects answers a replication whose objects do not
+// complete the new values on this copy.
+const StatusMissingObjects = http.StatusUnprocessableEntity
+
+// indexPack indexes a pack into the quarantine; its bases, if thin, are
+// in the repository.
+func indexPack(ctx context.Context, rp repo.Repo, qenv []string, pack io.Reader) error {
+	if out, err := gitIn(ctx, rp, qenv, pack, "index-pack", "--stdin", "--fix-thin"); err != nil {
+		return fmt.Errorf("index-pack: %v: %s", err, out)
+	}
+	return nil
 }
 
 // readUpdates reads the update lines up to the empty line.
@@ -171,37 +211,37 @@ func validID(s string) bool {
 	return true
 }
 
-// updateRefs applies updates in one transaction: prepared (every ref
-// locked at its old value, the new objects seen through the quarantine),
-// then the quarantine's pack joins the repository, then committed.
-func updateRefs(ctx context.Context, rp repo.Repo, quarantine string, updates []cluster.Update) error {
+// refTxn is a `git update-ref --stdin` transaction, prepared: every
+// ref locked at its old value.
+type refTxn struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stderr *bytes.Buffer
+}
+
+// prepareRefs prepares updates in one transaction, the new objects seen
+// through the quarantine (not yet in the repository).
+func prepareRefs(ctx context.Context, rp repo.Repo, quarantine string, updates []cluster.Update) (*refTxn, error) {
 	cmd := exec.CommandContext(ctx, "git", "-c", "safe.directory=*", "--git-dir", rp.Path, "update-ref", "--stdin")
 	cmd.Env = os.Environ()
 	if quarantine != "" {
 		cmd.Env = append(cmd.Env, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+quarantine)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return err
+	t := &refTxn{cmd: cmd, stderr: &bytes.Buffer{}}
+	cmd.Stderr = t.stderr
+	var err error
+	if t.in, err = cmd.StdinPipe(); err != nil {
+		return nil, err
 	}
 	outPipe, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return err
+		return nil, err
 	}
-	out := bufio.NewReader(outPipe)
-	fail := func(step string, err error) error {
-		in.Close()
-		cmd.Wait()
-		if msg := strings.TrimSpace(stderr.String()); msg != "" {
-			return fmt.Errorf("update-ref %s: %s", step, cluster.LastLines(msg, 3))
-		}
-		return fmt.Errorf("update-ref %s: %w", step, err)
-	}
+	t.out = bufio.NewReader(outPipe)
 	var b strings.Builder
 	b.WriteString("start\n")
 	for _, u := range updates {
@@ -212,53 +252,46 @@ func updateRefs(ctx context.Context, rp repo.Repo, quarantine string, updates []
 		}
 	}
 	b.WriteString("prepare\n")
-	if _, err := io.WriteString(in, b.String()); err != nil {
-		return fail("prepare", err)
+	if _, err := io.WriteString(t.in, b.String()); err != nil {
+		return nil, t.fail("prepare", err)
 	}
 	for _, want := range []string{"start: ok\n", "prepare: ok\n"} {
-		if line, err := out.ReadString('\n'); err != nil || line != want {
-			return fail("prepare", fmt.Errorf("%q: %v", line, err))
+		if line, err := t.out.ReadString('\n'); err != nil || line != want {
+			return nil, t.fail("prepare", fmt.Errorf("%q: %v", line, err))
 		}
 	}
-	if quarantine != "" {
-		if err := migrate(quarantine, filepath.Join(rp.Path, "objects")); err != nil {
-			io.WriteString(in, "abort\n")
-			return fail("abort", err)
-		}
+	return t, nil
+}
+
+// commit writes the prepared refs.
+func (t *refTxn) commit() error {
+	if _, err := io.WriteString(t.in, "commit\n"); err != nil {
+		return t.fail("commit", err)
 	}
-	if _, err := io.WriteString(in, "commit\n"); err != nil {
-		return fail("commit", err)
+	if line, err := t.out.ReadString('\n'); err != nil || line != "commit: ok\n" {
+		return t.fail("commit", fmt.Errorf("%q: %v", line, err))
 	}
-	if line, err := out.ReadString('\n'); err != nil || line != "commit: ok\n" {
-		return fail("commit", fmt.Errorf("%q: %v", line, err))
-	}
-	in.Close()
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("update-ref: %v: %s", err, cluster.LastLines(stderr.String(), 3))
+	t.in.Close()
+	if err := t.cmd.Wait(); err != nil {
+		return fmt.Errorf("update-ref: %v: %s", err, cluster.LastLines(t.stderr.String(), 3))
 	}
 	return nil
 }
 
-// migrate moves the quarantine's pack into the repository's objects: the
-// index last, as git does, since a pack is used once its index is there.
-func migrate(quarantine, objects string) error {
-	files, err := os.ReadDir(filepath.Join(quarantine, "pack"))
-	if err != nil {
-		return err
+// abort releases the refs unchanged.
+func (t *refTxn) abort() {
+	io.WriteString(t.in, "abort\n")
+	t.in.Close()
+	t.cmd.Wait()
+}
+
+func (t *refTxn) fail(step string, err error) error {
+	t.in.Close()
+	t.cmd.Wait()
+	if msg := strings.TrimSpace(t.stderr.String()); msg != "" {
+		return fmt.Errorf("update-ref %s: %s", step, cluster.LastLines(msg, 3))
 	}
-	rank := func(name string) int {
-		if strings.HasSuffix(name, ".idx") {
-			return 1
-		}
-		return 0
-	}
-	sort.SliceStable(files, func(i, j int) bool { return rank(files[i].Name()) < rank(files[j].Name()) })
-	for _, f := range files {
-		if err := os.Rename(filepath.Join(quarantine, "pack", f.Name()), filepath.Join(objects, "pack", f.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
+	return fmt.Errorf("update-ref %s: %w", step, err)
 }
 
 // gitIn runs git in rp with extra environment and stdin; its output is
