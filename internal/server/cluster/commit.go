@@ -124,6 +124,25 @@ func (p *PushTxn) Commit(ctx context.Context, voters []string) error {
 	return nil
 }
 
+// MarkStale records nodes' copies, found not at the primary's state
+// (they refused the push's old values), as behind the repository's
+// generation: their nodes catch them up from the primary, which repairs
+// them. Part of the transaction: Commit or Close records it.
+func (p *PushTxn) MarkStale(ctx context.Context, nodes []string) error {
+	for _, n := range nodes {
+		if _, err := p.tx.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node = ? AND generation = ?", p.Generation-1, p.repo, n, p.Generation); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close ends a push that failed, recording only what MarkStale marked.
+func (p *PushTxn) Close() error {
+	defer p.tx.Rollback()
+	return p.tx.Commit()
+}
+
 // Rollback gives the transaction up: nothing is recorded.
 func (p *PushTxn) Rollback() { p.tx.Rollback() }
 

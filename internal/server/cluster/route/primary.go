@@ -254,26 +254,61 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 		}
 	}()
 	// A push given up on (the hook gone) before its majority stops the
-	// sends: a replica that took it already is caught up by verify.
+	// sends; the replicas that took it are set back.
 	stop := context.AfterFunc(ctx, stopSends)
 	defer stop()
-	var voters, failures []string
+	var voters, failures, conflicted []string
 	pending := len(p.Targets)
-	for ; pending > 0 && len(voters)+1 < p.Need(); pending-- {
-		res := <-results
-		if res.err != nil {
+	take := func(res sendResult) {
+		switch {
+		case res.err == nil:
+			voters = append(voters, res.node)
+		case errors.Is(res.err, errConflict):
+			conflicted = append(conflicted, res.node)
+			fallthrough
+		default:
 			failures = append(failures, fmt.Sprintf("%s: %v", res.node, res.err))
-			continue
 		}
-		voters = append(voters, res.node)
-		fmt.Fprintf(os.Stderr, "TRACE voter %v\n", time.Since(t0))
+	}
+	for ; pending > 0 && len(voters)+1 < p.Need(); pending-- {
+		take(<-results)
+	}
+	// A copy that refused the old values is not at this primary's state
+	// (a push that failed after it took it, say): marked behind, its node
+	// catches it up from here.
+	if len(conflicted) > 0 {
+		if err := p.MarkStale(ctx, conflicted); err != nil {
+			rt.Node.Log.Warn("cluster: marking copies behind", "repo", name, "nodes", strings.Join(conflicted, ","), "error", err.Error())
+		}
+	}
+	fail := func(err error) error {
+		// Every copy that took the push is set back to the old values:
+		// the push failed, and a copy left ahead of its generation would
+		// refuse the next one.
+		for ; pending > 0; pending-- {
+			take(<-results)
+		}
+		var behind []string
+		for _, v := range voters {
+			if uerr := rt.sendTo(context.WithoutCancel(ctx), urlOf(p.Targets, v), name, reverse(updates), nil, 0); uerr != nil {
+				rt.Node.Log.Warn("cluster: setting back a copy after a failed push", "repo", name, "node", v, "error", uerr.Error())
+				behind = append(behind, v)
+			}
+		}
+		if len(behind) > 0 {
+			p.MarkStale(ctx, behind)
+		}
+		if len(conflicted) > 0 || len(behind) > 0 {
+			p.Close()
+		}
+		return err
 	}
 	if len(voters)+1 < p.Need() {
-		return fmt.Errorf("cluster: only %d of %d replicas of %s took the push (%d needed); nothing was written: %s",
-			len(voters)+1, p.Total, name, p.Need(), strings.Join(append(failures, p.Skipped...), "; "))
+		return fail(fmt.Errorf("cluster: only %d of %d replicas of %s took the push (%d needed); nothing was written: %s",
+			len(voters)+1, p.Total, name, p.Need(), strings.Join(append(failures, p.Skipped...), "; ")))
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return fail(ctx.Err())
 	}
 	rt.mu.Lock()
 	if rt.pending == nil {
@@ -291,13 +326,31 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 		rt.mu.Lock()
 		delete(rt.pending, key)
 		rt.mu.Unlock()
-		return err
+		return fail(err)
 	}
 	stop() // the push stands: the late replicas finish on their own
 	if pending > 0 {
 		go rt.recordLate(name, p.Generation+1, results, pending)
 	}
 	return nil
+}
+
+// reverse undoes updates: each ref back from its new value to its old.
+func reverse(updates []cluster.Update) []cluster.Update {
+	back := make([]cluster.Update, len(updates))
+	for i, u := range updates {
+		back[i] = cluster.Update{Old: u.New, New: u.Old, Ref: u.Ref}
+	}
+	return back
+}
+
+func urlOf(replicas []cluster.Replica, node string) string {
+	for _, r := range replicas {
+		if r.Node == node {
+			return r.URL
+		}
+	}
+	return ""
 }
 
 // sendResult is one replica's answer to a push.
@@ -466,8 +519,14 @@ func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cl
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusConflict:
+		return fmt.Errorf("%w: %s", errConflict, strings.TrimSpace(string(msg)))
 	}
-	return nil
+	return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
 }
+
+// errConflict: the replica is not at the push's old values.
+var errConflict = errors.New("not at the primary's state")

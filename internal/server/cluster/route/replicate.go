@@ -46,8 +46,10 @@ const maxReplicateUpdates = 100_000
 // and a truncated pack or a refused update leaves nothing behind.
 func ReplicateHandler(repos repo.Root, acc *access.Controller) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Only the cluster user: a client's token, however privileged, is
+		// not asked about.
 		user, pass, ok := r.BasicAuth()
-		if !ok {
+		if !ok || user != access.ClusterUser {
 			w.Header().Set("WWW-Authenticate", `Basic realm="packwire cluster"`)
 			http.Error(w, "cluster credentials required", http.StatusUnauthorized)
 			return
