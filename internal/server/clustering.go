@@ -40,13 +40,28 @@ func (s *Server) openCluster(ctx context.Context) error {
 		return err
 	}
 	hooks := filepath.Join(s.Data.Dir, "run", "cluster-hooks")
-	if err := route.InstallHooks(hooks, exe); err != nil {
+	if err := route.InstallHooks(hooks, exe, clusterHook(cfg.ClusterHook, exe)); err != nil {
 		return fmt.Errorf("cluster hooks: %w", err)
 	}
 	s.Node = &cluster.Node{DB: s.Data.Store.DB, Name: cfg.Node, URL: cfg.NodeURL, Heartbeat: cfg.NodeHeartbeat, Timeout: cfg.NodeTimeout, Log: cfg.Log}
 	s.Router = &route.Router{Node: s.Node, Secret: secret, HooksDir: hooks, Repos: s.Data.Repos}
 	s.Pipeline.Cluster = s.Router
 	return nil
+}
+
+// clusterHook is the binary of the reference-transaction hook: the small
+// packwire-hook when installed next to packwire (it starts in about a
+// millisecond, packwire in several, and git starts it twice per push),
+// else packwire itself.
+func clusterHook(configured, exe string) string {
+	if configured != "" {
+		return configured
+	}
+	small := filepath.Join(filepath.Dir(exe), "packwire-hook")
+	if info, err := os.Stat(small); err == nil && info.Mode().IsRegular() && info.Mode()&0o111 != 0 {
+		return small
+	}
+	return exe
 }
 
 // clusterSecret reads the cluster user's password, creating it once.

@@ -58,6 +58,10 @@ type Config struct {
 	NodeURL       string        // how other nodes reach this one; "": http://HTTP listener
 	NodeHeartbeat time.Duration // between heartbeats
 	NodeTimeout   time.Duration // a node whose heartbeat is older is unhealthy
+	// ClusterHook is the reference-transaction hook binary of pushes on a
+	// primary (cmd/packwire-hook); "": packwire-hook next to this
+	// executable if there is one, else this executable.
+	ClusterHook string
 	GitAddr       string        // git:// listener, e.g. ":9418"
 	HTTPAddr      string        // smart HTTP listener, e.g. ":8080"
 	SSHAddr       string        // SSH listener, e.g. ":2222"

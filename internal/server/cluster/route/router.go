@@ -292,14 +292,15 @@ func (rt *Router) ensureLocal(ctx context.Context, name string) (repo.Repo, erro
 	return r, err
 }
 
-// InstallHooks makes dir the hooks directory of pushes on a primary: the
-// reference-transaction hook and pushguard's proc-receive, both links to
-// the packwire binary (a push may need both).
-func InstallHooks(dir, executable string) error {
+// InstallHooks makes dir the hooks directory of pushes on a primary:
+// pushguard's proc-receive, a link to the packwire binary, and the
+// reference-transaction hook, a link to hook (packwire-hook, or packwire
+// itself); a push may need both.
+func InstallHooks(dir, executable, hook string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, name := range []string{cluster.HookName, "proc-receive"} {
+	for name, executable := range map[string]string{cluster.HookName: hook, "proc-receive": executable} {
 		link := filepath.Join(dir, name)
 		if target, err := os.Readlink(link); err == nil && target == executable {
 			continue
