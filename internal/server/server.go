@@ -62,9 +62,9 @@ type Config struct {
 	// primary (cmd/packwire-hook); "": packwire-hook next to this
 	// executable if there is one, else this executable.
 	ClusterHook string
-	GitAddr       string        // git:// listener, e.g. ":9418"
-	HTTPAddr      string        // smart HTTP listener, e.g. ":8080"
-	SSHAddr       string        // SSH listener, e.g. ":2222"
+	GitAddr     string // git:// listener, e.g. ":9418"
+	HTTPAddr    string // smart HTTP listener, e.g. ":8080"
+	SSHAddr     string // SSH listener, e.g. ":2222"
 
 	TLSCert, TLSKey string // serve HTTPS when both are set
 

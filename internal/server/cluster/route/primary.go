@@ -225,14 +225,13 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 			len(p.Targets)+1, p.Total, name, p.Need(), strings.Join(p.Skipped, "; "))
 	}
 	// One pack of the new objects, the same bytes for every replica.
-	var pack *os.File
-	var packSize int64
+	var pack *packed
 	if len(p.Targets) > 0 {
 		rp, err := rt.Repos.Resolve(name)
 		if err != nil {
 			return err
 		}
-		if pack, packSize, err = packFor(ctx, rp, qenv, updates); err != nil {
+		if pack, err = packFor(ctx, rp, qenv, updates); err != nil {
 			return fmt.Errorf("cluster: packing the push for the replicas: %w", err)
 		}
 	}
@@ -243,15 +242,13 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 		sends.Add(1)
 		go func() {
 			defer sends.Done()
-			results <- sendResult{r.Node, rt.sendTo(sendCtx, r.URL, name, updates, pack, packSize)}
+			results <- sendResult{r.Node, rt.sendTo(sendCtx, r.URL, name, updates, pack)}
 		}()
 	}
 	go func() {
 		sends.Wait()
 		stopSends()
-		if pack != nil {
-			pack.Close()
-		}
+		pack.Close()
 	}()
 	// A push given up on (the hook gone) before its majority stops the
 	// sends; the replicas that took it are set back.
@@ -290,7 +287,7 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 		}
 		var behind []string
 		for _, v := range voters {
-			if uerr := rt.sendTo(context.WithoutCancel(ctx), urlOf(p.Targets, v), name, reverse(updates), nil, 0); uerr != nil {
+			if uerr := rt.sendTo(context.WithoutCancel(ctx), urlOf(p.Targets, v), name, reverse(updates), nil); uerr != nil {
 				rt.Node.Log.Warn("cluster: setting back a copy after a failed push", "repo", name, "node", v, "error", uerr.Error())
 				behind = append(behind, v)
 			}
@@ -378,12 +375,28 @@ func (rt *Router) recordLate(name string, gen int64, results <-chan sendResult, 
 	}
 }
 
+// packed is a pack and its index, made once for every replica: their
+// files are unlinked, each sender reads them through its own sections.
+type packed struct {
+	name              string // the pack's id, as in pack-<name>.pack
+	pack, idx         *os.File
+	packSize, idxSize int64
+}
+
+func (p *packed) Close() {
+	if p != nil {
+		p.pack.Close()
+		p.idx.Close()
+	}
+}
+
 // packFor packs the push's new objects once, for every replica: what the
 // new values reach that neither the old values nor this copy's other refs
-// do (the replicas are at the same state, so they hold those), as a thin
-// pack from the quarantine git gave the hook. The file is unlinked; each
-// sender reads it through its own section.
-func packFor(ctx context.Context, rp repo.Repo, qenv []string, updates []cluster.Update) (*os.File, int64, error) {
+// do (the replicas are at the same state, so they hold those). The pack
+// is whole (not thin) and comes with its index, so that a replica stores
+// both as they are, after checking their checksums, instead of indexing
+// the pack again. nil: no object to send.
+func packFor(ctx context.Context, rp repo.Repo, qenv []string, updates []cluster.Update) (*packed, error) {
 	var in strings.Builder
 	for _, u := range updates {
 		if !cluster.IsZero(u.New) {
@@ -391,7 +404,7 @@ func packFor(ctx context.Context, rp repo.Repo, qenv []string, updates []cluster
 		}
 	}
 	if in.Len() == 0 {
-		return nil, 0, nil // deletes only
+		return nil, nil // deletes only
 	}
 	in.WriteString("--not\n")
 	for _, u := range updates {
@@ -401,39 +414,57 @@ func packFor(ctx context.Context, rp repo.Repo, qenv []string, updates []cluster
 	}
 	tips, err := refTips(rp.Path)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	for _, t := range tips {
 		in.WriteString(t + "\n")
 	}
-	f, err := os.CreateTemp("", "packwire-replicate-*.pack")
+	dir, err := os.MkdirTemp("", "packwire-replicate-")
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	os.Remove(f.Name())
-	cmd := exec.CommandContext(ctx, "git", "-c", "safe.directory=*", "--git-dir", rp.Path,
-		"pack-objects", "--stdout", "--revs", "--thin", "--delta-base-offset", "-q")
+	defer os.RemoveAll(dir)
+	cmd := exec.CommandContext(ctx, "git", "-c", "safe.directory=*", "-c", "pack.writeReverseIndex=false", "--git-dir", rp.Path,
+		"pack-objects", "--revs", "--delta-base-offset", "-q", filepath.Join(dir, "pack"))
 	cmd.Env = append(os.Environ(), qenv...)
 	cmd.Stdin = strings.NewReader(in.String())
-	cmd.Stdout = f
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("pack-objects: %v: %s", err, cluster.LastLines(stderr.String(), 3))
+		return nil, fmt.Errorf("pack-objects: %v: %s", err, cluster.LastLines(stderr.String(), 3))
 	}
-	size, err := f.Seek(0, io.SeekCurrent)
-	if err != nil {
-		f.Close()
-		return nil, 0, err
+	p := &packed{name: strings.TrimSpace(stdout.String())}
+	if !validID(p.name) {
+		return nil, fmt.Errorf("pack-objects named its pack %q", p.name)
+	}
+	base := filepath.Join(dir, "pack-"+p.name)
+	if p.pack, p.packSize, err = openSized(base + ".pack"); err != nil {
+		return nil, err
+	}
+	if p.idx, p.idxSize, err = openSized(base + ".idx"); err != nil {
+		p.pack.Close()
+		return nil, err
 	}
 	// An empty pack (the new values were all here already) is not sent.
 	var hdr [12]byte
-	if _, err := f.ReadAt(hdr[:], 0); err == nil && hdr[8]|hdr[9]|hdr[10]|hdr[11] == 0 {
-		f.Close()
-		return nil, 0, nil
+	if _, err := p.pack.ReadAt(hdr[:], 0); err == nil && hdr[8]|hdr[9]|hdr[10]|hdr[11] == 0 {
+		p.Close()
+		return nil, nil
 	}
-	return f, size, nil
+	return p, nil
+}
+
+func openSized(path string) (*os.File, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, info.Size(), nil
 }
 
 // refTips are the object ids this copy's refs point at, outside the
@@ -492,19 +523,9 @@ var replicateClient = &http.Client{Transport: &http.Transport{
 }}
 
 // sendTo replicates one push to the node at nodeURL (ReplicatePath): the
-// updates, then the pack (nil: no new objects).
-func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cluster.Update, pack *os.File, packSize int64) error {
-	var head strings.Builder
-	for _, u := range updates {
-		fmt.Fprintf(&head, "%s %s %s\n", u.Old, u.New, u.Ref)
-	}
-	head.WriteString("\n")
-	var body io.Reader = strings.NewReader(head.String())
-	length := int64(head.Len())
-	if pack != nil {
-		body = io.MultiReader(body, io.NewSectionReader(pack, 0, packSize))
-		length += packSize
-	}
+// updates, then the pack and its index (nil: no new objects).
+func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cluster.Update, pack *packed) error {
+	body, length := wireBody(updates, pack)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(nodeURL, "/")+ReplicatePath, body)
 	if err != nil {
 		return err
@@ -526,6 +547,21 @@ func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cl
 		return fmt.Errorf("%w: %s", errConflict, strings.TrimSpace(string(msg)))
 	}
 	return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
+}
+
+// wireBody is a replication's body (see ReplicatePath) and its length.
+func wireBody(updates []cluster.Update, pack *packed) (io.Reader, int64) {
+	var head strings.Builder
+	for _, u := range updates {
+		fmt.Fprintf(&head, "%s %s %s\n", u.Old, u.New, u.Ref)
+	}
+	head.WriteString("\n")
+	if pack == nil {
+		return strings.NewReader(head.String()), int64(head.Len())
+	}
+	fmt.Fprintf(&head, "pack %s %d %d\n", pack.name, pack.packSize, pack.idxSize)
+	return io.MultiReader(strings.NewReader(head.String()), io.NewSectionReader(pack.pack, 0, pack.packSize), io.NewSectionReader(pack.idx, 0, pack.idxSize)),
+		int64(head.Len()) + pack.packSize + pack.idxSize
 }
 
 // errConflict: the replica is not at the push's old values.

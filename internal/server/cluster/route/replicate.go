@@ -106,7 +106,7 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader) (in
 			return http.StatusInternalServerError, err
 		}
 		qenv = []string{"GIT_OBJECT_DIRECTORY=" + quarantine, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + objects, "GIT_QUARANTINE_PATH=" + quarantine}
-		if err := indexPack(ctx, rp, qenv, body); err != nil {
+		if err := receivePack(body, quarantine); err != nil {
 			return http.StatusBadRequest, err
 		}
 	} else if !errors.Is(err, io.EOF) {
@@ -164,15 +164,6 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader) (in
 // StatusMissingObjects answers a replication whose objects do not
 // complete the new values on this copy.
 const StatusMissingObjects = http.StatusUnprocessableEntity
-
-// indexPack indexes a pack into the quarantine; its bases, if thin, are
-// in the repository.
-func indexPack(ctx context.Context, rp repo.Repo, qenv []string, pack io.Reader) error {
-	if out, err := gitIn(ctx, rp, qenv, pack, "index-pack", "--stdin", "--fix-thin"); err != nil {
-		return fmt.Errorf("index-pack: %v: %s", err, out)
-	}
-	return nil
-}
 
 // readUpdates reads the update lines up to the empty line.
 func readUpdates(body *bufio.Reader) ([]cluster.Update, error) {

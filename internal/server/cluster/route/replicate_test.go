@@ -1,9 +1,11 @@
 package route
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -76,14 +78,12 @@ func (r *replication) tag(id, name string) string {
 func (r *replication) send(updates ...cluster.Update) error {
 	r.t.Helper()
 	primary := repo.Repo{Name: "app", Path: filepath.Join(r.work, ".git")}
-	pack, size, err := packFor(context.Background(), primary, nil, updates)
+	pack, err := packFor(context.Background(), primary, nil, updates)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if pack != nil {
-		defer pack.Close()
-	}
-	err = r.rt.sendTo(context.Background(), r.url, "app", updates, pack, size)
+	defer pack.Close()
+	err = r.rt.sendTo(context.Background(), r.url, "app", updates, pack)
 	if err == nil {
 		for _, u := range updates {
 			if cluster.IsZero(u.New) {
@@ -200,24 +200,49 @@ func TestReplicateTruncatedPack(t *testing.T) {
 	before := r.refs(r.replica.Path)
 	c2 := r.commit(c1)
 	updates := []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}, {Old: zero, New: c2, Ref: "refs/heads/b"}}
-	pack, size, err := packFor(context.Background(), repo.Repo{Name: "app", Path: filepath.Join(r.work, ".git")}, nil, updates)
+	pack, err := packFor(context.Background(), repo.Repo{Name: "app", Path: filepath.Join(r.work, ".git")}, nil, updates)
 	if err != nil || pack == nil {
 		t.Fatalf("pack: %v", err)
 	}
 	defer pack.Close()
-	for _, cut := range []int64{size - 1, size / 2, 12} {
-		if err := r.rt.sendTo(context.Background(), r.url, "app", updates, pack, cut); err == nil {
-			t.Fatalf("a pack cut to %d of %d bytes was accepted", cut, size)
+	body, size := wireBody(updates, pack)
+	whole, err := io.ReadAll(body)
+	if err != nil || int64(len(whole)) != size {
+		t.Fatalf("body: %d bytes of %d: %v", len(whole), size, err)
+	}
+	post := func(b []byte) int {
+		req, _ := http.NewRequest(http.MethodPost, r.url+ReplicatePath, bytes.NewReader(b))
+		req.Header.Set(hdrReplicaRepo, "app")
+		req.SetBasicAuth(access.ClusterUser, testSecret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	headLen := int64(bytes.Index(whole, []byte("\npack ")) + 1)
+	packAt := headLen + int64(bytes.IndexByte(whole[headLen:], '\n')) + 1
+	damaged := append([]byte{}, whole...)
+	damaged[packAt+20] ^= 0xff // a byte of the pack's objects
+	for what, b := range map[string][]byte{
+		"cut in the index":  whole[:size-1],
+		"cut in the pack":   whole[:packAt+pack.packSize/2],
+		"cut in the header": whole[:headLen+30],
+		"damaged":           damaged,
+	} {
+		if code := post(b); code == http.StatusOK {
+			t.Fatalf("a pack %s was accepted", what)
 		}
 		if after := r.refs(r.replica.Path); after != before {
-			t.Fatalf("a truncated pack changed the refs:\n%s", after)
+			t.Fatalf("a pack %s changed the refs:\n%s", what, after)
 		}
 		r.noLeftovers()
 	}
 	r.env.Fsck(r.replica.Path)
-	// The whole pack goes through.
-	if err := r.rt.sendTo(context.Background(), r.url, "app", updates, pack, size); err != nil {
-		t.Fatal(err)
+	// The whole body goes through.
+	if code := post(whole); code != http.StatusOK {
+		t.Fatalf("the whole pack: %d", code)
 	}
 }
 
