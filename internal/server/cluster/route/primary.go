@@ -205,10 +205,7 @@ func (rt *Router) awaitOwn(ctx context.Context, name string) {
 // generation when they do; a replica that fails is left stale and caught
 // up by its node.
 func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string, updates []cluster.Update) error {
-	t0 := time.Now()
-	defer func() { fmt.Fprintf(os.Stderr, "TRACE replicate total %v\n", time.Since(t0)) }()
 	rt.awaitOwn(ctx, name)
-	fmt.Fprintf(os.Stderr, "TRACE awaitOwn %v\n", time.Since(t0))
 	p, err := cluster.BeginPush(ctx, rt.Node.DB, name, rt.Node.Name, rt.Node.NodeTimeout())
 	if err != nil {
 		return err
@@ -219,21 +216,25 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 			p.Rollback()
 		}
 	}()
-	fmt.Fprintf(os.Stderr, "TRACE begin %v\n", time.Since(t0))
 	if len(p.Targets)+1 < p.Need() {
 		return fmt.Errorf("cluster: only %d of %d replicas of %s can take the push (%d needed); nothing was written: %s",
 			len(p.Targets)+1, p.Total, name, p.Need(), strings.Join(p.Skipped, "; "))
 	}
-	// One pack of the new objects, the same bytes for every replica.
-	var pack *packed
-	if len(p.Targets) > 0 {
-		rp, err := rt.Repos.Resolve(name)
-		if err != nil {
-			return err
-		}
-		if pack, err = packFor(ctx, rp, qenv, updates); err != nil {
-			return fmt.Errorf("cluster: packing the push for the replicas: %w", err)
-		}
+	// One pack of the new objects, the same bytes for every replica,
+	// made while the replicas read the updates (and start their
+	// transaction).
+	rp, err := rt.Repos.Resolve(name)
+	if err != nil {
+		return err
+	}
+	pk := &packing{done: make(chan struct{})}
+	if len(p.Targets) == 0 {
+		close(pk.done)
+	} else {
+		go func() {
+			defer close(pk.done)
+			pk.pack, pk.err = packFor(ctx, rp, qenv, updates)
+		}()
 	}
 	results := make(chan sendResult, len(p.Targets))
 	var sends sync.WaitGroup
@@ -242,13 +243,14 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 		sends.Add(1)
 		go func() {
 			defer sends.Done()
-			results <- sendResult{r.Node, rt.sendTo(sendCtx, r.URL, name, updates, pack)}
+			results <- sendResult{r.Node, rt.sendTo(sendCtx, r.URL, name, updates, pk)}
 		}()
 	}
 	go func() {
 		sends.Wait()
 		stopSends()
-		pack.Close()
+		<-pk.done
+		pk.pack.Close()
 	}()
 	// A push given up on (the hook gone) before its majority stops the
 	// sends; the replicas that took it are set back.
@@ -269,6 +271,11 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 	}
 	for ; pending > 0 && len(voters)+1 < p.Need(); pending-- {
 		take(<-results)
+	}
+	if len(p.Targets) > 0 {
+		if <-pk.done; pk.err != nil {
+			failures = append(failures, "packing the push: "+pk.err.Error())
+		}
 	}
 	// A copy that refused the old values is not at this primary's state
 	// (a push that failed after it took it, say): marked behind, its node
@@ -522,10 +529,31 @@ var replicateClient = &http.Client{Transport: &http.Transport{
 	DisableCompression:  true,
 }}
 
+// packing is a pack being made for the replicas.
+type packing struct {
+	done chan struct{} // closed when pack and err are set
+	pack *packed       // nil: no object to send
+	err  error
+}
+
 // sendTo replicates one push to the node at nodeURL (ReplicatePath): the
-// updates, then the pack and its index (nil: no new objects).
-func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cluster.Update, pack *packed) error {
-	body, length := wireBody(updates, pack)
+// updates at once, then the pack and its index when pk has them (nil: no
+// new objects).
+func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cluster.Update, pk *packing) error {
+	head := updateLines(updates)
+	var body io.Reader = strings.NewReader(head)
+	length := int64(len(head))
+	if pk != nil {
+		length = -1 // chunked: the pack follows when it is made
+		body = io.MultiReader(body, &lazyReader{open: func() (io.Reader, error) {
+			<-pk.done
+			if pk.err != nil {
+				return nil, pk.err
+			}
+			r, _ := packPart(pk.pack)
+			return r, nil
+		}})
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(nodeURL, "/")+ReplicatePath, body)
 	if err != nil {
 		return err
@@ -549,19 +577,50 @@ func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cl
 	return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
 }
 
-// wireBody is a replication's body (see ReplicatePath) and its length.
-func wireBody(updates []cluster.Update, pack *packed) (io.Reader, int64) {
+// lazyReader reads what open gives, opened at the first read.
+type lazyReader struct {
+	open func() (io.Reader, error)
+	r    io.Reader
+}
+
+func (l *lazyReader) Read(p []byte) (int, error) {
+	if l.r == nil {
+		r, err := l.open()
+		if err != nil {
+			return 0, err
+		}
+		l.r = r
+	}
+	return l.r.Read(p)
+}
+
+// updateLines are the updates as a replication's body starts (see
+// ReplicatePath): a line each, then an empty line.
+func updateLines(updates []cluster.Update) string {
 	var head strings.Builder
 	for _, u := range updates {
 		fmt.Fprintf(&head, "%s %s %s\n", u.Old, u.New, u.Ref)
 	}
 	head.WriteString("\n")
+	return head.String()
+}
+
+// packPart is the rest of the body: the pack's line, the pack and its
+// index (nothing for nil), and its length.
+func packPart(pack *packed) (io.Reader, int64) {
 	if pack == nil {
-		return strings.NewReader(head.String()), int64(head.Len())
+		return strings.NewReader(""), 0
 	}
-	fmt.Fprintf(&head, "pack %s %d %d\n", pack.name, pack.packSize, pack.idxSize)
-	return io.MultiReader(strings.NewReader(head.String()), io.NewSectionReader(pack.pack, 0, pack.packSize), io.NewSectionReader(pack.idx, 0, pack.idxSize)),
-		int64(head.Len()) + pack.packSize + pack.idxSize
+	line := fmt.Sprintf("pack %s %d %d\n", pack.name, pack.packSize, pack.idxSize)
+	return io.MultiReader(strings.NewReader(line), io.NewSectionReader(pack.pack, 0, pack.packSize), io.NewSectionReader(pack.idx, 0, pack.idxSize)),
+		int64(len(line)) + pack.packSize + pack.idxSize
+}
+
+// wireBody is a whole replication's body and its length.
+func wireBody(updates []cluster.Update, pack *packed) (io.Reader, int64) {
+	head := updateLines(updates)
+	rest, n := packPart(pack)
+	return io.MultiReader(strings.NewReader(head), rest), int64(len(head)) + n
 }
 
 // errConflict: the replica is not at the push's old values.

@@ -93,19 +93,24 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader) (in
 	}
 	defer lock.Release()
 
+	// The new objects wait in a quarantine (as receive-pack's do) until
+	// the refs are prepared; update-ref starts at once, while they come.
 	objects := filepath.Join(rp.Path, "objects")
-	var quarantine string
-	var qenv []string
-	var connected chan error
+	quarantine, err := os.MkdirTemp(objects, "incoming-")
+	if err != nil {
+		return http.StatusInternalServerError, err
+	}
+	defer os.RemoveAll(quarantine)
+	if err := os.Mkdir(filepath.Join(quarantine, "pack"), 0o755); err != nil {
+		return http.StatusInternalServerError, err
+	}
+	qenv := []string{"GIT_OBJECT_DIRECTORY=" + quarantine, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + objects, "GIT_QUARANTINE_PATH=" + quarantine}
+	txn, err := startRefs(ctx, rp, quarantine, updates)
+	if err != nil {
+		return http.StatusInternalServerError, err
+	}
+	defer txn.abort() // after commit, nothing
 	if _, err := body.Peek(1); err == nil {
-		if quarantine, err = os.MkdirTemp(objects, "incoming-"); err != nil {
-			return http.StatusInternalServerError, err
-		}
-		defer os.RemoveAll(quarantine)
-		if err := os.Mkdir(filepath.Join(quarantine, "pack"), 0o755); err != nil {
-			return http.StatusInternalServerError, err
-		}
-		qenv = []string{"GIT_OBJECT_DIRECTORY=" + quarantine, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + objects, "GIT_QUARANTINE_PATH=" + quarantine}
 		if err := receivePack(body, quarantine); err != nil {
 			return http.StatusBadRequest, err
 		}
@@ -120,6 +125,7 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader) (in
 			fmt.Fprintln(&wants, u.New)
 		}
 	}
+	var connected chan error
 	if wants.Len() > 0 {
 		connected = make(chan error, 1)
 		go func() {
@@ -130,7 +136,7 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader) (in
 			connected <- err
 		}()
 	}
-	txn, err := prepareRefs(ctx, rp, quarantine, updates)
+	err = txn.prepare()
 	var cerr error
 	if connected != nil {
 		cerr = <-connected
@@ -139,14 +145,10 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader) (in
 		return http.StatusConflict, err
 	}
 	if cerr != nil {
-		txn.abort()
 		return StatusMissingObjects, fmt.Errorf("missing objects: %v", cerr)
 	}
-	if quarantine != "" {
-		if err := migrate(quarantine, objects); err != nil {
-			txn.abort()
-			return http.StatusInternalServerError, err
-		}
+	if err := migrate(quarantine, objects); err != nil {
+		return http.StatusInternalServerError, err
 	}
 	if err := txn.commit(); err != nil {
 		return http.StatusConflict, err
@@ -204,24 +206,24 @@ func validID(s string) bool {
 	return true
 }
 
-// refTxn is a `git update-ref --stdin` transaction, prepared: every
-// ref locked at its old value.
+// refTxn is a `git update-ref --stdin` transaction.
 type refTxn struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Reader
 	stderr *bytes.Buffer
+	done   bool
+	// written is closed once the updates are written to update-ref.
+	written chan struct{}
 }
 
-// prepareRefs prepares updates in one transaction, the new objects seen
-// through the quarantine (not yet in the repository).
-func prepareRefs(ctx context.Context, rp repo.Repo, quarantine string, updates []cluster.Update) (*refTxn, error) {
+// startRefs starts the transaction of updates: update-ref runs and has
+// read them; prepare locks the refs at their old values, the new objects
+// seen through the quarantine (not yet in the repository).
+func startRefs(ctx context.Context, rp repo.Repo, quarantine string, updates []cluster.Update) (*refTxn, error) {
 	cmd := exec.CommandContext(ctx, "git", "-c", "safe.directory=*", "--git-dir", rp.Path, "update-ref", "--stdin")
-	cmd.Env = os.Environ()
-	if quarantine != "" {
-		cmd.Env = append(cmd.Env, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+quarantine)
-	}
-	t := &refTxn{cmd: cmd, stderr: &bytes.Buffer{}}
+	cmd.Env = append(os.Environ(), "GIT_ALTERNATE_OBJECT_DIRECTORIES="+quarantine)
+	t := &refTxn{cmd: cmd, stderr: &bytes.Buffer{}, written: make(chan struct{})}
 	cmd.Stderr = t.stderr
 	var err error
 	if t.in, err = cmd.StdinPipe(); err != nil {
@@ -244,16 +246,27 @@ func prepareRefs(ctx context.Context, rp repo.Repo, quarantine string, updates [
 			fmt.Fprintf(&b, "update %s %s %s\n", u.Ref, u.New, u.Old)
 		}
 	}
-	b.WriteString("prepare\n")
-	if _, err := io.WriteString(t.in, b.String()); err != nil {
-		return nil, t.fail("prepare", err)
+	// Written while the objects come: a pipe's buffer holds a usual
+	// push's lines, and a large one's are read as update-ref starts.
+	go func() {
+		defer close(t.written)
+		io.WriteString(t.in, b.String()) // a failure shows at prepare
+	}()
+	return t, nil
+}
+
+// prepare locks every ref at its old value.
+func (t *refTxn) prepare() error {
+	<-t.written
+	if _, err := io.WriteString(t.in, "prepare\n"); err != nil {
+		return t.fail("prepare", err)
 	}
 	for _, want := range []string{"start: ok\n", "prepare: ok\n"} {
 		if line, err := t.out.ReadString('\n'); err != nil || line != want {
-			return nil, t.fail("prepare", fmt.Errorf("%q: %v", line, err))
+			return t.fail("prepare", fmt.Errorf("%q: %v", line, err))
 		}
 	}
-	return t, nil
+	return nil
 }
 
 // commit writes the prepared refs.
@@ -264,6 +277,7 @@ func (t *refTxn) commit() error {
 	if line, err := t.out.ReadString('\n'); err != nil || line != "commit: ok\n" {
 		return t.fail("commit", fmt.Errorf("%q: %v", line, err))
 	}
+	t.done = true
 	t.in.Close()
 	if err := t.cmd.Wait(); err != nil {
 		return fmt.Errorf("update-ref: %v: %s", err, cluster.LastLines(t.stderr.String(), 3))
@@ -271,14 +285,22 @@ func (t *refTxn) commit() error {
 	return nil
 }
 
-// abort releases the refs unchanged.
+// abort ends the transaction, the refs unchanged, unless it committed or
+// failed already.
 func (t *refTxn) abort() {
+	if t.done {
+		return
+	}
+	t.done = true
+	<-t.written
 	io.WriteString(t.in, "abort\n")
 	t.in.Close()
 	t.cmd.Wait()
 }
 
 func (t *refTxn) fail(step string, err error) error {
+	t.done = true
+	<-t.written
 	t.in.Close()
 	t.cmd.Wait()
 	if msg := strings.TrimSpace(t.stderr.String()); msg != "" {

@@ -83,7 +83,9 @@ func (r *replication) send(updates ...cluster.Update) error {
 		r.t.Fatal(err)
 	}
 	defer pack.Close()
-	err = r.rt.sendTo(context.Background(), r.url, "app", updates, pack)
+	pk := &packing{done: make(chan struct{}), pack: pack}
+	close(pk.done)
+	err = r.rt.sendTo(context.Background(), r.url, "app", updates, pk)
 	if err == nil {
 		for _, u := range updates {
 			if cluster.IsZero(u.New) {
