@@ -27,8 +27,8 @@ import (
 // repository created with the CLI appears on three of them; a push to its
 // primary is on a majority of the replicas before git's report reaches
 // the client, and on every replica (fsck-clean) moments later; the
-// replication endpoint refuses clients' credentials; pushes to another node (HTTP, SSH) are relayed to the
-// primary; every node serves a clone over git://, SSH and HTTP, the one
+// replication endpoint refuses clients' credentials; pushes to another
+// node (HTTP, SSH) are relayed to the primary; every node serves a clone over git://, SSH and HTTP, the one
 // without a copy by relaying; when the primary's node stops, an up-to-date
 // replica is promoted within 10 s and takes pushes (2 of 3 is a
 // majority); the stopped node, started again, catches up before it serves.
