@@ -124,7 +124,7 @@ func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 			io.Copy(io.Discard, io.MultiReader(dec.Buffered(), conn))
 			cancel()
 		}()
-		answer(rt.replicate(ctx, req.Repo, key, req.Env, req.Updates))
+		answer(rt.replicate(ctx, req.Repo, key, req.Txn, req.Env, req.Updates))
 	case "committed":
 		rt.mu.Lock()
 		p, ok := rt.pending[key]
@@ -204,7 +204,9 @@ func (rt *Router) awaitOwn(ctx context.Context, name string) {
 // may let git commit. Replicas that answer later are recorded at the new
 // generation when they do; a replica that fails is left stale and caught
 // up by its node.
-func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string, updates []cluster.Update) error {
+func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, qenv []string, updates []cluster.Update) error {
+	began := time.Now()
+	var packed, majority time.Duration
 	rt.awaitOwn(ctx, name)
 	p, err := cluster.BeginPush(ctx, rt.Node.DB, name, rt.Node.Name, rt.Node.NodeTimeout())
 	if err != nil {
@@ -233,7 +235,12 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 	} else {
 		go func() {
 			defer close(pk.done)
-			pk.pack, pk.err = packFor(ctx, rp, qenv, updates)
+			// The pack receive-pack kept (Route sets receive.unpackLimit=1),
+			// as it is; one made for the replicas when there is none.
+			if pk.pack, pk.err = keptPack(rp.Path, receivePack); pk.pack == nil && pk.err == nil {
+				pk.pack, pk.err = packFor(ctx, rp, qenv, updates)
+			}
+			packed = time.Since(began)
 		}()
 	}
 	results := make(chan sendResult, len(p.Targets))
@@ -272,6 +279,7 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 	for ; pending > 0 && len(voters)+1 < p.Need(); pending-- {
 		take(<-results)
 	}
+	majority = time.Since(began)
 	if len(p.Targets) > 0 {
 		if <-pk.done; pk.err != nil {
 			failures = append(failures, "packing the push: "+pk.err.Error())
@@ -333,6 +341,9 @@ func (rt *Router) replicate(ctx context.Context, name, key string, qenv []string
 		return fail(err)
 	}
 	stop() // the push stands: the late replicas finish on their own
+	<-pk.done
+	rt.Node.Log.Debug("cluster: push replicated", "repo", name, "generation", p.Generation+1, "voters", strings.Join(voters, ","),
+		"packed", packed, "majority", majority, "committed", time.Since(began))
 	if pending > 0 {
 		go rt.recordLate(name, p.Generation+1, results, pending)
 	}
@@ -395,6 +406,42 @@ func (p *packed) Close() {
 		p.pack.Close()
 		p.idx.Close()
 	}
+}
+
+// keptPack is the pack receive-pack (process receivePack) stored for
+// this push, with its index: index-pack keeps it ("receive-pack PID on
+// HOST" in its .keep file) until the refs are updated, so it is there,
+// whole (a thin pack's bases appended), while the hook runs. nil when
+// there is none (a push without objects, or unpacked to loose objects).
+func keptPack(gitDir, receivePack string) (*packed, error) {
+	if receivePack == "" {
+		return nil, nil
+	}
+	keeps, err := filepath.Glob(filepath.Join(gitDir, "objects", "pack", "pack-*.keep"))
+	if err != nil {
+		return nil, err
+	}
+	want := "receive-pack " + receivePack + " on "
+	for _, keep := range keeps {
+		b, err := os.ReadFile(keep)
+		if err != nil || !strings.HasPrefix(string(b), want) {
+			continue
+		}
+		base := strings.TrimSuffix(keep, ".keep")
+		p := &packed{name: strings.TrimPrefix(filepath.Base(base), "pack-")}
+		if !validID(p.name) {
+			continue
+		}
+		if p.pack, p.packSize, err = openSized(base + ".pack"); err != nil {
+			return nil, err
+		}
+		if p.idx, p.idxSize, err = openSized(base + ".idx"); err != nil {
+			p.pack.Close()
+			return nil, err
+		}
+		return p, nil
+	}
+	return nil, nil
 }
 
 // packFor packs the push's new objects once, for every replica: what the

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -272,5 +273,43 @@ func TestReplicateNeedsTheClusterSecret(t *testing.T) {
 	}
 	if refs := r.refs(r.replica.Path); refs != "" {
 		t.Fatalf("refs written without credentials:\n%s", refs)
+	}
+}
+
+// TestReplicateSendsTheKeptPack: the pack receive-pack kept for a push
+// (its .keep names receive-pack's pid, the hook's parent) is what the
+// replicas get, as it is; another process's kept pack is not taken.
+func TestReplicateSendsTheKeptPack(t *testing.T) {
+	r := newReplication(t)
+	c1 := r.commit("")
+	if err := r.send(cluster.Update{Old: zero, New: c1, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	c2 := r.commit(c1)
+	gitDir := filepath.Join(r.work, ".git")
+	packFile := filepath.Join(t.TempDir(), "p.pack")
+	// The client's thin pack, kept as receive-pack keeps it.
+	cmd := fmt.Sprintf("printf '%%s\\n^%%s\\n' %s %s | git pack-objects --revs --thin --stdout -q > %s && git index-pack --stdin --fix-thin --keep='receive-pack 4242 on host' < %s",
+		c2, c1, packFile, packFile)
+	if b, err := exec.Command("sh", "-c", "cd "+gitDir+" && "+cmd).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	if p, err := keptPack(gitDir, "4243"); p != nil || err != nil {
+		t.Fatalf("another receive-pack's pack taken: %v %v", p, err)
+	}
+	p, err := keptPack(gitDir, "4242")
+	if p == nil || err != nil {
+		t.Fatalf("kept pack not found: %v", err)
+	}
+	defer p.Close()
+	pk := &packing{done: make(chan struct{}), pack: p}
+	close(pk.done)
+	if err := r.rt.sendTo(context.Background(), r.url, "app", []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}}, pk); err != nil {
+		t.Fatal(err)
+	}
+	r.env.Git(r.work, "update-ref", "refs/heads/main", c2)
+	r.same()
+	if _, err := os.Stat(filepath.Join(r.replica.Path, "objects", "pack", "pack-"+p.name+".pack")); err != nil {
+		t.Fatalf("the replica does not hold the kept pack as it is: %v", err)
 	}
 }

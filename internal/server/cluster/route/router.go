@@ -78,7 +78,10 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 					Message: "this node is starting, retry shortly", Err: errors.New("cluster: the hooks' socket is not listening")}
 			}
 			return pipeline.Route{
-				Config: []string{"core.hooksPath=" + rt.HooksDir},
+				// Every push's objects kept as the pack the client sent (its
+				// bases appended): the replicas get that pack as it is
+				// (keptPack) instead of one made again.
+				Config: []string{"core.hooksPath=" + rt.HooksDir, "receive.unpackLimit=1"},
 				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvRepo + "=" + name,
 					cluster.EnvSocket + "=" + rt.hookSocket, cluster.EnvToken + "=" + rt.hookToken},
 			}, nil
