@@ -2,9 +2,11 @@ package route
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -237,7 +239,7 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 			defer close(pk.done)
 			// The pack receive-pack kept (Route sets receive.unpackLimit=1),
 			// as it is; one made for the replicas when there is none.
-			if pk.pack, pk.err = keptPack(rp.Path, receivePack); pk.pack == nil && pk.err == nil {
+			if pk.pack, pk.err = keptPack(rp.Path, receivePack, updates); pk.pack == nil && pk.err == nil {
 				pk.pack, pk.err = packFor(ctx, rp, qenv, updates)
 			}
 			packed = time.Since(began)
@@ -413,7 +415,12 @@ func (p *packed) Close() {
 // HOST" in its .keep file) until the refs are updated, so it is there,
 // whole (a thin pack's bases appended), while the hook runs. nil when
 // there is none (a push without objects, or unpacked to loose objects).
-func keptPack(gitDir, receivePack string) (*packed, error) {
+//
+// A .keep left by a receive-pack that was killed may name a pid the
+// system has given again: a kept pack counts only if it holds one of the
+// push's new values (the replica checks that the values are complete
+// anyway).
+func keptPack(gitDir, receivePack string, updates []cluster.Update) (*packed, error) {
 	if receivePack == "" {
 		return nil, nil
 	}
@@ -439,9 +446,53 @@ func keptPack(gitDir, receivePack string) (*packed, error) {
 			p.pack.Close()
 			return nil, err
 		}
-		return p, nil
+		for _, u := range updates {
+			if !cluster.IsZero(u.New) && idxHas(p.idx, p.idxSize, u.New) {
+				return p, nil
+			}
+		}
+		p.Close()
 	}
 	return nil, nil
+}
+
+// idxHas tells whether a pack index (version 2) lists the object id.
+func idxHas(idx *os.File, size int64, id string) bool {
+	want, err := hex.DecodeString(id)
+	if err != nil {
+		return false
+	}
+	hl := int64(len(want))
+	var head [8 + 256*4]byte
+	if _, err := idx.ReadAt(head[:], 0); err != nil || string(head[:4]) != "\377tOc" || binary.BigEndian.Uint32(head[4:8]) != 2 {
+		return false
+	}
+	fanout := func(i int) int64 {
+		if i < 0 {
+			return 0
+		}
+		return int64(binary.BigEndian.Uint32(head[8+4*i:]))
+	}
+	lo, hi := fanout(int(want[0])-1), fanout(int(want[0]))
+	if 8+256*4+hi*hl > size {
+		return false
+	}
+	name := make([]byte, hl)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if _, err := idx.ReadAt(name, 8+256*4+mid*hl); err != nil {
+			return false
+		}
+		switch c := bytes.Compare(name, want); {
+		case c == 0:
+			return true
+		case c < 0:
+			lo = mid + 1
+		default:
+			hi = mid
+		}
+	}
+	return false
 }
 
 // packFor packs the push's new objects once, for every replica: what the

@@ -294,10 +294,15 @@ func TestReplicateSendsTheKeptPack(t *testing.T) {
 	if b, err := exec.Command("sh", "-c", "cd "+gitDir+" && "+cmd).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, b)
 	}
-	if p, err := keptPack(gitDir, "4243"); p != nil || err != nil {
+	push := []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}}
+	if p, err := keptPack(gitDir, "4243", push); p != nil || err != nil {
 		t.Fatalf("another receive-pack's pack taken: %v %v", p, err)
 	}
-	p, err := keptPack(gitDir, "4242")
+	// The pid given again to a later receive-pack, whose push is another.
+	if p, err := keptPack(gitDir, "4242", []cluster.Update{{Old: c1, New: r.commit(c1), Ref: "refs/heads/main"}}); p != nil || err != nil {
+		t.Fatalf("a kept pack without the push's objects taken: %v %v", p, err)
+	}
+	p, err := keptPack(gitDir, "4242", push)
 	if p == nil || err != nil {
 		t.Fatalf("kept pack not found: %v", err)
 	}
