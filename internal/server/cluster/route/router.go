@@ -263,7 +263,9 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 			}
 			// Every ref as it is there, refs it no longer has deleted, in one
 			// transaction (--atomic).
-			cmd := exec.CommandContext(ctx, "git", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
+			// No automatic gc after the fetch: maintenance owns the object
+			// layout (a detached gc would repack under other readers).
+			cmd := exec.CommandContext(ctx, "git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
 				cluster.RepoURL(from.URL, name), "+refs/*:refs/*", "^"+cluster.LocalRefs+"*")
 			cmd.Env = append(os.Environ(), cluster.AuthEnv(rt.Secret)...)
 			if out, err := cmd.CombinedOutput(); err != nil {
