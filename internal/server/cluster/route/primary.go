@@ -67,7 +67,7 @@ func (rt *Router) ServeHooks(ctx context.Context, path string) error {
 	os.Remove(path) // a socket left by a killed server
 	b := make([]byte, 32)
 	rand.Read(b)
-	rt.hookToken = hex.EncodeToString(b)
+	token := hex.EncodeToString(b)
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		return fmt.Errorf("cluster hook socket: %w", err)
@@ -76,7 +76,9 @@ func (rt *Router) ServeHooks(ctx context.Context, path string) error {
 		ln.Close()
 		return err
 	}
-	rt.hookSocket = path
+	rt.mu.Lock()
+	rt.hookSocket, rt.hookToken = path, token
+	rt.mu.Unlock()
 	go func() { <-ctx.Done(); ln.Close() }()
 	go func() {
 		for {
@@ -111,7 +113,10 @@ func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 		}
 		json.NewEncoder(conn).Encode(a)
 	}
-	if subtle.ConstantTimeCompare([]byte(req.Token), []byte(rt.hookToken)) != 1 || rt.hookToken == "" {
+	rt.mu.Lock()
+	token := rt.hookToken
+	rt.mu.Unlock()
+	if token == "" || subtle.ConstantTimeCompare([]byte(req.Token), []byte(token)) != 1 {
 		answer(errors.New("cluster: the hook's token is not this server's; nothing was written"))
 		return
 	}

@@ -73,7 +73,10 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 					return pipeline.Route{}, err
 				}
 			}
-			if rt.hookSocket == "" {
+			rt.mu.Lock()
+			socket, token := rt.hookSocket, rt.hookToken
+			rt.mu.Unlock()
+			if socket == "" {
 				return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
 					Message: "this node is starting, retry shortly", Err: errors.New("cluster: the hooks' socket is not listening")}
 			}
@@ -83,7 +86,7 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 				// (keptPack) instead of one made again.
 				Config: []string{"core.hooksPath=" + rt.HooksDir, "receive.unpackLimit=1"},
 				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvRepo + "=" + name,
-					cluster.EnvSocket + "=" + rt.hookSocket, cluster.EnvToken + "=" + rt.hookToken},
+					cluster.EnvSocket + "=" + socket, cluster.EnvToken + "=" + token},
 			}, nil
 		}
 		primary, ok := pl.Replica(pl.Primary)
