@@ -204,8 +204,9 @@ func (rt *Router) awaitOwn(ctx context.Context, name string) {
 }
 
 // replicate is a push's "prepared" step on its primary: with the
-// repository's row locked, the push's new objects are packed once and
-// sent with the updates to every other up-to-date replica in parallel
+// repository's row locked, the push's new objects (the pack receive-pack
+// kept, or one made here) are sent once made, after the updates, to every
+// other up-to-date replica in parallel
 // (ReplicatePath); as soon as a majority, this copy counted, holds the
 // update, the next generation is committed with the voters' and the hook
 // may let git commit. Replicas that answer later are recorded at the new
