@@ -63,6 +63,13 @@ func main() {
 	}
 	defer os.RemoveAll(base)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The nodes run in this process: their reference-transaction hook is
+	// the small packwire-hook, built here, as when installed next to
+	// packwire.
+	hook := filepath.Join(base, "packwire-hook")
+	if out, err := exec.Command("go", "build", "-o", hook, "./cmd/packwire-hook").CombinedOutput(); err != nil {
+		log.Fatalf("building packwire-hook: %v\n%s", err, out)
+	}
 	start := func(dir, node string) *server.Server {
 		cfg := server.Defaults
 		cfg.DataDir = dir
@@ -70,7 +77,7 @@ func main() {
 		cfg.Log = quiet
 		cfg.MaintainInterval = 0
 		if node != "" {
-			cfg.Database, cfg.Node = url, node
+			cfg.Database, cfg.Node, cfg.ClusterHook = url, node, hook
 			cfg.NodeHeartbeat, cfg.NodeTimeout = 200*time.Millisecond, time.Second
 		}
 		s, err := server.New(context.Background(), cfg)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,14 +19,16 @@ import (
 	"packwire/internal/pgtest"
 	"packwire/internal/server"
 	"packwire/internal/server/cluster"
+	"packwire/internal/server/cluster/route"
 	"packwire/internal/servertest"
 )
 
 // TestClusterReplicatesAndFailsOver: four nodes on one PostgreSQL. A
 // repository created with the CLI appears on three of them; a push to its
-// primary is on every replica (fsck-clean) before git's report reaches
-// the client; pushes to another node (HTTP, SSH) are relayed to the
-// primary; every node serves a clone over git://, SSH and HTTP, the one
+// primary is on a majority of the replicas before git's report reaches
+// the client, and on every replica (fsck-clean) moments later; the
+// replication endpoint refuses clients' credentials; pushes to another
+// node (HTTP, SSH) are relayed to the primary; every node serves a clone over git://, SSH and HTTP, the one
 // without a copy by relaying; when the primary's node stops, an up-to-date
 // replica is promoted within 10 s and takes pushes (2 of 3 is a
 // majority); the stopped node, started again, catches up before it serves.
@@ -118,6 +121,24 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	}
 	bare := func(name string) string { return filepath.Join(dirs[name], "repos", "team", "app.git") }
 
+	// The replication endpoint takes the cluster user only: a client's
+	// token with write access to the repository is refused.
+	for _, user := range []string{"alice", ""} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+nodes["b"].HTTPAddr.String()+route.ReplicatePath, strings.NewReader("x"))
+		req.Header.Set("X-Packwire-Repo", "team/app")
+		if user != "" {
+			req.SetBasicAuth(user, token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("replication endpoint as %q: %s, want 401", user, resp.Status)
+		}
+	}
+
 	// A push to the primary is on every replica when the client has its report.
 	work := filepath.Join(t.TempDir(), "work")
 	env.Git("", "init", "-q", "-b", "main", work)
@@ -130,11 +151,28 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	first := commit("one")
 	env.Git(work, "push", "-q", pushURL(nodes[primary]), "main")
 	replicas := []string{"a", "b", "c"}
+	// A push is answered once a majority holds it (2 of 3, the primary
+	// counted); the third copy takes it moments later.
+	mainAt := func(name string) string {
+		out, _ := env.Run(bare(name), nil, "rev-parse", "-q", "--verify", "refs/heads/main")
+		return strings.TrimSpace(out)
+	}
 	onReplicas := func(want string) {
 		t.Helper()
+		holding := 0
 		for _, name := range replicas {
-			if got := env.RevParse(bare(name), "refs/heads/main"); got != want {
-				t.Fatalf("node %s has main at %s right after the push, want %s", name, got, want)
+			if mainAt(name) == want {
+				holding++
+			}
+		}
+		if holding < 2 {
+			t.Fatalf("only %d of 3 copies have main at %s right after the push", holding, want)
+		}
+		for _, name := range replicas {
+			for deadline := time.Now().Add(5 * time.Second); mainAt(name) != want; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("node %s never got main at %s", name, want)
+				}
 			}
 			env.Git(bare(name), "fsck", "--strict")
 		}
@@ -435,6 +473,7 @@ func TestClusterSurvivesPostgresRestart(t *testing.T) {
 			continue
 		}
 		failed++
+		t.Logf("  %s", lastLines(out))
 		if !strings.Contains(out, "remote rejected") && !strings.Contains(out, "returned error") && !strings.Contains(out, "RPC failed") &&
 			!strings.Contains(out, "Operation too slow") {
 			t.Errorf("a push failed without saying why:\n%s", out)

@@ -27,6 +27,12 @@ func TestMain(m *testing.M) {
 	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
 		panic(string(out))
 	}
+	// The small reference-transaction hook next to it, as installed: the
+	// node processes (the cluster's kill test) use it; the servers the
+	// tests start in-process run this test binary as the hook instead.
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "packwire-hook"), "../packwire-hook").CombinedOutput(); err != nil {
+		panic(string(out))
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

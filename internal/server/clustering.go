@@ -40,17 +40,28 @@ func (s *Server) openCluster(ctx context.Context) error {
 		return err
 	}
 	hooks := filepath.Join(s.Data.Dir, "run", "cluster-hooks")
-	if err := route.InstallHooks(hooks, exe); err != nil {
+	if err := route.InstallHooks(hooks, exe, clusterHook(cfg.ClusterHook, exe)); err != nil {
 		return fmt.Errorf("cluster hooks: %w", err)
 	}
 	s.Node = &cluster.Node{DB: s.Data.Store.DB, Name: cfg.Node, URL: cfg.NodeURL, Heartbeat: cfg.NodeHeartbeat, Timeout: cfg.NodeTimeout, Log: cfg.Log}
-	pending := filepath.Join(s.Data.Dir, "run", "cluster-pending")
-	if err := os.MkdirAll(pending, 0o700); err != nil {
-		return err
-	}
-	s.Router = &route.Router{Node: s.Node, DatabaseURL: cfg.Database, Secret: secret, HooksDir: hooks, PendingDir: pending, Repos: s.Data.Repos}
+	s.Router = &route.Router{Node: s.Node, Secret: secret, HooksDir: hooks, Repos: s.Data.Repos}
 	s.Pipeline.Cluster = s.Router
 	return nil
+}
+
+// clusterHook is the binary of the reference-transaction hook: the small
+// packwire-hook when installed next to packwire (it starts in about a
+// millisecond, packwire in several, and git starts it twice per push),
+// else packwire itself.
+func clusterHook(configured, exe string) string {
+	if configured != "" {
+		return configured
+	}
+	small := filepath.Join(filepath.Dir(exe), "packwire-hook")
+	if info, err := os.Stat(small); err == nil && info.Mode().IsRegular() && info.Mode()&0o111 != 0 {
+		return small
+	}
+	return exe
 }
 
 // clusterSecret reads the cluster user's password, creating it once.
@@ -74,6 +85,12 @@ func (s *Server) startCluster() error {
 	}
 	s.Node.Listeners = fmt.Sprintf("git=%v http=%v ssh=%v", s.GitAddr, s.HTTPAddr, s.SSHAddr)
 	ctx, cancel := context.WithCancel(context.Background())
+	// The hooks of pushes on this node's primaries ask the server over a
+	// socket only this user can reach (they hold the server's token too).
+	if err := s.Router.ServeHooks(ctx, filepath.Join(s.Data.Dir, "run", "cluster", "hook.sock")); err != nil {
+		cancel()
+		return err
+	}
 	if err := s.Node.Join(ctx); err != nil {
 		cancel()
 		return err

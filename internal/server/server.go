@@ -58,9 +58,13 @@ type Config struct {
 	NodeURL       string        // how other nodes reach this one; "": http://HTTP listener
 	NodeHeartbeat time.Duration // between heartbeats
 	NodeTimeout   time.Duration // a node whose heartbeat is older is unhealthy
-	GitAddr       string        // git:// listener, e.g. ":9418"
-	HTTPAddr      string        // smart HTTP listener, e.g. ":8080"
-	SSHAddr       string        // SSH listener, e.g. ":2222"
+	// ClusterHook is the reference-transaction hook binary of pushes on a
+	// primary (cmd/packwire-hook); "": packwire-hook next to this
+	// executable if there is one, else this executable.
+	ClusterHook string
+	GitAddr     string // git:// listener, e.g. ":9418"
+	HTTPAddr    string // smart HTTP listener, e.g. ":8080"
+	SSHAddr     string // SSH listener, e.g. ":2222"
 
 	TLSCert, TLSKey string // serve HTTPS when both are set
 
@@ -492,9 +496,14 @@ func (s *Server) Start() error {
 		handler := exactRoutes(routes, dashboardPrefix(s.Dashboard, git))
 		if s.Router != nil { // a POST, which exactRoutes leaves to git
 			relay, next := route.Handler(s.Pipeline, s.Data.Access), handler
+			replicate := route.ReplicateHandler(s.Data.Repos, s.Data.Access)
 			handler = nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
-				if r.URL.Path == route.RelayPath {
+				switch r.URL.Path {
+				case route.RelayPath:
 					relay.ServeHTTP(w, r)
+					return
+				case route.ReplicatePath:
+					replicate.ServeHTTP(w, r)
 					return
 				}
 				next.ServeHTTP(w, r)

@@ -22,12 +22,10 @@ import (
 // requests this node serves, and what a push on the primary needs. It
 // also keeps this node's copies current (Reconcile).
 type Router struct {
-	Node        *cluster.Node
-	DatabaseURL string    // for the hook, which opens its own connection
-	Secret      string    // the cluster user's password
-	HooksDir    string    // core.hooksPath of pushes on the primary: proc-receive and reference-transaction
-	PendingDir  string    // the hook's files between its prepared and committed calls
-	Repos       repo.Root // this node's repositories
+	Node     *cluster.Node
+	Secret   string    // the cluster user's password
+	HooksDir string    // core.hooksPath of pushes on the primary: proc-receive and reference-transaction
+	Repos    repo.Root // this node's repositories
 	// CatchUpWait bounds how long a read waits for this node's stale copy
 	// to catch up before it is refused.
 	CatchUpWait time.Duration
@@ -35,6 +33,11 @@ type Router struct {
 	mu       sync.Mutex
 	catching map[string]chan struct{} // repositories being caught up, closed when done
 	deleting sync.Mutex               // one carryOutDeletions at a time
+
+	// The hooks' socket (ServeHooks) and what is between a push's calls.
+	hookSocket, hookToken string
+	pending               map[string]pendingPush   // repo NUL receive-pack pid
+	recording             map[string]chan struct{} // repo -> the record of the primary's copy in progress
 }
 
 // Route serves here what this node can: reads from an up-to-date copy,
@@ -88,15 +91,24 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 					return pipeline.Route{}, err
 				}
 			}
+			rt.mu.Lock()
+			socket, token := rt.hookSocket, rt.hookToken
+			rt.mu.Unlock()
+			if socket == "" {
+				return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+					Message: "this node is starting, retry shortly", Err: errors.New("cluster: the hooks' socket is not listening")}
+			}
 			return pipeline.Route{
 				HeadMoved: func(ctx context.Context, branch string) error {
 					_, err := cluster.SetSettings(context.WithoutCancel(ctx), rt.Node.DB, name, cluster.Change{Head: branch})
 					return err
 				},
-				Config: []string{"core.hooksPath=" + rt.HooksDir},
-				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvDatabase + "=" + rt.DatabaseURL, cluster.EnvRepo + "=" + name,
-					cluster.EnvNode + "=" + me, cluster.EnvSecret + "=" + rt.Secret, cluster.EnvTimeout + "=" + rt.Node.NodeTimeout().String(),
-					cluster.EnvPending + "=" + rt.PendingDir},
+				// Every push's objects kept as the pack the client sent (its
+				// bases appended): the replicas get that pack as it is
+				// (keptPack) instead of one made again.
+				Config: []string{"core.hooksPath=" + rt.HooksDir, "receive.unpackLimit=1"},
+				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvRepo + "=" + name,
+					cluster.EnvSocket + "=" + socket, cluster.EnvToken + "=" + token},
 			}, nil
 		}
 		primary, ok := pl.Replica(pl.Primary)
@@ -278,7 +290,9 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 			}
 			// Every ref as it is there, refs it no longer has deleted, in one
 			// transaction (--atomic).
-			cmd := exec.CommandContext(ctx, "git", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
+			// No automatic gc after the fetch: maintenance owns the object
+			// layout (a detached gc would repack under other readers).
+			cmd := exec.CommandContext(ctx, "git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
 				cluster.RepoURL(from.URL, name), "+refs/*:refs/*", "^"+cluster.LocalRefs+"*")
 			cmd.Env = append(os.Environ(), cluster.AuthEnv(rt.Secret)...)
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -310,14 +324,15 @@ func (rt *Router) ensureLocal(ctx context.Context, name string) (repo.Repo, erro
 	return r, err
 }
 
-// InstallHooks makes dir the hooks directory of pushes on a primary: the
-// reference-transaction hook and pushguard's proc-receive, both links to
-// the packwire binary (a push may need both).
-func InstallHooks(dir, executable string) error {
+// InstallHooks makes dir the hooks directory of pushes on a primary:
+// pushguard's proc-receive, a link to the packwire binary, and the
+// reference-transaction hook, a link to hook (packwire-hook, or packwire
+// itself); a push may need both.
+func InstallHooks(dir, executable, hook string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, name := range []string{cluster.HookName, "proc-receive"} {
+	for name, executable := range map[string]string{cluster.HookName: hook, "proc-receive": executable} {
 		link := filepath.Join(dir, name)
 		if target, err := os.Readlink(link); err == nil && target == executable {
 			continue

@@ -1,0 +1,156 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"packwire/internal/store"
+)
+
+// PushTxn is one push's transaction on its repository's row, held from
+// before the push is replicated until its generation is committed: the
+// row lock orders pushes to one repository, each replicating from the
+// state the previous one committed.
+type PushTxn struct {
+	tx         *store.Tx
+	repo, node string
+	epoch      int64
+	// Generation is the repository's generation before this push.
+	Generation int64
+	// Total counts the repository's replicas, the primary's included.
+	Total int
+	// Targets are the other replicas that can take the push: healthy and
+	// at Generation. Skipped are the others, with why.
+	Targets []Replica
+	Skipped []string
+}
+
+// Need is the majority of the replicas, the primary counted.
+func (p *PushTxn) Need() int { return p.Total/2 + 1 }
+
+// BeginPush opens the transaction of a push on node, repo's primary: it
+// locks the repository's row, checks that node is still the primary and
+// its own copy at the repository's generation (waiting a little for the
+// previous push's record of it), and lists the replicas to send to.
+func BeginPush(ctx context.Context, db *store.DB, repo, node string, timeout time.Duration) (*PushTxn, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: the store is unreachable, nothing was written: %w", err)
+	}
+	p := &PushTxn{tx: tx, repo: repo, node: node}
+	if err := p.begin(ctx, timeout); err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *PushTxn) begin(ctx context.Context, timeout time.Duration) error {
+	tx := p.tx
+	var primary string
+	if err := tx.QueryRowContext(ctx, "SELECT primary_node, generation, epoch FROM cluster_repos WHERE name = ? FOR UPDATE", p.repo).Scan(&primary, &p.Generation, &p.epoch); err != nil {
+		return fmt.Errorf("cluster: reading %s's placement: %w", p.repo, err)
+	}
+	if primary != p.node {
+		return fmt.Errorf("cluster: this node is no longer %s's primary (%s is); nothing was written, push again", p.repo, primary)
+	}
+	// The push before this one may still be between its commit in
+	// PostgreSQL and the record of this copy: wait for it a little,
+	// rather than refuse.
+	var mine int64
+	for wait := time.Now().Add(5 * time.Second); ; {
+		if err := tx.QueryRowContext(ctx, "SELECT generation FROM replicas WHERE repo = ? AND node = ?", p.repo, p.node).Scan(&mine); err != nil {
+			return err
+		}
+		if mine == p.Generation || time.Now().After(wait) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if mine != p.Generation {
+		return fmt.Errorf("cluster: this node's copy of %s is behind (generation %d of %d) and is being caught up; nothing was written, push again shortly", p.repo, mine, p.Generation)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT rp.node, nd.url, rp.generation, `+healthySQL+` FROM replicas rp
+		JOIN nodes nd ON nd.name = rp.node WHERE rp.repo = ? ORDER BY rp.node`, timeout.Milliseconds(), p.repo)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r Replica
+		if err := rows.Scan(&r.Node, &r.URL, &r.Generation, &r.Healthy); err != nil {
+			return err
+		}
+		p.Total++
+		switch {
+		case r.Node == p.node:
+		case !r.Healthy || r.Generation != p.Generation:
+			p.Skipped = append(p.Skipped, r.Node+": not up to date or unhealthy")
+		default:
+			p.Targets = append(p.Targets, r)
+		}
+	}
+	return rows.Err()
+}
+
+// Commit records the push: the repository's next generation and the
+// voters' (the other replicas that hold it). The primary's own copy is
+// recorded once git has written its refs (RecordCopy).
+func (p *PushTxn) Commit(ctx context.Context, voters []string) error {
+	defer p.tx.Rollback()
+	res, err := p.tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = generation + 1, committed_ms = "+dbNowMS+" WHERE name = ? AND primary_node = ? AND epoch = ?", p.repo, p.node, p.epoch)
+	if err != nil {
+		return fmt.Errorf("cluster: committing the push: %w", err)
+	}
+	if k, _ := res.RowsAffected(); k != 1 {
+		return fmt.Errorf("cluster: %s's primary changed during the push; nothing was written, push again", p.repo)
+	}
+	if len(voters) > 0 {
+		args := []any{p.Generation + 1, p.repo}
+		marks := make([]string, len(voters))
+		for i, v := range voters {
+			marks[i] = "?"
+			args = append(args, v)
+		}
+		if _, err := p.tx.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node IN ("+strings.Join(marks, ", ")+")", args...); err != nil {
+			return fmt.Errorf("cluster: committing the push: %w", err)
+		}
+	}
+	if err := p.tx.Commit(); err != nil {
+		return fmt.Errorf("cluster: committing the push: %w", err)
+	}
+	return nil
+}
+
+// MarkStale records nodes' copies, found not at the primary's state
+// (they refused the push's old values), as behind the repository's
+// generation: their nodes catch them up from the primary, which repairs
+// them. Part of the transaction: Commit or Close records it.
+func (p *PushTxn) MarkStale(ctx context.Context, nodes []string) error {
+	for _, n := range nodes {
+		if _, err := p.tx.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node = ? AND generation = ?", p.Generation-1, p.repo, n, p.Generation); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close ends a push that failed, recording only what MarkStale marked.
+func (p *PushTxn) Close() error {
+	defer p.tx.Rollback()
+	return p.tx.Commit()
+}
+
+// Rollback gives the transaction up: nothing is recorded.
+func (p *PushTxn) Rollback() { p.tx.Rollback() }
+
+// RecordCopy records that node's copy of repo holds generation gen, if it
+// was at the one before (a primary after git committed its refs; a
+// replica that took a push after the push was answered). A copy that
+// moved meanwhile is left as it is: stale ones are caught up.
+func RecordCopy(ctx context.Context, db *store.DB, repo, node string, gen int64) error {
+	_, err := db.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node = ? AND generation = ?", gen, repo, node, gen-1)
+	return err
+}

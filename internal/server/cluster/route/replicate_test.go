@@ -1,0 +1,320 @@
+package route
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"packwire/internal/access"
+	"packwire/internal/gittest"
+	"packwire/internal/repo"
+	"packwire/internal/server/cluster"
+)
+
+// replication is a primary (a work repository whose refs move only when
+// the test says, as git's do after the hook) and a replica served by
+// ReplicateHandler over HTTP on 127.0.0.1.
+type replication struct {
+	t       *testing.T
+	env     *gittest.Env
+	work    string // the primary's repository (with a work tree, to make commits)
+	replica repo.Repo
+	rt      *Router
+	url     string
+	n       int
+}
+
+const testSecret = "cluster-secret"
+
+func newReplication(t *testing.T) *replication {
+	env := gittest.New(t)
+	t.Setenv("HOME", env.Home)
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	root := repo.Root{Dir: t.TempDir()}
+	replica, err := root.Create(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ReplicateHandler(root, &access.Controller{ClusterSecret: testSecret}))
+	t.Cleanup(srv.Close)
+	work := filepath.Join(t.TempDir(), "work")
+	env.Git("", "init", "-q", work)
+	return &replication{t: t, env: env, work: work, replica: replica, rt: &Router{Secret: testSecret}, url: srv.URL}
+}
+
+// commit makes a commit on parent ("" for a root) without moving a ref.
+func (r *replication) commit(parent string) string {
+	r.t.Helper()
+	r.n++
+	os.WriteFile(filepath.Join(r.work, fmt.Sprintf("f%d.txt", r.n%3)), []byte(strings.Repeat(fmt.Sprintf("%d\n", r.n), 50)), 0o644)
+	r.env.Git(r.work, "add", ".")
+	tree := strings.TrimSpace(r.env.Git(r.work, "write-tree"))
+	args := []string{"commit-tree", "-m", fmt.Sprint(r.n), tree}
+	if parent != "" {
+		args = append(args, "-p", parent)
+	}
+	return strings.TrimSpace(r.env.Git(r.work, args...))
+}
+
+// tag makes an annotated tag object of id without a ref.
+func (r *replication) tag(id, name string) string {
+	r.t.Helper()
+	body := fmt.Sprintf("object %s\ntype commit\ntag %s\ntagger T <t@example.com> 1700000000 +0000\n\nrelease\n", id, name)
+	f := filepath.Join(r.t.TempDir(), "tag")
+	os.WriteFile(f, []byte(body), 0o644)
+	return strings.TrimSpace(r.env.Git(r.work, "hash-object", "-t", "tag", "-w", f))
+}
+
+// send replicates updates as the primary does (the pack made before its
+// refs move); then the primary's refs move.
+func (r *replication) send(updates ...cluster.Update) error {
+	r.t.Helper()
+	primary := repo.Repo{Name: "app", Path: filepath.Join(r.work, ".git")}
+	pack, err := packFor(context.Background(), primary, nil, updates)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer pack.Close()
+	pk := &packing{done: make(chan struct{}), pack: pack}
+	close(pk.done)
+	err = r.rt.sendTo(context.Background(), r.url, "app", updates, pk)
+	if err == nil {
+		for _, u := range updates {
+			if cluster.IsZero(u.New) {
+				r.env.Git(r.work, "update-ref", "-d", u.Ref)
+			} else {
+				r.env.Git(r.work, "update-ref", u.Ref, u.New)
+			}
+		}
+	}
+	return err
+}
+
+func (r *replication) refs(dir string) string {
+	return r.env.Git(dir, "for-each-ref", "--format=%(objectname) %(refname)")
+}
+
+// same checks that the replica holds exactly the primary's refs and is
+// fsck-clean.
+func (r *replication) same() {
+	r.t.Helper()
+	if got, want := r.refs(r.replica.Path), r.refs(r.work); got != want {
+		r.t.Fatalf("replica's refs:\n%s\nprimary's:\n%s", got, want)
+	}
+	r.env.Fsck(r.replica.Path)
+	r.noLeftovers()
+}
+
+// noLeftovers: no quarantine or temporary pack left in the replica.
+func (r *replication) noLeftovers() {
+	r.t.Helper()
+	for _, pattern := range []string{"objects/incoming-*", "objects/pack/tmp_*", "objects/tmp_*"} {
+		if m, _ := filepath.Glob(filepath.Join(r.replica.Path, pattern)); len(m) > 0 {
+			r.t.Fatalf("left in the replica: %v", m)
+		}
+	}
+}
+
+const zero = "0000000000000000000000000000000000000000"
+
+// TestReplicateCreatesUpdatesDeletesAndTags: new refs, a fast-forward, a
+// forced update, an annotated tag and deletes, each one transaction, and
+// the replica equal to the primary and fsck-clean after each.
+func TestReplicateCreatesUpdatesDeletesAndTags(t *testing.T) {
+	r := newReplication(t)
+	c1 := r.commit("")
+	if err := r.send(cluster.Update{Old: zero, New: c1, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	r.same()
+	if head := strings.TrimSpace(r.env.Git(r.replica.Path, "symbolic-ref", "HEAD")); head != "refs/heads/main" {
+		t.Fatalf("replica's HEAD %s", head)
+	}
+	c2 := r.commit(c1)
+	c3 := r.commit(c2)
+	tag := r.tag(c2, "v1")
+	if err := r.send(cluster.Update{Old: c1, New: c3, Ref: "refs/heads/main"},
+		cluster.Update{Old: zero, New: c2, Ref: "refs/heads/topic"},
+		cluster.Update{Old: zero, New: tag, Ref: "refs/tags/v1"}); err != nil {
+		t.Fatal(err)
+	}
+	r.same()
+	// A forced update (not a descendant) and a delete, together.
+	c4 := r.commit(c1)
+	if err := r.send(cluster.Update{Old: c3, New: c4, Ref: "refs/heads/main"},
+		cluster.Update{Old: c2, New: zero, Ref: "refs/heads/topic"}); err != nil {
+		t.Fatal(err)
+	}
+	r.same()
+	// Objects the replica has already, under a new name: no pack at all.
+	if err := r.send(cluster.Update{Old: zero, New: c3, Ref: "refs/heads/old"}); err != nil {
+		t.Fatal(err)
+	}
+	r.same()
+}
+
+// TestReplicateRefusesAnotherState: a replica whose ref is not at the old
+// value refuses the whole transaction; nothing changes there.
+func TestReplicateRefusesAnotherState(t *testing.T) {
+	r := newReplication(t)
+	c1 := r.commit("")
+	if err := r.send(cluster.Update{Old: zero, New: c1, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	before := r.refs(r.replica.Path)
+	c2 := r.commit(c1)
+	other := r.commit(c1)
+	// main is at c1 on the replica, the update says it was at other; the
+	// new branch in the same transaction must not be written either.
+	err := r.send(cluster.Update{Old: other, New: c2, Ref: "refs/heads/main"},
+		cluster.Update{Old: zero, New: c2, Ref: "refs/heads/new"})
+	if !errors.Is(err, errConflict) {
+		t.Fatalf("update from another state: %v, want a 409 refusal", err)
+	}
+	// A ref the replica has that the update says is new.
+	err2 := r.send(cluster.Update{Old: zero, New: c2, Ref: "refs/heads/main"})
+	if err2 == nil {
+		t.Fatal("creating a ref the replica has was accepted")
+	}
+	if after := r.refs(r.replica.Path); after != before {
+		t.Fatalf("refused updates changed the replica's refs:\n%s\nwas:\n%s", after, before)
+	}
+	r.env.Fsck(r.replica.Path)
+	r.noLeftovers()
+}
+
+// TestReplicateTruncatedPack: a pack cut short (the primary died while
+// sending) is refused; no ref is written and nothing is left behind.
+func TestReplicateTruncatedPack(t *testing.T) {
+	r := newReplication(t)
+	c1 := r.commit("")
+	if err := r.send(cluster.Update{Old: zero, New: c1, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	before := r.refs(r.replica.Path)
+	c2 := r.commit(c1)
+	updates := []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}, {Old: zero, New: c2, Ref: "refs/heads/b"}}
+	pack, err := packFor(context.Background(), repo.Repo{Name: "app", Path: filepath.Join(r.work, ".git")}, nil, updates)
+	if err != nil || pack == nil {
+		t.Fatalf("pack: %v", err)
+	}
+	defer pack.Close()
+	body, size := wireBody(updates, pack)
+	whole, err := io.ReadAll(body)
+	if err != nil || int64(len(whole)) != size {
+		t.Fatalf("body: %d bytes of %d: %v", len(whole), size, err)
+	}
+	post := func(b []byte) int {
+		req, _ := http.NewRequest(http.MethodPost, r.url+ReplicatePath, bytes.NewReader(b))
+		req.Header.Set(hdrReplicaRepo, "app")
+		req.SetBasicAuth(access.ClusterUser, testSecret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	headLen := int64(bytes.Index(whole, []byte("\npack ")) + 1)
+	packAt := headLen + int64(bytes.IndexByte(whole[headLen:], '\n')) + 1
+	damaged := append([]byte{}, whole...)
+	damaged[packAt+20] ^= 0xff // a byte of the pack's objects
+	for what, b := range map[string][]byte{
+		"cut in the index":  whole[:size-1],
+		"cut in the pack":   whole[:packAt+pack.packSize/2],
+		"cut in the header": whole[:headLen+30],
+		"damaged":           damaged,
+	} {
+		if code := post(b); code == http.StatusOK {
+			t.Fatalf("a pack %s was accepted", what)
+		}
+		if after := r.refs(r.replica.Path); after != before {
+			t.Fatalf("a pack %s changed the refs:\n%s", what, after)
+		}
+		r.noLeftovers()
+	}
+	r.env.Fsck(r.replica.Path)
+	// The whole body goes through.
+	if code := post(whole); code != http.StatusOK {
+		t.Fatalf("the whole pack: %d", code)
+	}
+}
+
+// TestReplicateNeedsTheClusterSecret: the endpoint answers 401 to a
+// request without the cluster user's credentials, or with a wrong secret,
+// and changes nothing.
+func TestReplicateNeedsTheClusterSecret(t *testing.T) {
+	r := newReplication(t)
+	c1 := r.commit("")
+	body := zero + " " + c1 + " refs/heads/main\n\n"
+	for _, auth := range []struct{ user, pass string }{{"", ""}, {access.ClusterUser, "wrong"}, {"alice", testSecret}} {
+		req, _ := http.NewRequest(http.MethodPost, r.url+ReplicatePath, strings.NewReader(body))
+		req.Header.Set(hdrReplicaRepo, "app")
+		if auth.user != "" {
+			req.SetBasicAuth(auth.user, auth.pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("user %q: %s, want 401", auth.user, resp.Status)
+		}
+	}
+	if refs := r.refs(r.replica.Path); refs != "" {
+		t.Fatalf("refs written without credentials:\n%s", refs)
+	}
+}
+
+// TestReplicateSendsTheKeptPack: the pack receive-pack kept for a push
+// (its .keep names receive-pack's pid, the hook's parent) is what the
+// replicas get, as it is; another process's kept pack is not taken.
+func TestReplicateSendsTheKeptPack(t *testing.T) {
+	r := newReplication(t)
+	c1 := r.commit("")
+	if err := r.send(cluster.Update{Old: zero, New: c1, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	c2 := r.commit(c1)
+	gitDir := filepath.Join(r.work, ".git")
+	packFile := filepath.Join(t.TempDir(), "p.pack")
+	// The client's thin pack, kept as receive-pack keeps it.
+	cmd := fmt.Sprintf("printf '%%s\\n^%%s\\n' %s %s | git pack-objects --revs --thin --stdout -q > %s && git index-pack --stdin --fix-thin --keep='receive-pack 4242 on host' < %s",
+		c2, c1, packFile, packFile)
+	if b, err := exec.Command("sh", "-c", "cd "+gitDir+" && "+cmd).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	push := []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}}
+	if p, err := keptPack(gitDir, "4243", push); p != nil || err != nil {
+		t.Fatalf("another receive-pack's pack taken: %v %v", p, err)
+	}
+	// The pid given again to a later receive-pack, whose push is another.
+	if p, err := keptPack(gitDir, "4242", []cluster.Update{{Old: c1, New: r.commit(c1), Ref: "refs/heads/main"}}); p != nil || err != nil {
+		t.Fatalf("a kept pack without the push's objects taken: %v %v", p, err)
+	}
+	p, err := keptPack(gitDir, "4242", push)
+	if p == nil || err != nil {
+		t.Fatalf("kept pack not found: %v", err)
+	}
+	defer p.Close()
+	pk := &packing{done: make(chan struct{}), pack: p}
+	close(pk.done)
+	if err := r.rt.sendTo(context.Background(), r.url, "app", []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}}, pk); err != nil {
+		t.Fatal(err)
+	}
+	r.env.Git(r.work, "update-ref", "refs/heads/main", c2)
+	r.same()
+	if _, err := os.Stat(filepath.Join(r.replica.Path, "objects", "pack", "pack-"+p.name+".pack")); err != nil {
+		t.Fatalf("the replica does not hold the kept pack as it is: %v", err)
+	}
+}
