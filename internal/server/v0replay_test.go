@@ -1,0 +1,229 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"packwire/internal/fetchcache"
+	"packwire/internal/gittest"
+	"packwire/internal/governor"
+)
+
+// v0SessionCases are the stateful transports and versions whose sessions
+// are recorded: git:// and SSH, protocol v0 and v1.
+func v0SessionCases(s *testServer, sshEnv []string) []transportCase {
+	var cases []transportCase
+	for _, v := range []int{0, 1} {
+		cases = append(cases,
+			transportCase{name: fmt.Sprintf("git-v%d", v), version: v, url: s.gitURL},
+			transportCase{name: fmt.Sprintf("ssh-v%d", v), version: v, url: s.sshURL, env: sshEnv})
+	}
+	return cases
+}
+
+// runV0 runs git with the case's protocol version and checks with the
+// packet trace that v0 (no "version" line) or v1 ("version 1") was spoken.
+func (c transportCase) runV0(t *testing.T, s *testServer, dir string, args ...string) string {
+	t.Helper()
+	out, err := s.env.Run(dir, append(protocolEnv(c.version), c.env...), args...)
+	if err != nil {
+		t.Errorf("%s: git %v: %v\n%s", c.name, args, err, lastLines(out, 30))
+		return out
+	}
+	v1 := strings.Contains(out, "< version 1")
+	if strings.Contains(out, "< version 2") || (c.version == 1) != v1 {
+		t.Errorf("%s: wanted protocol v%d, the trace says otherwise:\n%s", c.name, c.version, lastLines(out, 20))
+	}
+	return out
+}
+
+// ciRunners clones n runners of name at its tip over the case's transport.
+func ciRunners(t *testing.T, s *testServer, tc transportCase, name string, n int) []string {
+	t.Helper()
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = filepath.Join(t.TempDir(), "runner")
+		tc.runV0(t, s, "", "clone", "-q", "--no-checkout", tc.url(name), dirs[i])
+	}
+	return dirs
+}
+
+// fetchAll runs git fetch in every dir at once and returns the traces.
+func fetchAll(t *testing.T, s *testServer, tc transportCase, dirs []string) []string {
+	t.Helper()
+	traces := make([]string, len(dirs))
+	var wg sync.WaitGroup
+	for i, d := range dirs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			traces[i] = tc.runV0(t, s, d, "fetch", "-q", "origin")
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.Logf("server log:\n%s", lastLines(s.logs.String(), 30))
+		t.FailNow()
+	}
+	return traces
+}
+
+// sessionFetches waits for n fetch records of transport after seq.
+func sessionFetches(t *testing.T, s *testServer, seq int64, transport string, n int) []governor.Record {
+	t.Helper()
+	isFetch := func(r governor.Record) bool {
+		return r.Transport == transport && (r.Kind == "incremental-fetch" || r.Kind == "negotiation")
+	}
+	recs := s.recordsAfter(t, seq, func(r []governor.Record) bool {
+		count := 0
+		for _, x := range r {
+			if isFetch(x) {
+				count++
+			}
+		}
+		return count >= n
+	})
+	var out []governor.Record
+	for _, r := range recs {
+		if isFetch(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// longHistory makes a repository whose v0 fetches negotiate in rounds:
+// with 40 commits the client sends 16 haves and a flush, 16 more and a
+// flush, and only then reads git's ACKs.
+func longHistory(t *testing.T, s *testServer, name string) string {
+	t.Helper()
+	r, err := s.Data.Repos.Create(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.env.Build(r.Path, gittest.Shape{Commits: 40, Files: 10, BlobBytes: 4000, Seed: 5})
+	settle(t, r.Path)
+	return r.Path
+}
+
+// TestV0SessionHerd: CI runners at the same old commit fetch at once after
+// a push over git:// and SSH, protocol v0 and v1, negotiating in rounds
+// (which the fetch cache's whole requests never see). Their sessions share
+// one git: of 6 runners at most 2 ran git (the first recording is kept
+// only once a second identical session was seen; runners that start
+// together follow it either way), the others were replayed, and every
+// runner has the pushed commit, fsck-clean. Before recordings, each
+// runner's session ran its own git.
+func TestV0SessionHerd(t *testing.T) {
+	enableSSH, sshEnvFor := withSSH(t)
+	s := startServer(t, enableSSH)
+	sshEnv := sshEnvFor(s)
+	const runners = 6
+	for _, tc := range v0SessionCases(s, sshEnv) {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "herd/" + tc.name
+			bare := longHistory(t, s, name)
+			dirs := ciRunners(t, s, tc, name, runners)
+			head := pushCommit(t, s, name, "after.txt")
+			settle(t, bare)
+			seq := s.lastSeq(t)
+			traces := fetchAll(t, s, tc, dirs)
+			if !strings.Contains(traces[0], "> 0000") || strings.Count(traces[0], "> have ") < 17 {
+				t.Fatalf("the fetch did not negotiate in rounds:\n%s", lastLines(traces[0], 40))
+			}
+			recs := sessionFetches(t, s, seq, strings.SplitN(tc.name, "-", 2)[0], runners)
+			got := outcomeCounts(recs)
+			t.Logf("outcomes: %v", got)
+			ranGit := runners - got[fetchcache.Replayed+"/ok"]
+			if ranGit < 1 || ranGit > 2 || len(recs) != runners {
+				t.Fatalf("outcomes of %d identical fetch sessions: %v", runners, got)
+			}
+			for _, d := range dirs {
+				if got := s.env.RevParse(d, "origin/main"); got != head {
+					t.Fatalf("runner has origin/main at %s, want %s", got, head)
+				}
+				s.env.Fsck(d)
+			}
+		})
+	}
+}
+
+// TestV0SessionDivergence: a herd in which some runners hold a commit of
+// their own, dated inside the others' second batch of haves. They open
+// their sessions as the others do (same wants, same first 16 haves) and
+// depart from the recording at their second batch: they get a git fed
+// what they sent, whose answers are checked against what they were sent
+// already, and continue with it. Runners at another commit altogether
+// (another opening) fetch too. Every runner ends with the pushed commit,
+// fsck-clean.
+func TestV0SessionDivergence(t *testing.T) {
+	enableSSH, sshEnvFor := withSSH(t)
+	s := startServer(t, enableSSH)
+	sshEnv := sshEnvFor(s)
+	for _, tc := range v0SessionCases(s, sshEnv)[:2] {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "diverge/" + tc.name
+			bare := longHistory(t, s, name)
+			dirs := ciRunners(t, s, tc, name, 6)
+			// Runners 4 and 5: a local commit dated between the
+			// history's 21st and 22nd commits (see gittest.Build's dates),
+			// on a branch of its own: its have comes in the second batch.
+			when := fmt.Sprintf("%d +0000", 1767225600+20*60+30)
+			for _, d := range dirs[4:] {
+				env := []string{"GIT_COMMITTER_DATE=" + when, "GIT_AUTHOR_DATE=" + when}
+				tree := strings.TrimSpace(s.env.Git(d, "write-tree"))
+				out, err := s.env.Run(d, env, "commit-tree", "-m", "local", tree)
+				if err != nil {
+					t.Fatal(err, out)
+				}
+				s.env.Git(d, "update-ref", "refs/heads/local", strings.TrimSpace(out))
+			}
+			// Runner 3: one commit behind the others (another opening).
+			s.env.Git(dirs[3], "update-ref", "refs/remotes/origin/main", "origin/main~1")
+			s.env.Git(dirs[3], "update-ref", "refs/heads/main", "main~1")
+			head := pushCommit(t, s, name, "after.txt")
+			settle(t, bare)
+			seq := s.lastSeq(t)
+			traces := fetchAll(t, s, tc, dirs)
+			// The diverging runners opened as the herd did, and differed after.
+			if a, b := haveBatches(traces[0]), haveBatches(traces[4]); len(a) < 2 || len(b) < 2 || a[0] != b[0] || a[1] == b[1] {
+				t.Fatalf("runner 4's have batches are not the herd's first and another second:\n%q\n%q", a, b)
+			}
+			recs := sessionFetches(t, s, seq, strings.SplitN(tc.name, "-", 2)[0], len(dirs))
+			t.Logf("outcomes: %v", outcomeCounts(recs))
+			for _, r := range recs {
+				if r.Result != governor.ResultOK {
+					t.Fatalf("a session ended %s: %s", r.Result, r.Error)
+				}
+			}
+			for _, d := range dirs {
+				if got := s.env.RevParse(d, "origin/main"); got != head {
+					t.Fatalf("runner has origin/main at %s, want %s", got, head)
+				}
+				s.env.Fsck(d)
+			}
+		})
+	}
+}
+
+// haveBatches splits the have lines a client traced into its batches (a
+// flush ends each).
+func haveBatches(trace string) []string {
+	var batches []string
+	var cur strings.Builder
+	for _, line := range strings.Split(trace, "\n") {
+		switch {
+		case strings.Contains(line, "> have "):
+			cur.WriteString(line[strings.Index(line, "> have ")+7:] + ",")
+		case strings.HasSuffix(line, "> 0000") && cur.Len() > 0:
+			batches = append(batches, cur.String())
+			cur.Reset()
+		}
+	}
+	return batches
+}
+
