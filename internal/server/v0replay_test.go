@@ -226,4 +226,3 @@ func haveBatches(trace string) []string {
 	}
 	return batches
 }
-
