@@ -69,7 +69,7 @@ type SessionStep struct {
 	// Diverged: the follower's input differs from the recording's, or the
 	// recording failed where the follower goes on: it needs a git.
 	Diverged bool
-	// Done: the follower has everything git would have sent it, and git
+	// Done: the follower was sent everything git would have sent it, and git
 	// would have ended there: the session is over.
 	Done bool
 	// NeedInput: nothing more can be sent before the follower sends more.
@@ -99,7 +99,7 @@ func (l *sessionLog) step(input []byte, sent int64) SessionStep {
 	case i < len(l.pieces):
 		st.NeedInput = l.pieces[i].in > int64(len(input))
 	case l.ended && len(input) >= len(l.input):
-		st.Done = st.SendTo >= l.out
+		st.Done = sent >= l.out
 	case l.ended:
 		st.NeedInput = true // git ended after input this follower has not sent yet
 	}

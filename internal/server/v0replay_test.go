@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"packwire/internal/fetchcache"
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
+	"packwire/internal/pktline"
 )
 
 // v0SessionCases are the stateful transports and versions whose sessions
@@ -225,4 +229,244 @@ func haveBatches(trace string) []string {
 		}
 	}
 	return batches
+}
+
+// roundRequest is a v0 request with a negotiation round: the wants, a
+// flush, a round with no haves (a flush: git answers NAK), done. The
+// fetch cache's whole requests never take it; a recording does.
+func roundRequest(tip string) []byte {
+	var b bytes.Buffer
+	pktline.Write(&b, []byte("want "+tip+" multi_ack_detailed side-band-64k ofs-delta no-progress agent=packwire-test\n"))
+	pktline.WriteFlush(&b)
+	pktline.WriteFlush(&b)
+	pktline.Write(&b, []byte("done\n"))
+	return b.Bytes()
+}
+
+// roundSession opens a git:// v0 session of repo, reads the
+// advertisement, sends roundRequest(tip) and reads the answer: all of it,
+// or limit bytes (the session is returned open then).
+func roundSession(t *testing.T, s *testServer, repo, tip string, limit int) ([]byte, *rawSession) {
+	t.Helper()
+	sess := dialUploadPack(t, s, repo, false)
+	sess.advertisement(t)
+	if _, err := sess.conn.Write(roundRequest(tip)); err != nil {
+		t.Fatal(err)
+	}
+	if limit > 0 {
+		buf := make([]byte, limit)
+		if _, err := io.ReadFull(sess.r, buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf, sess
+	}
+	answer, err := io.ReadAll(sess.r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer, nil
+}
+
+// gitSessionRecord waits for the first git:// upload-pack record after
+// seq that is not an advertisement alone.
+func gitSessionRecord(t *testing.T, s *testServer, seq int64) governor.Record {
+	t.Helper()
+	match := func(x governor.Record) bool { return x.Transport == "git" && x.Kind != "refs" && x.Kind != "no-op" }
+	recs := s.recordsAfter(t, seq, func(r []governor.Record) bool { return slices.ContainsFunc(r, match) })
+	return recs[slices.IndexFunc(recs, match)]
+}
+
+// TestV0SessionReplayEdges, over git:// v0 with a hand-written client
+// whose request has a negotiation round, and an answer of 16 MiB:
+//   - the third identical session is replayed from the recording (no git,
+//     the same bytes as the recorded answer);
+//   - a client that hangs up mid-replay leaves the next replay whole;
+//   - a push that lands while a replay streams does not change it, and
+//     the next clone has the push;
+//   - a leader whose client hangs up mid-pack while another session
+//     follows its recording: the follower still gets a whole answer.
+func TestV0SessionReplayEdges(t *testing.T) {
+	s := startServer(t, nil)
+	name := "recorded-edges"
+	bare := s.slowRepo(t, name)
+	tip := s.env.RevParse(bare, "main")
+	settle(t, bare)
+
+	roundSession(t, s, name, tip, 0)                // leads: recorded, kept on a second sighting
+	recorded, _ := roundSession(t, s, name, tip, 0) // leads again: kept
+	seq := s.lastSeq(t)
+	replayed, _ := roundSession(t, s, name, tip, 0)
+	if rec := gitSessionRecord(t, s, seq); rec.PackCache != fetchcache.Replayed || rec.Result != governor.ResultOK || rec.CPU() > replayCPU {
+		t.Fatalf("third identical session: %s/%s, %v of CPU", rec.PackCache, rec.Result, rec.CPU())
+	}
+	if !bytes.Equal(replayed, recorded) {
+		t.Fatal("the replay differs from the recorded session")
+	}
+	if n := indexPack(t, s, answerPack(t, replayed, false)); n == 0 {
+		t.Fatal("no objects in the replayed answer")
+	}
+
+	seq = s.lastSeq(t)
+	_, sess := roundSession(t, s, name, tip, 100<<10)
+	sess.conn.Close() // hang up mid-replay
+	if rec := gitSessionRecord(t, s, seq); rec.PackCache != fetchcache.Replayed || rec.Result != governor.ResultClientGone {
+		t.Fatalf("the replay whose client left: %s/%s", rec.PackCache, rec.Result)
+	}
+	seq = s.lastSeq(t)
+	if again, _ := roundSession(t, s, name, tip, 0); !bytes.Equal(again, recorded) {
+		t.Fatal("the replay after a client hung up differs from the recorded session")
+	}
+	if rec := gitSessionRecord(t, s, seq); rec.PackCache != fetchcache.Replayed || rec.Result != governor.ResultOK {
+		t.Fatalf("replay after a hang-up: %s/%s", rec.PackCache, rec.Result)
+	}
+
+	// A push while a replay streams.
+	seq = s.lastSeq(t)
+	head, sess := roundSession(t, s, name, tip, 100<<10)
+	pushed := pushCommit(t, s, name, "during.txt")
+	rest, err := io.ReadAll(sess.r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess.conn.Close()
+	if !bytes.Equal(append(head, rest...), recorded) {
+		t.Fatal("a replay changed under a push")
+	}
+	if rec := gitSessionRecord(t, s, seq); rec.PackCache != fetchcache.Replayed {
+		t.Fatalf("the session a push landed under: %s/%s", rec.PackCache, rec.Result)
+	}
+	dir := filepath.Join(t.TempDir(), "next")
+	s.env.Git("", "clone", "-q", "--bare", s.gitURL(name), dir)
+	if got := s.env.RevParse(dir, "main"); got != pushed {
+		t.Fatalf("the clone after the push has main at %s, want %s", got, pushed)
+	}
+	s.env.Fsck(dir)
+
+	// The leader leaves mid-pack while a session follows it: its git goes
+	// on for the follower.
+	settle(t, bare)
+	seq = s.lastSeq(t)
+	_, leader := roundSession(t, s, name, pushed, 64<<10)
+	followed, _ := func() ([]byte, *rawSession) {
+		sess := dialUploadPack(t, s, name, false)
+		sess.advertisement(t)
+		leader.conn.Close()
+		if _, err := sess.conn.Write(roundRequest(pushed)); err != nil {
+			t.Fatal(err)
+		}
+		answer, err := io.ReadAll(sess.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return answer, nil
+	}()
+	if n := indexPack(t, s, answerPack(t, followed, false)); n == 0 {
+		t.Fatal("no objects in the follower's answer")
+	}
+	recs := s.recordsAfter(t, seq, func(r []governor.Record) bool {
+		n := 0
+		for _, x := range r {
+			if x.Transport == "git" && x.Kind != "refs" {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	got := map[string]int{}
+	for _, r := range recs {
+		if r.Transport == "git" && r.Kind != "refs" {
+			got[r.PackCache+"/"+r.Result]++
+		}
+	}
+	if got[fetchcache.Replayed+"/"+governor.ResultOK] != 1 {
+		t.Fatalf("a leader that left and its follower: %v", got)
+	}
+}
+
+// TestV0SessionAnswersPerUserAndConfig: recordings are per user and per
+// repository state, config included. ls-remote sessions (v0) of alice
+// over SSH are replayed from the third on; an anonymous git:// session of
+// the very same bytes is not given alice's recording. A branch hidden by
+// the repository's transfer.hideRefs after recordings were made is not
+// listed, nor fetchable.
+func TestV0SessionAnswersPerUserAndConfig(t *testing.T) {
+	enableSSH, sshEnvFor := withSSH(t)
+	s := startServer(t, enableSSH)
+	sshEnv := sshEnvFor(s)
+	name := "peruser"
+	bare := s.seed(t, name)
+	s.env.Git(bare, "branch", "secret", "main")
+	settle(t, bare)
+	ssh := transportCase{name: "ssh-v0", version: 0, url: s.sshURL, env: sshEnv}
+	git := transportCase{name: "git-v0", version: 0, url: s.gitURL}
+	refsRecord := func(seq int64, transport string) governor.Record {
+		t.Helper()
+		match := func(x governor.Record) bool { return x.Transport == transport && x.Kind == "no-op" }
+		recs := s.recordsAfter(t, seq, func(r []governor.Record) bool { return slices.ContainsFunc(r, match) })
+		return recs[slices.IndexFunc(recs, match)]
+	}
+	for range 2 {
+		ssh.runV0(t, s, "", "ls-remote", ssh.url(name))
+	}
+	seq := s.lastSeq(t)
+	if out := ssh.runV0(t, s, "", "ls-remote", ssh.url(name)); !strings.Contains(out, "refs/heads/secret") {
+		t.Fatalf("alice's ls-remote does not list the branch:\n%s", lastLines(out, 10))
+	}
+	if rec := refsRecord(seq, "ssh"); rec.PackCache != fetchcache.Replayed {
+		t.Fatalf("alice's third ls-remote: %s/%s", rec.PackCache, rec.Result)
+	}
+	seq = s.lastSeq(t)
+	git.runV0(t, s, "", "ls-remote", git.url(name))
+	if rec := refsRecord(seq, "git"); rec.PackCache == fetchcache.Replayed {
+		t.Fatal("an anonymous session was given alice's recording")
+	}
+
+	s.env.Git(bare, "config", "transfer.hideRefs", "refs/heads/secret")
+	settle(t, bare)
+	for _, tc := range []transportCase{ssh, git} {
+		if out := tc.runV0(t, s, "", "ls-remote", tc.url(name)); strings.Contains(out, "refs/heads/secret\n") {
+			t.Fatalf("%s: a hidden branch is listed:\n%s", tc.name, lastLines(out, 10))
+		}
+	}
+}
+
+// TestV0SessionShallowAndFilter: shallow and partial clones and fetches
+// over git:// and SSH v0, three of each in a row (the later ones may be
+// replayed): every one correct and fsck-clean.
+func TestV0SessionShallowAndFilter(t *testing.T) {
+	enableSSH, sshEnvFor := withSSH(t)
+	s := startServer(t, enableSSH)
+	sshEnv := sshEnvFor(s)
+	for _, tc := range v0SessionCases(s, sshEnv)[:2] {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "narrow/" + tc.name
+			bare := longHistory(t, s, name)
+			tip := s.env.RevParse(bare, "main")
+			for i := range 3 {
+				shallow := filepath.Join(t.TempDir(), "shallow")
+				tc.runV0(t, s, "", "clone", "-q", "--bare", "--depth", "2", tc.url(name), shallow)
+				if got := strings.Count(strings.TrimSpace(s.env.Git(shallow, "rev-list", "main")), "\n") + 1; got != 2 || s.env.RevParse(shallow, "main") != tip {
+					t.Fatalf("shallow clone %d: %d commits", i, got)
+				}
+				s.env.Fsck(shallow)
+				partial := filepath.Join(t.TempDir(), "partial")
+				tc.runV0(t, s, "", "clone", "-q", "--bare", "--filter=blob:none", tc.url(name), partial)
+				if s.env.RevParse(partial, "main") != tip {
+					t.Fatalf("partial clone %d: wrong main", i)
+				}
+				s.env.Fsck(partial)
+			}
+			head := pushCommit(t, s, name, "deeper.txt")
+			settle(t, bare)
+			for i := range 3 {
+				d := filepath.Join(t.TempDir(), "d")
+				tc.runV0(t, s, "", "clone", "-q", "--depth", "1", tc.url(name), d)
+				tc.runV0(t, s, d, "fetch", "-q", "--deepen", "3", "origin")
+				if got := strings.Count(strings.TrimSpace(s.env.Git(d, "rev-list", "origin/main")), "\n") + 1; got != 4 || s.env.RevParse(d, "origin/main") != head {
+					t.Fatalf("deepened fetch %d: %d commits", i, got)
+				}
+				s.env.Fsck(d)
+			}
+		})
+	}
 }
