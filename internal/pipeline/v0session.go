@@ -110,6 +110,11 @@ func (c *Call) runV0Session(ctx context.Context, cancel context.CancelCauseFunc,
 	return c.followV0Session(ctx, cancel, spec, in, stamp, replay, adv, stdout, stderr)
 }
 
+// advertisementHold bounds how long the first session of a key keeps the
+// others waiting for its advertisement while its client's opening comes:
+// a client that connects and sends nothing must not stall the rest.
+const advertisementHold = time.Second
+
 // leadV0Session runs the first session of key: its git's advertisement
 // and then its recording are published once the client's opening is
 // known (the recording first: those waiting for the advertisement then
@@ -125,7 +130,17 @@ func (c *Call) leadV0Session(ctx context.Context, cancel context.CancelCauseFunc
 	published := make(chan struct{})
 	go func() {
 		defer close(published)
-		opening, status := in.waitOpening(ctx, 0)
+		opening, status := in.waitOpening(ctx, advertisementHold)
+		if status == openingIdle {
+			// A client that takes its time (or never sends) must not hold
+			// up the sessions waiting for the advertisement.
+			p.answers.finish(key, adv.answer())
+			if opening, status = in.waitOpening(ctx, 0); status == openingComplete {
+				rec.Publish(fetchcache.Key([]byte(key), opening))
+			}
+			in.release()
+			return
+		}
 		if status == openingComplete {
 			rec.Publish(fetchcache.Key([]byte(key), opening))
 		}
@@ -624,15 +639,15 @@ const (
 	openingComplete    openingStatus = iota
 	openingUncacheable               // too large, or not pkt-lines
 	openingGone                      // the client's stream ended first (or the session did)
-	openingIdle                      // the client sent nothing for the idle timeout
+	openingIdle                      // the wait's time limit passed
 )
 
 // waitOpening waits for the client's opening (openingLength) and returns
-// it. idle > 0 bounds a wait with no byte from the client.
-func (b *clientBuffer) waitOpening(ctx context.Context, idle time.Duration) ([]byte, openingStatus) {
+// it. limit > 0 bounds the wait (openingIdle).
+func (b *clientBuffer) waitOpening(ctx context.Context, limit time.Duration) ([]byte, openingStatus) {
 	var timeout <-chan time.Time
-	if idle > 0 {
-		t := time.NewTimer(idle)
+	if limit > 0 {
+		t := time.NewTimer(limit)
 		defer t.Stop()
 		timeout = t.C
 	}

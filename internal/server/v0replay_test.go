@@ -5,11 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"packwire/internal/fetchcache"
 	"packwire/internal/gittest"
@@ -469,4 +471,33 @@ func TestV0SessionShallowAndFilter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestV0SessionSilentLeader: the first session of a repository state
+// reads its advertisement and sends nothing; another session of the same
+// state must not wait for it (the advertisement is kept after at most
+// advertisementHold), and gets the same refs. Before the bound it waited
+// for the first session to end (its idle timeout); the client is given
+// 30 s here so that the test fails rather than hangs.
+func TestV0SessionSilentLeader(t *testing.T) {
+	s := startServer(t, nil)
+	name := "silent"
+	bare := s.seed(t, name)
+	settle(t, bare)
+	silent := dialUploadPack(t, s, name, false)
+	refs := silent.advertisement(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", "ls-remote", s.gitURL(name))
+	cmd.Env = append(append([]string{}, s.env.Vars...), protocolEnv(0)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ls-remote while the first session is silent: %v\n%s", err, lastLines(string(out), 10))
+	}
+	assertProtocol(t, string(out), 0)
+	head := s.env.RevParse(bare, "main")
+	if !strings.Contains(string(out), head+"\trefs/heads/main") || !strings.Contains(refs[0], head) {
+		t.Fatalf("the sessions disagree on main (%s):\n%s\n%q", head, lastLines(string(out), 5), refs[0])
+	}
+	silent.conn.Close()
 }
