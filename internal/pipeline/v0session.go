@@ -93,6 +93,9 @@ func (c *Call) runV0Session(ctx context.Context, cancel context.CancelCauseFunc,
 	case openingGone:
 		// The client left after the advertisement, as a session git's
 		// client may: nothing to answer.
+		if ctx.Err() != nil {
+			return res, nil, context.Cause(ctx)
+		}
 		return res, nil, nil
 	case openingIdle:
 		return res, nil, gitexec.ErrIdle
