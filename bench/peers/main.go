@@ -69,6 +69,7 @@ func main() {
 	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, coldclone, bigstorm, idle, load); default all but bigstorm")
 	from := flag.String("from", "", "copy this bare repository (e.g. one packwire synth made) instead of generating the shape (-shape names it)")
 	bigHerd := flag.Int("bigstorm-herd", 16, "clones per herd of the bigstorm workload (run it with a big repository: -shape linux -scale 0.15)")
+	flag.StringVar(&stormParts, "storm-parts", "cold,repeated,ci", "comma-separated parts of the storm workload to run: cold (cold clone herds), repeated (repeated clones against the peers), ci (CI runners fetching after a push)")
 	bigTransports := flag.String("bigstorm-transports", "git://,HTTP,SSH", "comma-separated transports of the bigstorm workload")
 	results := flag.String("results", "", "write the results as Markdown to this file too (e.g. bench/RESULTS.md)")
 	loadFor := flag.Duration("load-duration", 60*time.Second, "duration of the 64-clone load with a pusher")

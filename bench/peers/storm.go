@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,19 @@ import (
 	"packwire/internal/lab/compare"
 	"packwire/internal/repostate"
 )
+
+// stormParts is -storm-parts: the parts of the storm workload to run.
+var stormParts = "cold,repeated,ci"
+
+// stormPart tells whether -storm-parts names part.
+func stormPart(part string) bool {
+	for _, p := range strings.Split(stormParts, ",") {
+		if strings.TrimSpace(p) == part {
+			return true
+		}
+	}
+	return false
+}
 
 // stormVariant is one transport spoken with one protocol version.
 type stormVariant struct {
@@ -92,19 +106,22 @@ func (s *setup) stormWorkload(r *report) {
 	}
 
 	// 1. Cold herds: a push before each, so no answer is cached.
-	log.Print("storm: cold clone herds per transport and protocol version ...")
-	cold := s.rounds(sizedTargets, func(t target, round int) sample {
-		v, n := byName[t.name], sizeOf(t)
-		push(fmt.Sprintf("storm cold %s %d", t.name, round))
-		return measure(t.server, func() time.Duration {
-			return together(t.name, n, func(i int) error {
-				dst := filepath.Join(s.out, "storm", strconv.Itoa(i))
-				defer os.RemoveAll(dst)
-				_, err := s.git(t.env, s.out, v.args("clone", "-q", "--no-checkout", t.url, dst)...)
-				return err
+	cold := map[string][]sample{}
+	if stormPart("cold") {
+		log.Print("storm: cold clone herds per transport and protocol version ...")
+		cold = s.rounds(sizedTargets, func(t target, round int) sample {
+			v, n := byName[t.name], sizeOf(t)
+			push(fmt.Sprintf("storm cold %s %d", t.name, round))
+			return measure(t.server, func() time.Duration {
+				return together(t.name, n, func(i int) error {
+					dst := filepath.Join(s.out, "storm", strconv.Itoa(i))
+					defer os.RemoveAll(dst)
+					_, err := s.git(t.env, s.out, v.args("clone", "-q", "--no-checkout", t.url, dst)...)
+					return err
+				})
 			})
 		})
-	})
+	}
 
 	// 2. Repeated full clones of the unchanged repository, packwire and
 	// its peer (the warm-up round makes packwire's answers).
@@ -120,45 +137,51 @@ func (s *setup) stormWorkload(r *report) {
 		versionOf[t.name] = variants[i/2]
 	}
 	dst := filepath.Join(s.out, "storm-clone")
-	repeated := s.rounds(pairTargets, func(t target, _ int) sample {
-		os.RemoveAll(dst)
-		v := versionOf[t.name]
-		return measure(t.server, func() time.Duration {
-			return s.mustGit(t.env, s.out, v.args("clone", "-q", "--no-checkout", t.url, dst)...)
+	repeated := map[string][]sample{}
+	if stormPart("repeated") {
+		repeated = s.rounds(pairTargets, func(t target, _ int) sample {
+			os.RemoveAll(dst)
+			v := versionOf[t.name]
+			return measure(t.server, func() time.Duration {
+				return s.mustGit(t.env, s.out, v.args("clone", "-q", "--no-checkout", t.url, dst)...)
+			})
 		})
-	})
-	os.RemoveAll(dst)
+		os.RemoveAll(dst)
+	}
 
 	// 3. CI runners: n identical clones at the tip, a push, then all of
 	// them fetch at once. Their fetches have the same haves.
-	log.Print("storm: CI runners fetching after a push ...")
 	runners := filepath.Join(s.out, "storm-runners")
 	gitRuns := map[string][]time.Duration{} // git runs per CI herd (as durations, for Median)
-	ci := s.rounds(sizedTargets, func(t target, round int) sample {
-		v, n := byName[t.name], sizeOf(t)
-		os.RemoveAll(runners)
-		base := filepath.Join(runners, "base")
-		s.mustGit(nil, s.out, "clone", "-q", "--no-checkout", "file://"+bare, base)
-		s.mustGit(nil, base, "remote", "set-url", "origin", t.url)
-		for i := 0; i < n; i++ {
-			if b, err := exec.Command("cp", "-a", base, filepath.Join(runners, strconv.Itoa(i))).CombinedOutput(); err != nil {
-				benchkit.Fatalf("cp: %v %s", err, b)
+	ci := map[string][]sample{}
+	if stormPart("ci") {
+		log.Print("storm: CI runners fetching after a push ...")
+		ci = s.rounds(sizedTargets, func(t target, round int) sample {
+			v, n := byName[t.name], sizeOf(t)
+			os.RemoveAll(runners)
+			base := filepath.Join(runners, "base")
+			s.mustGit(nil, s.out, "clone", "-q", "--no-checkout", "file://"+bare, base)
+			s.mustGit(nil, base, "remote", "set-url", "origin", t.url)
+			for i := 0; i < n; i++ {
+				if b, err := exec.Command("cp", "-a", base, filepath.Join(runners, strconv.Itoa(i))).CombinedOutput(); err != nil {
+					benchkit.Fatalf("cp: %v %s", err, b)
+				}
 			}
-		}
-		push(fmt.Sprintf("storm ci %s %d", t.name, round))
-		start := time.Now()
-		smp := measure(t.server, func() time.Duration {
-			return together(t.name+" fetch", n, func(i int) error {
-				_, err := s.git(t.env, filepath.Join(runners, strconv.Itoa(i)), v.args("fetch", "-q", "origin")...)
-				return err
+			push(fmt.Sprintf("storm ci %s %d", t.name, round))
+			start := time.Now()
+			smp := measure(t.server, func() time.Duration {
+				return together(t.name+" fetch", n, func(i int) error {
+					_, err := s.git(t.env, filepath.Join(runners, strconv.Itoa(i)), v.args("fetch", "-q", "origin")...)
+					return err
+				})
 			})
+			if round >= 0 {
+				gitRuns[t.name] = append(gitRuns[t.name], time.Duration(s.fetchGitRuns(start)))
+			}
+			return smp
 		})
-		if round >= 0 {
-			gitRuns[t.name] = append(gitRuns[t.name], time.Duration(s.fetchGitRuns(start)))
-		}
-		return smp
-	})
-	os.RemoveAll(runners)
+		os.RemoveAll(runners)
+	}
 
 	r.section("Storms on every transport (fetch cache)", fmt.Sprintf(
 		"packwire with its defaults (fetch cache on) over git://, SSH and HTTP, each with protocol v0 and v2 (`-c protocol.version=N`). "+
@@ -172,15 +195,24 @@ func (s *setup) stormWorkload(r *report) {
 	for _, v := range variants {
 		one, many := benchkit.Median(cpus(cold[sized(v, 1)])), benchkit.Median(cpus(cold[sized(v, herd)]))
 		fOne, fMany := benchkit.Median(cpus(ci[sized(v, 1)])), benchkit.Median(cpus(ci[sized(v, herd)]))
-		pw, peer := repeated["packwire "+v.name()], repeated[v.tr.peerName+" v"+strconv.Itoa(v.version)]
-		hit := compare.Analyze(cpus(peer), cpus(pw))
 		coldRatio, ciRatio := many.Seconds()/one.Seconds(), fMany.Seconds()/fOne.Seconds()
 		nErr := errs[sized(v, 1)] + errs[sized(v, herd)] + errs[sized(v, 1)+" fetch"] + errs[sized(v, herd)+" fetch"]
-		r.row(v.name(), ms(one), ms(many), ratio(coldRatio), ms(fMany), ms(fOne), ratio(ciRatio), strconv.Itoa(int(benchkit.Median(gitRuns[sized(v, herd)]))),
-			ms(hit.BMedian), ms(hit.AMedian), ratioCI(hit), strconv.Itoa(nErr))
-		r.target(fmt.Sprintf("16 cold identical clones over %s <= 2.0x one clone's server CPU", v.name()), coldRatio, 2.0, compare.Result{})
-		r.target(fmt.Sprintf("repeated full clone over %s <= 0.1x %s's server CPU", v.name(), v.tr.peerName), hit.MedianRatio, 0.1, hit)
-		r.target(fmt.Sprintf("16 CI runners fetching after a push over %s <= 2.0x one such fetch", v.name()), ciRatio, 2.0, compare.Result{})
+		row := []string{v.name(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", strconv.Itoa(nErr)}
+		if stormPart("cold") {
+			row[1], row[2], row[3] = ms(one), ms(many), ratio(coldRatio)
+			r.target(fmt.Sprintf("16 cold identical clones over %s <= 2.0x one clone's server CPU", v.name()), coldRatio, 2.0, compare.Result{})
+		}
+		if stormPart("repeated") {
+			pw, peer := repeated["packwire "+v.name()], repeated[v.tr.peerName+" v"+strconv.Itoa(v.version)]
+			hit := compare.Analyze(cpus(peer), cpus(pw))
+			row[8], row[9], row[10] = ms(hit.BMedian), ms(hit.AMedian), ratioCI(hit)
+			r.target(fmt.Sprintf("repeated full clone over %s <= 0.1x %s's server CPU", v.name(), v.tr.peerName), hit.MedianRatio, 0.1, hit)
+		}
+		if stormPart("ci") {
+			row[4], row[5], row[6], row[7] = ms(fMany), ms(fOne), ratio(ciRatio), strconv.Itoa(int(benchkit.Median(gitRuns[sized(v, herd)])))
+			r.target(fmt.Sprintf("16 CI runners fetching after a push over %s <= 2.0x one such fetch", v.name()), ciRatio, 2.0, compare.Result{})
+		}
+		r.row(row...)
 	}
 }
 

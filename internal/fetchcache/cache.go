@@ -87,7 +87,8 @@ type generation struct {
 	// probation: a response to an incremental request whose key was not
 	// seen within SightingWindow; stored only if another request joins it.
 	probation bool
-	abandon   func() // stops the producer once nobody reads; under Cache.mu
+	abandon   func()      // stops the producer once nobody reads; under Cache.mu
+	log       *sessionLog // a recorded session's input and pieces (session.go); nil for a fetch response
 	*growfile.Growth
 }
 
@@ -208,6 +209,13 @@ func (c *Cache) join(key string, incremental bool) (*Reader, *Writer, error) {
 			return &Reader{f: f, g: g, c: c}, nil, nil
 		}
 	}
+	return c.startLocked(key, incremental && !seenBefore, false)
+}
+
+// startLocked makes the run of key (empty: a session recording published
+// later): the file git's output goes to, the leader's Reader of it, and
+// its Writer (with a recorder for a session).
+func (c *Cache) startLocked(key string, probation, session bool) (*Reader, *Writer, error) {
 	switch enough, changed := c.disk.Check(c.Dir, c.MinFreeBytes); {
 	case !enough:
 		if changed {
@@ -217,7 +225,11 @@ func (c *Cache) join(key string, incremental bool) (*Reader, *Writer, error) {
 	case changed:
 		c.Log.Info("fetch cache: disk has room again", "dir", c.Dir)
 	}
-	w, err := c.createTemp(c.Dir, key[:min(len(key), 16)]+".*.tmp")
+	prefix := key[:min(len(key), 16)]
+	if prefix == "" {
+		prefix = "session"
+	}
+	w, err := c.createTemp(c.Dir, prefix+".*.tmp")
 	if err != nil {
 		c.Log.Warn("fetch cache: cannot create a file, running git without it", "error", err.Error())
 		return nil, nil, fmt.Errorf("%w: %v", ErrStandAside, err)
@@ -228,9 +240,17 @@ func (c *Cache) join(key string, incremental bool) (*Reader, *Writer, error) {
 		os.Remove(w.Name())
 		return nil, nil, fmt.Errorf("%w: %v", ErrStandAside, err)
 	}
-	g := &generation{key: key, path: w.Name(), readers: 1, joined: 1, probation: incremental && !seenBefore, Growth: growfile.New()}
-	c.inflight[key] = g
-	return &Reader{f: f, g: g, c: c, leads: true}, &Writer{g: g, c: c, out: growfile.Writer{F: w, G: g.Growth}}, nil
+	g := &generation{key: key, path: w.Name(), readers: 1, joined: 1, probation: probation, Growth: growfile.New()}
+	if key != "" {
+		c.inflight[key] = g
+	}
+	reader := &Reader{f: f, g: g, c: c, leads: true}
+	writer := &Writer{g: g, c: c, out: growfile.Writer{F: w, G: g.Growth}}
+	if session {
+		g.log = newSessionLog()
+		writer.recorder = &SessionRecorder{c: c, w: writer, lead: reader, log: g.log}
+	}
+	return reader, writer, nil
 }
 
 // leave is a reader of g going away. When the last one leaves a run that
@@ -261,6 +281,9 @@ func (c *Cache) finish(g *generation, size int64, err error) {
 	c.mu.Lock()
 	if c.inflight[g.key] == g {
 		delete(c.inflight, g.key)
+	}
+	if g.key == "" {
+		err = errors.Join(err, errors.New("never published")) // a session recording nobody could follow
 	}
 	final := filepath.Join(c.Dir, g.key+".response")
 	keep := err == nil && c.MaxBytes > 0 && size <= c.MaxBytes && (!g.probation || g.joined > 1)
@@ -316,6 +339,7 @@ type Writer struct {
 	out       growfile.Writer // the response file and its growth
 	watchOnce sync.Once
 	stopWatch func()
+	recorder  *SessionRecorder // a session recording's (session.go)
 }
 
 // OnAbandon sets what stops the producer when every reader has left

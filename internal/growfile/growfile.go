@@ -113,6 +113,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// N is how many bytes were written through w.
+func (w *Writer) N() int64 { return w.n }
+
 // Watch records the growth of f, which a producer writes itself (git's
 // stdout is the file: no copy through packwire), by looking at its size
 // every so often; a stat costs a microsecond, and readers see new bytes at

@@ -483,8 +483,14 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	}
 	var gate *admissionGate
 	session := c.servesV2Session()
+	recorded := c.recordsV0Session()
 	clientIn := stdin // the transport's own, before any tap
 	switch {
+	case recorded:
+		// runV0Session reads the client itself and makes its gates.
+		if watch == nil {
+			watch = classifier
+		}
 	case session:
 		if watch != nil {
 			stdin = io.TeeReader(stdin, watch)
@@ -519,6 +525,8 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	case c.route.Relay != nil:
 		c.outcome = governor.PackCacheRelayed
 		res, err = c.route.Relay.Relay(ctx, req, c.Repo.Name, stdin, stdout, stderr)
+	case recorded:
+		res, gate, err = c.runV0Session(ctx, cancel, spec, clientIn, watch, stdout, stderr)
 	case session:
 		res, err = c.runV2Session(ctx, cancel, plain, spec, clientIn, stdin, stdout, stderr)
 	case req.Service == gitexec.ReceivePack && !req.AdvertiseRefs:

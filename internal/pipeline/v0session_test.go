@@ -1,0 +1,56 @@
+package pipeline
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestOpeningLength: a v0 client's opening is what it sends before it
+// needs an answer beyond the advertisement.
+func TestOpeningLength(t *testing.T) {
+	const x = "want 1111111111111111111111111111111111111111 multi_ack_detailed"
+	const h = "have 2222222222222222222222222222222222222222"
+	for _, tc := range []struct {
+		name   string
+		data   []byte
+		length int
+		status openingStatus
+	}{
+		{"ls-remote", pkts(""), 4, openingComplete},
+		{"clone", append(pkts(x, "", "done"), "junk"...), len(pkts(x, "", "done")), openingComplete},
+		{"two batches", append(pkts(x, "", h, ""), pkts(h, "")...), len(pkts(x, "", h, "")), openingComplete},
+		{"shallow waits for its shallow lines", pkts(x, "deepen 1", ""), len(pkts(x, "deepen 1", "")), openingComplete},
+		{"not yet", pkts(x, "", h), 0, openingGone},
+		{"half a packet", pkts(x)[:10], 0, openingGone},
+		{"not pkt-lines", []byte("GET / HTTP/1.1\r\n"), 0, openingUncacheable},
+		{"a delimiter", []byte("0001"), 0, openingUncacheable},
+	} {
+		n, status := openingLength(tc.data)
+		if n != tc.length || status != tc.status {
+			t.Errorf("%s: %d %v, want %d %v", tc.name, n, status, tc.length, tc.status)
+		}
+	}
+}
+
+// FuzzOpeningLength: any bytes give an opening within them that is whole
+// pkt-lines ending at a flush or done, or none.
+func FuzzOpeningLength(f *testing.F) {
+	f.Add(pkts("want 1 x", "", "have 2", ""))
+	f.Add(pkts(""))
+	f.Add([]byte("0004000a"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n, status := openingLength(data)
+		if status != openingComplete {
+			if n != 0 {
+				t.Fatalf("incomplete opening of %d bytes", n)
+			}
+			return
+		}
+		if n < 4 || n > len(data) {
+			t.Fatalf("opening of %d bytes in %d", n, len(data))
+		}
+		if end := string(data[n-4 : n]); end != "0000" && !strings.HasSuffix(string(data[:n]), "done\n") && !strings.HasSuffix(string(data[:n]), "done") {
+			t.Fatalf("opening ends with %q", data[max(0, n-8):n])
+		}
+	})
+}
