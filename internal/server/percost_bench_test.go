@@ -69,6 +69,7 @@ func BenchmarkPerRequestCost(b *testing.B) {
 			r, err := s.Data.Repos.Create(context.Background(), name)
 			if err == nil {
 				s.env.Build(r.Path, gittest.Shape{Commits: 400, Files: 300, BlobBytes: 3000, Branches: 5, Tags: 20, Seed: 3})
+				s.env.Git(r.Path, "pack-refs", "--all") // as maintenance leaves it
 			} else if r, err = s.Data.Repos.Resolve(name); err != nil {
 				b.Fatal(err)
 			}
