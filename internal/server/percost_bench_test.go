@@ -37,6 +37,8 @@ import (
 // (DIR/herd-TRANSPORT-N.pprof, one-..., clone-...).
 func BenchmarkPerRequestCost(b *testing.B) {
 	s := startServer(b, func(c *Config) { c.SSHAddr = "127.0.0.1:0" })
+	// The same server without SSH output pacing, to show what pacing costs.
+	unpaced := startServer(b, func(c *Config) { c.SSHAddr, c.SSHMaxUnacked = "127.0.0.1:0", 0 })
 	key := s.env.NewSSHKey("id_percost")
 	pubBytes, err := os.ReadFile(key + ".pub")
 	if err != nil {
@@ -46,8 +48,10 @@ func BenchmarkPerRequestCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := s.Data.Store.AddKey(context.Background(), "alice", store.Key{Fingerprint: gossh.FingerprintSHA256(pub), PublicKey: string(pubBytes)}); err != nil {
-		b.Fatal(err)
+	for _, srv := range []*testServer{s, unpaced} {
+		if err := srv.Data.Store.AddKey(context.Background(), "alice", store.Key{Fingerprint: gossh.FingerprintSHA256(pub), PublicKey: string(pubBytes)}); err != nil {
+			b.Fatal(err)
+		}
 	}
 	sshEnv := gittest.SSHCommandEnv(key)
 	profileDir := os.Getenv("PACKWIRE_PROFILE_DIR")
@@ -55,16 +59,19 @@ func BenchmarkPerRequestCost(b *testing.B) {
 	cases := []struct {
 		name    string
 		version int
+		srv     *testServer
 		url     func(string) string
 	}{
-		{"git-v2", 2, s.gitURL},
-		{"http-v0", 0, s.httpURL},
-		{"http-v2", 2, s.httpURL},
-		{"ssh-v2", 2, s.sshURL},
+		{"git-v2", 2, s, s.gitURL},
+		{"http-v0", 0, s, s.httpURL},
+		{"http-v2", 2, s, s.httpURL},
+		{"ssh-v2", 2, s, s.sshURL},
+		{"ssh-v2-unpaced", 2, unpaced, unpaced.sshURL},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			// b.Run calls this again with a larger b.N: the repository is made once.
+			s := tc.srv
 			name := "percost/" + tc.name
 			r, err := s.Data.Repos.Create(context.Background(), name)
 			if err == nil {
