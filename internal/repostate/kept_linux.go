@@ -2,6 +2,9 @@ package repostate
 
 import (
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,7 +21,9 @@ import (
 // while no event touched its repository since its walk began. Global
 // config files lie elsewhere and are compared by lstat on each call.
 // File systems where another machine may change the files (NFS, FUSE, ...)
-// are never kept: only those in localFileSystems are.
+// are never kept: only those in localFileSystems are. Nor are repositories
+// past the watch budget (half of fs.inotify.max_user_watches), which are
+// walked on every call as before.
 
 // watchMask is every change to a directory's entries or to a file in it.
 const watchMask = syscall.IN_CREATE | syscall.IN_DELETE | syscall.IN_MOVED_FROM | syscall.IN_MOVED_TO |
@@ -56,6 +61,7 @@ type keptStamp struct {
 var kept struct {
 	once     sync.Once
 	fd       int // -1: inotify unavailable, every call walks
+	budget   int // watches this process may hold: half the user's limit
 	mu       sync.Mutex
 	repos    map[string]*keptStamp
 	byWatch  map[int32]*keptStamp
@@ -71,6 +77,13 @@ func keptRefs(repoPath string, now time.Time) (Stamp, error) {
 		}
 		kept.fd = fd
 		kept.repos, kept.byWatch = map[string]*keptStamp{}, map[int32]*keptStamp{}
+		// The limit is per user: leave half of it to other programs.
+		kept.budget = 4096
+		if b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_watches"); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+				kept.budget = n / 2
+			}
+		}
 	})
 	if kept.fd < 0 {
 		st, _, err := walkRefs(repoPath, now, nil)
@@ -86,7 +99,7 @@ func keptRefs(repoPath string, now time.Time) (Stamp, error) {
 				break
 			}
 		}
-		k = &keptStamp{unwatched: !localFileSystem(repoPath)}
+		k = &keptStamp{unwatched: len(kept.byWatch) >= kept.budget || !localFileSystem(repoPath)}
 		kept.repos[repoPath] = k
 	}
 	unwatched := k.unwatched
