@@ -68,13 +68,18 @@ var (
 	ErrBadCredentials = errors.New("invalid credentials")
 )
 
-// Controller answers access questions from the store. The store is read on
-// every call so that admin commands take effect at once.
+// Controller answers access questions from the store. What it loads is
+// current for every call: either read from the store, or kept from an
+// earlier call while the store's Version says nothing was written since
+// (any write, by any process: a revocation applies to the very next
+// request).
 type Controller struct {
 	Store *store.Store
 	// ClusterSecret, when set (a cluster node), is the password of
 	// ClusterUser: another node replicating a push or catching up a copy.
 	ClusterSecret string
+
+	kept keptModels
 }
 
 // ClusterUser is the HTTP user name nodes of a cluster use with each
@@ -102,8 +107,28 @@ type Model struct {
 	Rules           []store.Rule
 }
 
-// Load reads what decisions for p need.
+// Load returns what decisions for p need. The model is shared between
+// requests: callers only read it.
 func (c *Controller) Load(ctx context.Context, p Principal) (*Model, error) {
+	version, ok, err := c.Store.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		if m := c.kept.model(version, p.User); m != nil {
+			return m, nil
+		}
+	}
+	// Read after the version: a write that lands meanwhile moves the
+	// version, so the next call reads again.
+	m, err := c.load(ctx, p)
+	if err == nil && ok {
+		c.kept.keepModel(version, p.User, m)
+	}
+	return m, err
+}
+
+func (c *Controller) load(ctx context.Context, p Principal) (*Model, error) {
 	m := &Model{}
 	def, err := c.Store.Setting(ctx, SettingAnonRead, "on")
 	if err != nil {
@@ -205,12 +230,29 @@ func (c *Controller) IsServerAdmin(ctx context.Context, p Principal) bool {
 // anonymous (read-only), not an error: identity is the key, never the
 // SSH user name.
 func (c *Controller) PrincipalForKey(ctx context.Context, key ssh.PublicKey) (Principal, error) {
-	user, err := c.Store.KeyOwner(ctx, ssh.FingerprintSHA256(key))
-	if errors.Is(err, store.ErrNotFound) {
-		return Anonymous, nil
+	fingerprint := ssh.FingerprintSHA256(key)
+	version, ok, err := c.Store.Version(ctx)
+	if err != nil {
+		return Principal{}, err
+	}
+	user, kept := "", false
+	if ok {
+		user, kept = c.kept.keyOwner(version, fingerprint)
+	}
+	if !kept {
+		user, err = c.Store.KeyOwner(ctx, fingerprint)
+		if errors.Is(err, store.ErrNotFound) {
+			user, err = "", nil
+		}
+		if err == nil && ok {
+			c.kept.keepKeyOwner(version, fingerprint, user)
+		}
 	}
 	if err != nil {
 		return Principal{}, err
+	}
+	if user == "" {
+		return Anonymous, nil
 	}
 	return Principal{User: user, Via: "ssh-key"}, nil
 }

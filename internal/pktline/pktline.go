@@ -34,16 +34,26 @@ var (
 // so the rest of the stream can be handed on untouched.
 type Reader struct {
 	r   io.Reader
-	buf [MaxLength]byte
+	buf []byte // small, or grown to the longest packet so far
+	// small holds the packets of most requests (commands, wants, haves):
+	// a Reader per request used to allocate and zero MaxLength bytes.
+	small [512]byte
 }
 
 // NewReader returns a Reader that reads exactly one packet per call from r.
-func NewReader(r io.Reader) *Reader { return &Reader{r: r} }
+func NewReader(r io.Reader) *Reader {
+	p := &Reader{r: r}
+	p.buf = p.small[:]
+	return p
+}
 
 // Read returns the next packet. The payload aliases an internal buffer and is
 // valid until the next call. A clean EOF before any byte returns io.EOF; a
 // packet cut short returns io.ErrUnexpectedEOF.
 func (p *Reader) Read() (Kind, []byte, error) {
+	if p.buf == nil {
+		p.buf = p.small[:]
+	}
 	if _, err := io.ReadFull(p.r, p.buf[:4]); err != nil {
 		return Data, nil, err
 	}
@@ -63,6 +73,9 @@ func (p *Reader) Read() (Kind, []byte, error) {
 	}
 	if n > MaxLength {
 		return Data, nil, ErrTooLong
+	}
+	if n > len(p.buf) {
+		p.buf = make([]byte, max(n, min(2*len(p.buf), MaxLength)))
 	}
 	payload := p.buf[4:n]
 	if _, err := io.ReadFull(p.r, payload); err != nil {

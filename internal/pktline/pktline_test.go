@@ -10,7 +10,9 @@ import (
 
 func TestRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	lines := []string{"want 1234\n", "", "x", strings.Repeat("a", MaxPayload)}
+	// Lengths around the reader's first buffer and its growth, then short again.
+	lines := []string{"want 1234\n", "", "x", strings.Repeat("b", 508), strings.Repeat("c", 509), strings.Repeat("d", 2000),
+		strings.Repeat("a", MaxPayload), "y", strings.Repeat("e", 1030)}
 	for _, l := range lines {
 		if err := Write(&buf, []byte(l)); err != nil {
 			t.Fatal(err)

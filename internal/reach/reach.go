@@ -5,7 +5,8 @@
 // a secret would stay fetchable by its id until gc removed its objects.
 //
 // Wants that are ref tips (what clones and most fetches ask for) are
-// decided from the repository's ref files, without git. The others (the
+// decided from the repository's ref files, without git (kept while the
+// refs keep their repostate stamp). The others (the
 // blobs a partial clone fetches lazily, a commit fetched by id) are asked
 // of git in one rev-list: exact and cheap with a reachability bitmap,
 // which maintenance keeps on every repository, and a full walk of the
@@ -23,10 +24,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"packwire/internal/gitexec"
 	"packwire/internal/oid"
+	"packwire/internal/repostate"
 )
 
 // Hidden is the ref namespace that is neither shown to clients nor a
@@ -36,6 +39,45 @@ const Hidden = "refs/packwire/"
 // Checker answers for one repository.
 type Checker struct {
 	GitPath string // default "git"
+
+	mu   sync.Mutex
+	tips map[string]keptTips // by repository path
+}
+
+// keptTips are a repository's tips, read after its refs had the stamp digest.
+type keptTips struct {
+	digest string
+	tips   map[string]bool
+}
+
+// keptTipsLimit bounds the repositories whose tips are kept.
+const keptTipsLimit = 1024
+
+// visibleTips returns Tips(repoPath), kept while the repository's refs
+// keep their stamp (repostate.Refs: a kept stamp costs no walk). The tips
+// are read after the stamp, so they are never older than it.
+func (c *Checker) visibleTips(repoPath string) (map[string]bool, error) {
+	st, err := repostate.Refs(repoPath, time.Now())
+	if err != nil || st.Racy {
+		return Tips(repoPath)
+	}
+	c.mu.Lock()
+	k, ok := c.tips[repoPath]
+	c.mu.Unlock()
+	if ok && k.digest == st.Digest {
+		return k.tips, nil
+	}
+	tips, err := Tips(repoPath)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.tips == nil || len(c.tips) >= keptTipsLimit {
+		c.tips = map[string]keptTips{}
+	}
+	c.tips[repoPath] = keptTips{digest: st.Digest, tips: tips}
+	c.mu.Unlock()
+	return tips, nil
 }
 
 // Usage is the CPU the git processes of a check took, for the request's
@@ -56,7 +98,7 @@ func (c *Checker) Unreachable(ctx context.Context, repoPath string, wants []stri
 	if len(wants) == 0 {
 		return nil, u, nil
 	}
-	tips, err := Tips(repoPath)
+	tips, err := c.visibleTips(repoPath)
 	if err != nil {
 		return nil, u, err
 	}

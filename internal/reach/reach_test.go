@@ -1,9 +1,14 @@
 package reach
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"packwire/internal/gittest"
+	"packwire/internal/repostate"
 )
 
 func TestTipsFromFiles(t *testing.T) {
@@ -33,5 +38,41 @@ func TestWants(t *testing.T) {
 		"want-ref refs/heads/main\n", "have 3333333333333333333333333333333333333333\n", "want zz\n"})
 	if len(got) != 2 || got[1] != "2222222222222222222222222222222222222222" {
 		t.Fatalf("wants %v", got)
+	}
+}
+
+// TestKeptTipsFollowRefsAtOnce: tips are kept between checks, yet a
+// branch deleted just now no longer makes its commit servable, and one
+// created just now does (no wait in between).
+func TestKeptTipsFollowRefsAtOnce(t *testing.T) {
+	env := gittest.New(t)
+	repo := filepath.Join(t.TempDir(), "r.git")
+	env.Build(repo, gittest.Shape{Commits: 3, Branches: 1, Seed: 1})
+	env.Git(repo, "pack-refs", "--all")
+	tip := env.RevParse(repo, "branch0")
+	time.Sleep(2 * repostate.RacyWindow) // stamps of older refs are kept
+	c := &Checker{}
+	unreachable := func() []string {
+		t.Helper()
+		out, _, err := c.Unreachable(context.Background(), repo, []string{tip})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for i := 0; i < 2; i++ {
+		if got := unreachable(); got != nil {
+			t.Fatalf("branch0's tip unreachable: %v", got)
+		}
+	}
+	env.Git(repo, "update-ref", "-d", "refs/heads/branch0")
+	if got := unreachable(); len(got) != 1 {
+		t.Fatalf("the tip of a branch deleted just now is still servable")
+	}
+	time.Sleep(2 * repostate.RacyWindow)
+	unreachable()
+	env.Git(repo, "update-ref", "refs/heads/again", tip)
+	if got := unreachable(); got != nil {
+		t.Fatalf("the tip of a branch created just now is not servable: %v", got)
 	}
 }

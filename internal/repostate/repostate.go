@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
@@ -59,11 +60,36 @@ type Stamp struct {
 // repository. Not followed: files named by include.path.
 //
 // A change less than RacyWindow before now makes the stamp Racy.
+//
+// Where the kernel reports changes (inotify on Linux's local file
+// systems: kept.go), the stamp is kept between calls and the repository
+// walked again only after something changed in the directories it
+// covers: the event is queued by the very system call that made the
+// change, so a stamp taken after a push returned always sees the push.
 func Refs(repoPath string, now time.Time) (Stamp, error) {
+	return keptRefs(repoPath, now)
+}
+
+// walks counts the walks of refs/ (kept stamps are not walks), for tests.
+var walks atomic.Int64
+
+// walkRefs computes Refs' stamp from the files. watchDir, if not nil, is
+// called for each directory the stamp covers before its entries are read,
+// and may refuse (then the walk fails with its error). It returns the
+// newest time the stamp saw too.
+func walkRefs(repoPath string, now time.Time, watchDir func(path string) error) (Stamp, time.Time, error) {
+	walks.Add(1)
+	if watchDir != nil {
+		for _, dir := range []string{"", "objects", filepath.Join("objects", "info"), filepath.Join("objects", "pack")} {
+			if err := watchDir(filepath.Join(repoPath, dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return Stamp{}, time.Time{}, err
+			}
+		}
+	}
 	d := digest{h: sha256.New()}
 	head, err := readSmall(filepath.Join(repoPath, "HEAD"))
 	if err != nil {
-		return Stamp{}, fmt.Errorf("repository state: %w", err)
+		return Stamp{}, time.Time{}, fmt.Errorf("repository state: %w", err)
 	}
 	d.field("HEAD", head)
 	for _, name := range []string{"HEAD", "packed-refs", "config", "shallow", filepath.Join("objects", "info", "alternates"), filepath.Join("objects", "pack")} {
@@ -78,14 +104,19 @@ func Refs(repoPath string, now time.Time) (Stamp, error) {
 			}
 			return err
 		}
+		if watchDir != nil && e.IsDir() {
+			if err := watchDir(path); err != nil {
+				return err
+			}
+		}
 		rel, _ := filepath.Rel(refs, path)
 		d.stat("refs/"+filepath.ToSlash(rel), path)
 		return nil
 	})
 	if err != nil {
-		return Stamp{}, fmt.Errorf("repository state: %w", err)
+		return Stamp{}, time.Time{}, fmt.Errorf("repository state: %w", err)
 	}
-	return d.stamp(now), nil
+	return d.stamp(now), d.newest, nil
 }
 
 // GlobalConfigFiles are the configuration files outside the repository
@@ -132,10 +163,32 @@ func (d *digest) globals() {
 	}
 }
 
-func (d *digest) stamp(now time.Time) Stamp {
-	// A time in the future (another clock, a skewed file server) is racy too.
-	return Stamp{Digest: hex.EncodeToString(d.h.Sum(nil)), Racy: !d.newest.Before(now.Add(-RacyWindow))}
+// globalsStat is what lstat says of the global config files now, so that
+// a kept stamp notices a change there (they lie outside the watched
+// directories).
+func globalsStat() string {
+	var b []byte
+	for _, path := range GlobalConfigFiles() {
+		fi, err := os.Lstat(path)
+		if err != nil {
+			b = append(b, 0)
+			continue
+		}
+		b = binary.BigEndian.AppendUint64(b, inode(fi))
+		b = binary.BigEndian.AppendUint64(b, uint64(fi.Size()))
+		b = binary.BigEndian.AppendUint64(b, uint64(fi.ModTime().UnixNano()))
+		b = binary.BigEndian.AppendUint64(b, uint64(changeTime(fi).UnixNano()))
+	}
+	return string(b)
 }
+
+func (d *digest) stamp(now time.Time) Stamp {
+	return Stamp{Digest: hex.EncodeToString(d.h.Sum(nil)), Racy: racy(d.newest, now)}
+}
+
+// racy tells whether a change at newest is too recent to trust at now. A
+// time in the future (another clock, a skewed file server) is racy too.
+func racy(newest, now time.Time) bool { return !newest.Before(now.Add(-RacyWindow)) }
 
 // stat adds what lstat says of path (or that it is missing) under name.
 func (d *digest) stat(name, path string) {

@@ -3,6 +3,7 @@ package repostate
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -114,5 +115,54 @@ func TestConfigStamp(t *testing.T) {
 	os.WriteFile(global, []byte("[uploadpack]\n\tallowFilter = true\n"), 0o644)
 	if config() == b {
 		t.Fatal("a changed global config has the same stamp")
+	}
+}
+
+// TestKeptStampSeesEveryChangeAtOnce: a stamp taken right after a change
+// (no wait) differs from the one before it, though stamps are kept
+// between calls: on Linux, asking again with nothing changed walks
+// nothing.
+func TestKeptStampSeesEveryChangeAtOnce(t *testing.T) {
+	env := gittest.New(t)
+	repo := filepath.Join(t.TempDir(), "r.git")
+	env.Build(repo, gittest.Shape{Commits: 3, Branches: 1, Tags: 1, Seed: 1})
+	env.Git(repo, "pack-refs", "--all")
+	main := env.RevParse(repo, "main")
+	first := env.RevParse(repo, "main~1")
+	changes := []struct {
+		name string
+		do   func()
+	}{
+		{"loose ref created", func() { env.Git(repo, "update-ref", "refs/heads/new", main) }},
+		{"loose ref updated", func() { env.Git(repo, "update-ref", "refs/heads/new", first) }},
+		{"packed ref updated", func() { env.Git(repo, "update-ref", "refs/heads/branch0", first) }},
+		{"refs packed", func() { env.Git(repo, "pack-refs", "--all") }},
+		{"nested ref created", func() { env.Git(repo, "update-ref", "refs/pull/1/head", main) }},
+		{"nested ref updated", func() { env.Git(repo, "update-ref", "refs/pull/1/head", first) }},
+		{"ref deleted", func() { env.Git(repo, "update-ref", "-d", "refs/pull/1/head") }},
+		{"HEAD moved", func() { env.Git(repo, "symbolic-ref", "HEAD", "refs/heads/branch0") }},
+		{"config changed", func() { env.Git(repo, "config", "uploadpack.hideRefs", "refs/pull") }},
+		{"shallow file", func() { os.WriteFile(filepath.Join(repo, "shallow"), []byte(first+"\n"), 0o644) }},
+		{"alternates", func() {
+			os.MkdirAll(filepath.Join(repo, "objects", "info"), 0o755)
+			os.WriteFile(filepath.Join(repo, "objects", "info", "alternates"), []byte("/nowhere\n"), 0o644)
+		}},
+		{"objects repacked", func() { env.Git(repo, "repack", "-adq") }},
+	}
+	prev := settled(t, repo)
+	for _, c := range changes {
+		before := walks.Load()
+		if again := stamp(t, repo); again.Digest != prev.Digest {
+			t.Fatalf("before %s: the stamp changed with nothing changed", c.name)
+		}
+		if runtime.GOOS == "linux" && walks.Load() != before {
+			t.Errorf("before %s: a stamp with nothing changed walked the repository", c.name)
+		}
+		c.do()
+		now := stamp(t, repo)
+		if now.Digest == prev.Digest {
+			t.Errorf("%s: the stamp right after it is the one before", c.name)
+		}
+		prev = settled(t, repo)
 	}
 }

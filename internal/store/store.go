@@ -24,7 +24,8 @@ var ErrExists = errors.New("already exists")
 
 // Store wraps the database handle.
 type Store struct {
-	DB *DB
+	DB      *DB
+	version versionWatch // Version's own connection
 }
 
 // migrations are applied in order; PRAGMA user_version records how many ran.
@@ -275,7 +276,10 @@ func (s *Store) migratePostgres(ctx context.Context, schema string, migrations [
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.DB.Close() }
+func (s *Store) Close() error {
+	s.closeVersion()
+	return s.DB.Close()
+}
 
 func (s *Store) migrate(ctx context.Context, migrations []string) error {
 	conn, err := s.DB.Conn(ctx)

@@ -1,0 +1,215 @@
+package repostate
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Kept stamps (Refs): every directory a stamp covers (the repository's
+// own, objects, objects/info, objects/pack, refs and each directory below
+// it) is watched with inotify before it is read. inotify queues an event
+// inside the system call that changes a directory or a file in it (a
+// rename over a ref, a new pack, a rewritten packed-refs or config), so a
+// request that arrives after a push returned finds the push's event in
+// the queue: each call reads the queue first, and a stamp is reused only
+// while no event touched its repository since its walk began. Global
+// config files lie elsewhere and are compared by lstat on each call.
+// File systems where another machine may change the files (NFS, FUSE, ...)
+// are never kept: only those in localFileSystems are. Nor are repositories
+// past the watch budget (half of fs.inotify.max_user_watches), which are
+// walked on every call as before.
+
+// watchMask is every change to a directory's entries or to a file in it.
+const watchMask = syscall.IN_CREATE | syscall.IN_DELETE | syscall.IN_MOVED_FROM | syscall.IN_MOVED_TO |
+	syscall.IN_MODIFY | syscall.IN_ATTRIB | syscall.IN_CLOSE_WRITE | syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF |
+	syscall.IN_ONLYDIR
+
+// keptLimit bounds the repositories whose stamps are kept (and watched).
+const keptLimit = 1024
+
+// localFileSystems are the statfs magic numbers of file systems that only
+// this kernel changes, so that inotify sees every change.
+var localFileSystems = map[int64]bool{
+	0xEF53:     true, // ext2/3/4
+	0x58465342: true, // xfs
+	0x9123683E: true, // btrfs
+	0x01021994: true, // tmpfs
+	0x794c7630: true, // overlayfs
+	0x2fc12fc1: true, // zfs
+	0xF2F52010: true, // f2fs
+}
+
+type keptStamp struct {
+	walk    sync.Mutex // one walk of the repository at a time
+	wds     []int32    // its watches
+	changes uint64     // events seen for it (or for everything)
+	valid   bool       // stamp is current unless changes moved since
+	stamp   Stamp
+	newest  time.Time
+	globals string // globalsStat at the walk
+	// unwatched: walked on every call (not a local file system, or out
+	// of watches).
+	unwatched bool
+}
+
+var kept struct {
+	once     sync.Once
+	fd       int // -1: inotify unavailable, every call walks
+	budget   int // watches this process may hold: half the user's limit
+	mu       sync.Mutex
+	repos    map[string]*keptStamp
+	byWatch  map[int32]*keptStamp
+	overflow uint64 // queue overflows: every stamp is suspect
+	buf      [64 << 10]byte
+}
+
+func keptRefs(repoPath string, now time.Time) (Stamp, error) {
+	kept.once.Do(func() {
+		fd, err := syscall.InotifyInit1(syscall.IN_NONBLOCK | syscall.IN_CLOEXEC)
+		if err != nil {
+			fd = -1
+		}
+		kept.fd = fd
+		kept.repos, kept.byWatch = map[string]*keptStamp{}, map[int32]*keptStamp{}
+		// The limit is per user: leave half of it to other programs.
+		kept.budget = 4096
+		if b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_watches"); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+				kept.budget = n / 2
+			}
+		}
+	})
+	if kept.fd < 0 {
+		st, _, err := walkRefs(repoPath, now, nil)
+		return st, err
+	}
+	kept.mu.Lock()
+	drainLocked()
+	k := kept.repos[repoPath]
+	if k == nil {
+		if len(kept.repos) >= keptLimit {
+			for path, old := range kept.repos {
+				forgetLocked(path, old)
+				break
+			}
+		}
+		k = &keptStamp{unwatched: len(kept.byWatch) >= kept.budget || !localFileSystem(repoPath)}
+		kept.repos[repoPath] = k
+	}
+	unwatched := k.unwatched
+	kept.mu.Unlock()
+	if unwatched {
+		st, _, err := walkRefs(repoPath, now, nil)
+		return st, err
+	}
+
+	k.walk.Lock()
+	defer k.walk.Unlock()
+	globals := globalsStat()
+	kept.mu.Lock()
+	drainLocked()
+	if k.valid && k.globals == globals {
+		st := k.stamp
+		st.Racy = racy(k.newest, now)
+		kept.mu.Unlock()
+		return st, nil
+	}
+	k.valid = false
+	changes := k.changes + kept.overflow
+	kept.mu.Unlock()
+
+	st, newest, err := walkRefs(repoPath, now, func(dir string) error {
+		wd, err := syscall.InotifyAddWatch(kept.fd, dir, watchMask)
+		if err != nil {
+			return err
+		}
+		kept.mu.Lock()
+		if kept.byWatch[int32(wd)] != k {
+			kept.byWatch[int32(wd)] = k
+			k.wds = append(k.wds, int32(wd))
+		}
+		kept.mu.Unlock()
+		return nil
+	})
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.ENOMEM) {
+		// Out of watches: this repository is walked on every call.
+		kept.mu.Lock()
+		forgetLocked(repoPath, k)
+		kept.repos[repoPath] = &keptStamp{unwatched: true}
+		kept.mu.Unlock()
+		st, _, err = walkRefs(repoPath, now, nil)
+	}
+	if err != nil {
+		return st, err
+	}
+	kept.mu.Lock()
+	drainLocked()
+	// Kept only if nothing changed since the watches were set: an event
+	// during the walk may have been read half-way.
+	if k.changes+kept.overflow == changes {
+		k.valid, k.stamp, k.newest, k.globals = true, st, newest, globals
+	}
+	kept.mu.Unlock()
+	return st, nil
+}
+
+// drainLocked reads every queued event and marks the repositories they
+// touch as changed.
+func drainLocked() {
+	for {
+		n, err := syscall.Read(kept.fd, kept.buf[:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if n <= 0 || err != nil {
+			return // EAGAIN: the queue is empty
+		}
+		for off := 0; off+syscall.SizeofInotifyEvent <= n; {
+			ev := (*syscall.InotifyEvent)(unsafe.Pointer(&kept.buf[off]))
+			off += syscall.SizeofInotifyEvent + int(ev.Len)
+			if ev.Mask&syscall.IN_Q_OVERFLOW != 0 {
+				kept.overflow++
+				for _, k := range kept.repos {
+					k.valid = false
+				}
+				continue
+			}
+			k := kept.byWatch[ev.Wd]
+			if k == nil {
+				continue
+			}
+			k.changes++
+			k.valid = false
+			if ev.Mask&syscall.IN_IGNORED != 0 {
+				// The directory is gone (or unwatched): its watch id may be reused.
+				delete(kept.byWatch, ev.Wd)
+			}
+		}
+	}
+}
+
+// forgetLocked stops watching a repository.
+func forgetLocked(path string, k *keptStamp) {
+	for _, wd := range k.wds {
+		if kept.byWatch[wd] == k {
+			syscall.InotifyRmWatch(kept.fd, uint32(wd))
+			delete(kept.byWatch, wd)
+		}
+	}
+	k.valid = false
+	delete(kept.repos, path)
+}
+
+func localFileSystem(path string) bool {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(path, &fs); err != nil {
+		return false
+	}
+	return localFileSystems[int64(fs.Type)]
+}

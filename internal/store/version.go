@@ -1,0 +1,70 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+)
+
+// versionWatch holds the connection that tells committed writes apart
+// (Version). It is never used to write: SQLite's data_version counts the
+// commits of *other* connections only.
+type versionWatch struct {
+	mu    sync.Mutex
+	conn  *sql.Conn
+	stmt  *sql.Stmt
+	epoch int64 // connections opened: a new one counts data_version afresh
+}
+
+// Version returns a number that differs from the one an earlier call
+// returned whenever any write was committed to the store in between, by
+// this process or another one (an admin command run while the server
+// serves), to any table: so a value computed from the store after Version
+// returned v is current for as long as Version still returns v. ok is
+// false where the engine cannot tell (PostgreSQL, where other nodes write
+// too): nothing may then be kept across calls.
+//
+// SQLite's PRAGMA data_version on a connection of its own: it reads the
+// shared WAL index, no table, and changes on every commit by another
+// connection.
+func (s *Store) Version(ctx context.Context) (v int64, ok bool, err error) {
+	if s.DB.Engine != SQLite {
+		return 0, false, nil
+	}
+	w := &s.version
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stmt == nil {
+		conn, err := s.DB.Conn(ctx)
+		if err != nil {
+			return 0, false, err
+		}
+		stmt, err := conn.PrepareContext(ctx, "PRAGMA data_version")
+		if err != nil {
+			conn.Close()
+			return 0, false, err
+		}
+		w.conn, w.stmt = conn, stmt
+		w.epoch++
+	}
+	if err := w.stmt.QueryRowContext(ctx).Scan(&v); err != nil {
+		// A broken connection is replaced on the next call.
+		w.stmt.Close()
+		w.conn.Close()
+		w.conn, w.stmt = nil, nil
+		return 0, false, err
+	}
+	return w.epoch<<40 + v, true, nil
+}
+
+// closeVersion gives the version connection back before the database closes.
+func (s *Store) closeVersion() {
+	w := &s.version
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stmt != nil {
+		w.stmt.Close()
+		w.conn.Close()
+		w.conn, w.stmt = nil, nil
+	}
+}
