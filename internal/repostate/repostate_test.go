@@ -60,8 +60,11 @@ func TestRefsStampSeesEveryChange(t *testing.T) {
 	seen := map[string]string{}
 	prev := settled(t, repo)
 	for _, c := range changes {
+		began := time.Now()
 		c.do()
-		if c.name != "nothing" && !stamp(t, repo).Racy {
+		// Racy for sure only if the change and the stamp both fell within
+		// the window: on a loaded machine git alone can take longer.
+		if st := stamp(t, repo); c.name != "nothing" && !st.Racy && time.Since(began) < RacyWindow {
 			t.Errorf("%s: a stamp right after the change is not racy", c.name)
 		}
 		s := settled(t, repo)
