@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -97,11 +96,9 @@ func cmdRepoQuota(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("repo quota %s: %w", pos[0], err)
 	}
 	if len(pos) == 2 {
-		var bytes int64
-		if pos[1] != "off" {
-			if bytes, err = units.ParseBytes(pos[1]); err != nil || bytes == 0 {
-				return usagef("repo quota %s: %q is not a size (500M, 2G, a byte count, or off)", r.Name, pos[1])
-			}
+		bytes, err := parseQuota(r.Name, pos[1])
+		if err != nil {
+			return err
 		}
 		if err := repo.SetQuota(ctx, r, bytes); err != nil {
 			return fmt.Errorf("repo quota %s: %w", r.Name, err)
@@ -116,42 +113,45 @@ func cmdRepoQuota(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // The size on disk is each node's: the Cluster page and repo quota on a
 // node's own data directory show it.
 func quotaInCluster(ctx context.Context, data *datadir.Data, pos []string, stdout, stderr io.Writer) (bool, error) {
-	clustered, err := inCluster(ctx, data)
+	name, clustered, err := clusterRepo(ctx, data, pos[0])
 	if err != nil || !clustered {
-		return false, err
-	}
-	name, err := repo.CleanName(pos[0])
-	if err != nil {
-		return true, fmt.Errorf("repo quota %s: %w", pos[0], err)
+		if err != nil {
+			err = fmt.Errorf("repo quota %s: %w", pos[0], err)
+		}
+		return clustered, err
 	}
 	var st cluster.Settings
 	if len(pos) == 2 {
-		var bytes int64
-		if pos[1] != "off" {
-			if bytes, err = units.ParseBytes(pos[1]); err != nil || bytes == 0 {
-				return true, usagef("repo quota %s: %q is not a size (500M, 2G, a byte count, or off)", name, pos[1])
-			}
+		bytes, err := parseQuota(name, pos[1])
+		if err != nil {
+			return true, err
 		}
 		st, err = cluster.SetSettings(ctx, data.Store.DB, name, cluster.Change{Quota: &bytes})
-		if err == nil {
-			recordRepoChange(ctx, data, stderr, "repo quota", name, pos[1]+" (every copy)")
+		if err != nil {
+			return true, fmt.Errorf("repo quota %s: %w", name, placedOnly(err))
 		}
-	} else {
-		st, err = cluster.RepoSettings(ctx, data.Store.DB, name)
+		recordRepoChange(ctx, data, stderr, "repo quota", name, pos[1]+" (every copy)")
+	} else if st, err = cluster.RepoSettings(ctx, data.Store.DB, name); err != nil {
+		return true, fmt.Errorf("repo quota %s: %w", name, placedOnly(err))
 	}
-	if errors.Is(err, cluster.ErrNotPlaced) {
-		err = fmt.Errorf("%w (packwire cluster status lists the cluster's)", repo.ErrNotFound)
-	}
-	if err != nil {
-		return true, fmt.Errorf("repo quota %s: %w", name, err)
-	}
-	switch {
-	case st.Quota == nil || *st.Quota == 0:
+	if st.Quota == nil || *st.Quota == 0 {
 		fmt.Fprintf(stdout, "%s: no quota on its copies\n", name)
-	default:
+	} else {
 		fmt.Fprintf(stdout, "%s: a %s quota on every copy (each node applies a change within a heartbeat)\n", name, units.Bytes(*st.Quota))
 	}
 	return true, nil
+}
+
+// parseQuota reads repo quota's SIZE: a size, or off (0).
+func parseQuota(name, arg string) (int64, error) {
+	if arg == "off" {
+		return 0, nil
+	}
+	bytes, err := units.ParseBytes(arg)
+	if err != nil || bytes == 0 {
+		return 0, usagef("repo quota %s: %q is not a size (500M, 2G, a byte count, or off)", name, arg)
+	}
+	return bytes, nil
 }
 
 // printUsage prints a repository's size on disk and its quota.

@@ -101,23 +101,36 @@ func placeInCluster(ctx context.Context, data *datadir.Data, name, source string
 	return true, nil
 }
 
+// clusterRepo tells whether the store is a cluster's and, if so, cleans
+// the repository name a command was given.
+func clusterRepo(ctx context.Context, data *datadir.Data, raw string) (name string, clustered bool, err error) {
+	if clustered, err = inCluster(ctx, data); err != nil || !clustered {
+		return "", false, err
+	}
+	name, err = repo.CleanName(raw)
+	return name, true, err
+}
+
+// placedOnly words the cluster's ErrNotPlaced as the not found a command
+// on one server gives.
+func placedOnly(err error) error {
+	if errors.Is(err, cluster.ErrNotPlaced) {
+		return fmt.Errorf("%w (packwire cluster status lists the cluster's)", repo.ErrNotFound)
+	}
+	return err
+}
+
 // deleteInCluster deletes a repository from the cluster, if the store is
 // a cluster's: every node answers "not found" at once, and each node that
 // held a copy moves it into its own trash when it next runs.
-func deleteInCluster(ctx context.Context, data *datadir.Data, name string, stdout, stderr io.Writer) (bool, error) {
-	clustered, err := inCluster(ctx, data)
+func deleteInCluster(ctx context.Context, data *datadir.Data, raw string, stdout, stderr io.Writer) (bool, error) {
+	name, clustered, err := clusterRepo(ctx, data, raw)
 	if err != nil || !clustered {
-		return false, err
-	}
-	if name, err = repo.CleanName(name); err != nil {
-		return true, err
+		return clustered, err
 	}
 	nodes, err := cluster.Delete(ctx, data.Store.DB, name)
-	if errors.Is(err, cluster.ErrNotPlaced) {
-		return true, fmt.Errorf("%w (packwire cluster status lists the cluster's)", repo.ErrNotFound)
-	}
 	if err != nil {
-		return true, err
+		return true, placedOnly(err)
 	}
 	recordRepoChange(ctx, data, stderr, "repo delete", name, "deleted from the cluster; copies to the trash on "+strings.Join(nodes, ", "))
 	fmt.Fprintf(stdout, "deleted %s from the cluster: every node answers not found; %s move their copies into their trash within a heartbeat\n",
@@ -127,13 +140,10 @@ func deleteInCluster(ctx context.Context, data *datadir.Data, name string, stdou
 
 // setInCluster changes a repository's HEAD branch (if not "") or its
 // description (if not nil) on every copy, if the store is a cluster's.
-func setInCluster(ctx context.Context, data *datadir.Data, name, head string, description *string) (bool, error) {
-	clustered, err := inCluster(ctx, data)
+func setInCluster(ctx context.Context, data *datadir.Data, raw, head string, description *string) (bool, error) {
+	name, clustered, err := clusterRepo(ctx, data, raw)
 	if err != nil || !clustered {
-		return false, err
-	}
-	if name, err = repo.CleanName(name); err != nil {
-		return true, err
+		return clustered, err
 	}
 	if head != "" {
 		if err := repo.CheckBranch(head); err != nil {
@@ -144,27 +154,20 @@ func setInCluster(ctx context.Context, data *datadir.Data, name, head string, de
 			return true, err
 		}
 		branches, err := cluster.PrimaryBranches(ctx, data.Store.DB, secret, name, cluster.DefaultNodeTimeout)
-		if errors.Is(err, cluster.ErrNotPlaced) {
-			return true, fmt.Errorf("%w (packwire cluster status lists the cluster's)", repo.ErrNotFound)
-		}
 		if err != nil {
-			return true, err
+			return true, placedOnly(err)
 		}
 		if len(branches) > 0 && !slices.Contains(branches, head) {
 			return true, fmt.Errorf("no branch %q in %s (it has: %s)", head, name, strings.Join(branches, ", "))
 		}
 	}
 	if description != nil {
-		*description = strings.TrimSpace(*description)
-		if strings.ContainsAny(*description, "\n\r") {
-			return true, errors.New("a description is one line")
+		if *description, err = repo.CleanDescription(*description); err != nil {
+			return true, err
 		}
 	}
 	_, err = cluster.SetSettings(ctx, data.Store.DB, name, cluster.Change{Head: head, Description: description})
-	if errors.Is(err, cluster.ErrNotPlaced) {
-		return true, fmt.Errorf("%w (packwire cluster status lists the cluster's)", repo.ErrNotFound)
-	}
-	return true, err
+	return true, placedOnly(err)
 }
 
 // inCluster tells whether the store is a cluster's: PostgreSQL, with nodes.

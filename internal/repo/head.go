@@ -64,7 +64,16 @@ func SetHead(ctx context.Context, r Repo, branch string) error {
 		return fmt.Errorf("no branch %q in %s (it has: %s)", branch, r.Name,
 			strings.ReplaceAll(strings.ReplaceAll(branches, "refs/heads/", ""), "\n", ", "))
 	}
-	_, err = git(ctx, r, "symbolic-ref", "HEAD", "refs/heads/"+branch)
+	return PointHead(ctx, r, branch)
+}
+
+// PointHead makes HEAD name branch, whether or not the branch exists yet
+// (a cluster copy may not have caught up with the push that made it).
+func PointHead(ctx context.Context, r Repo, branch string) error {
+	if err := CheckBranch(branch); err != nil {
+		return err
+	}
+	_, err := git(ctx, r, "symbolic-ref", "HEAD", "refs/heads/"+branch)
 	return err
 }
 

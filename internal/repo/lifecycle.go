@@ -152,12 +152,21 @@ func Description(rp Repo) string {
 	return d
 }
 
+// CleanDescription is text as a description holds it: one line, trimmed.
+func CleanDescription(text string) (string, error) {
+	text = strings.TrimSpace(text)
+	if strings.ContainsAny(text, "\n\r") {
+		return "", errors.New("a description is one line")
+	}
+	return text, nil
+}
+
 // SetDescription replaces the repository's description file, whole: it is
 // written aside and renamed into place.
 func SetDescription(rp Repo, text string) error {
-	text = strings.TrimSpace(text)
-	if strings.ContainsAny(text, "\n\r") {
-		return errors.New("a description is one line")
+	text, err := CleanDescription(text)
+	if err != nil {
+		return err
 	}
 	f, err := os.CreateTemp(rp.Path, ".description-")
 	if err != nil {

@@ -33,21 +33,8 @@ func Delete(ctx context.Context, db *store.DB, repo string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT node FROM replicas WHERE repo = ? ORDER BY node", repo)
+	nodes, err := queryStrings(ctx, tx, "SELECT node FROM replicas WHERE repo = ? ORDER BY node", repo)
 	if err != nil {
-		return nil, err
-	}
-	var nodes []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		nodes = append(nodes, n)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	for _, n := range nodes {
@@ -63,20 +50,7 @@ func Delete(ctx context.Context, db *store.DB, repo string) ([]string, error) {
 
 // Deletions lists the repositories node still has to move into its trash.
 func Deletions(ctx context.Context, db *store.DB, node string) ([]string, error) {
-	rows, err := db.QueryContext(ctx, "SELECT repo FROM cluster_deletions WHERE node = ? ORDER BY repo", node)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var repos []string
-	for rows.Next() {
-		var r string
-		if err := rows.Scan(&r); err != nil {
-			return nil, err
-		}
-		repos = append(repos, r)
-	}
-	return repos, rows.Err()
+	return queryStrings(ctx, db, "SELECT repo FROM cluster_deletions WHERE node = ? ORDER BY repo", node)
 }
 
 // Deleting tells whether node still has to delete its copy of repo: the
@@ -96,21 +70,8 @@ func Deleted(ctx context.Context, db *store.DB, repo, node string) error {
 // pendingDeletion refuses to place repo again while a node still has to
 // delete an earlier copy of that name: it would delete the new one.
 func pendingDeletion(ctx context.Context, tx *store.Tx, repo string) error {
-	rows, err := tx.QueryContext(ctx, "SELECT node FROM cluster_deletions WHERE repo = ? ORDER BY node", repo)
+	nodes, err := queryStrings(ctx, tx, "SELECT node FROM cluster_deletions WHERE repo = ? ORDER BY node", repo)
 	if err != nil {
-		return err
-	}
-	var nodes []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return err
-		}
-		nodes = append(nodes, n)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	if len(nodes) > 0 {
@@ -118,4 +79,27 @@ func pendingDeletion(ctx context.Context, tx *store.Tx, repo string) error {
 			repo, strings.Join(nodes, ", "))
 	}
 	return nil
+}
+
+// querier is a *store.DB or a *store.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryStrings runs a query of one text column and returns its values.
+func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }

@@ -84,21 +84,11 @@ func Place(ctx context.Context, db *store.DB, repo, source string, n int, timeou
 	if err := pendingDeletion(ctx, tx, repo); err != nil {
 		return Placement{}, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT nd.name FROM nodes nd WHERE `+healthySQL+`
+	nodes, err := queryStrings(ctx, tx, `SELECT nd.name FROM nodes nd WHERE `+healthySQL+`
 		ORDER BY (SELECT count(*) FROM replicas rp WHERE rp.node = nd.name), nd.name LIMIT ?`, timeout.Milliseconds(), n)
 	if err != nil {
 		return Placement{}, err
 	}
-	var nodes []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close()
-			return Placement{}, err
-		}
-		nodes = append(nodes, name)
-	}
-	rows.Close()
 	if len(nodes) == 0 {
 		return Placement{}, errors.New("no healthy node to place it on (packwire cluster status)")
 	}

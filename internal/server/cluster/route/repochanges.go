@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"time"
 
 	"packwire/internal/lifecycle"
@@ -51,11 +50,9 @@ func (rt *Router) applySettings(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue
 		}
-		// HEAD is set whether or not the branch exists here yet: the copy
-		// may not have caught up with the push that made it.
 		if st.Head != "" && repo.Head(r) != st.Head {
-			if out, err := exec.CommandContext(ctx, "git", "--git-dir", r.Path, "symbolic-ref", "HEAD", "refs/heads/"+st.Head).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("%s: setting HEAD: %v: %s", name, err, out))
+			if err := repo.PointHead(ctx, r, st.Head); err != nil {
+				errs = append(errs, fmt.Errorf("%s: setting HEAD: %w", name, err))
 				continue
 			}
 		}
