@@ -258,7 +258,12 @@ func (r *SessionRecorder) Input(p []byte) {
 		return
 	}
 	if len(l.input)+len(p) > MaxSessionInput {
+		// Ended at once, not only marked: output recorded after input
+		// that is not would be offered to followers as answering the
+		// shorter input.
 		l.tooBig = true
+		l.ended, l.ok = true, false
+		l.notifyLocked()
 		return
 	}
 	l.input = append(l.input, p...)

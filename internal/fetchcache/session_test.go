@@ -166,3 +166,22 @@ func FuzzParseSessionTrailer(f *testing.F) {
 		log.step(log.input, 0)
 	})
 }
+
+// TestSessionInputPastTheBound: once the leader's input outgrows
+// MaxSessionInput the recording ends failed at once; output git writes
+// afterwards (answering input that was not recorded) is never offered to
+// a follower whose input matches the shorter recorded prefix.
+func TestSessionInputPastTheBound(t *testing.T) {
+	c := newCache(t, 1<<20)
+	rec := recordSession(t, c, "k")
+	replay, _, err := c.JoinSession("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Input(make([]byte, MaxSessionInput)) // past the bound with what came before
+	rec.Output([]byte("ACKS-FOR-UNRECORDED-HAVES"))
+	st := replay.Step([]byte("abbY"), 10)
+	if st.SendTo > 10 || !st.Diverged {
+		t.Fatalf("a follower past the recorded input: %+v, want diverged with nothing more to send", st)
+	}
+}

@@ -499,7 +499,10 @@ func (a *advertisementTap) add(p []byte) {
 func (a *advertisementTap) answer() []byte {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.over || !bytes.HasSuffix(a.buf, []byte("0000")) || bytes.Contains(a.buf, []byte("session-id=")) {
+	// Whole only if its pkt-lines end at their first flush exactly: the
+	// tap may have stopped mid-write, and a "0000" inside a ref name or
+	// an id is no end.
+	if a.over || advertisementEnd(nil, a.buf) != len(a.buf) || bytes.Contains(a.buf, []byte("session-id=")) {
 		return nil
 	}
 	return bytes.Clone(a.buf)

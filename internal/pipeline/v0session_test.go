@@ -54,3 +54,22 @@ func FuzzOpeningLength(f *testing.F) {
 		}
 	})
 }
+
+// TestAdvertisementTapKeepsOnlyWholeOnes: the tap keeps an advertisement
+// only when its pkt-lines end at their flush; one cut off right after a
+// "0000" inside a ref line is not whole.
+func TestAdvertisementTapKeepsOnlyWholeOnes(t *testing.T) {
+	line := "003f1111111111111111111111111111111111111111 refs/heads/a0000b\n"
+	whole := line + "0000"
+	var a advertisementTap
+	a.add([]byte(whole))
+	if string(a.answer()) != whole {
+		t.Fatalf("a whole advertisement was not kept: %q", a.answer())
+	}
+	cut := line[:strings.Index(line, "0000")+4]
+	var b advertisementTap
+	b.add([]byte(cut))
+	if got := b.answer(); got != nil {
+		t.Fatalf("an advertisement cut after a 0000 inside a ref name was kept: %q", got)
+	}
+}
