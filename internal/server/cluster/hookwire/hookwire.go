@@ -106,6 +106,12 @@ func Run(args []string, stdin io.Reader, stderr io.Writer) int {
 			req.Updates = append(req.Updates, Update{f[0], f[1], f[2]})
 		}
 	}
+	if err := sc.Err(); err != nil {
+		// A part of the updates replicated while git commits them all
+		// would leave the copies recorded current without them.
+		fmt.Fprintf(stderr, "packwire: reading the ref updates: %v; nothing was written\n", err)
+		return 1
+	}
 	if len(req.Updates) == 0 {
 		return 0
 	}

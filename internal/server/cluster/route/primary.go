@@ -125,7 +125,9 @@ func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 	case "prepared":
 		// The hook gone (receive-pack killed with the client's request):
 		// the push is given up on, unless already committed.
-		ctx, cancel := context.WithTimeout(ctx, cluster.ReplicateTimeout+30*time.Second)
+		// Shorter than the hook's own wait (ReplicateTimeout + 30 s), so
+		// that the server, not the hook, decides near the bound.
+		ctx, cancel := context.WithTimeout(ctx, cluster.ReplicateTimeout+15*time.Second)
 		defer cancel()
 		go func() {
 			io.Copy(io.Discard, io.MultiReader(dec.Buffered(), conn))
@@ -308,15 +310,21 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		for ; pending > 0; pending-- {
 			take(<-results)
 		}
+		// Bounded and after the push's own context may have ended: a copy
+		// that does not answer is marked behind rather than waited for.
+		back, cancel := context.WithTimeout(context.WithoutCancel(ctx), cluster.ReplicateTimeout)
+		defer cancel()
 		var behind []string
 		for _, v := range voters {
-			if uerr := rt.sendTo(context.WithoutCancel(ctx), urlOf(p.Targets, v), name, reverse(updates), nil); uerr != nil {
+			if uerr := rt.sendTo(back, urlOf(p.Targets, v), name, reverse(updates), nil); uerr != nil {
 				rt.Node.Log.Warn("cluster: setting back a copy after a failed push", "repo", name, "node", v, "error", uerr.Error())
 				behind = append(behind, v)
 			}
 		}
 		if len(behind) > 0 {
-			p.MarkStale(ctx, behind)
+			if err := p.MarkStale(back, behind); err != nil {
+				rt.Node.Log.Warn("cluster: marking copies behind", "repo", name, "nodes", strings.Join(behind, ","), "error", err.Error())
+			}
 		}
 		if len(conflicted) > 0 || len(behind) > 0 {
 			p.Close()
