@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -13,6 +14,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"packwire/internal/diskspace"
+	"packwire/internal/oid"
 )
 
 // migrate moves the quarantine's objects into the repository's, as
@@ -56,7 +60,13 @@ func migrate(quarantine, objects string) error {
 	}
 	sort.SliceStable(files, func(i, j int) bool { return rank(files[i].Name()) < rank(files[j].Name()) })
 	for _, f := range files {
-		if err := os.Rename(filepath.Join(quarantine, "pack", f.Name()), filepath.Join(objects, "pack", f.Name())); err != nil {
+		// A pack is named by its checksum (receivePack checks it): one
+		// already here holds the same objects and is never replaced.
+		dst := filepath.Join(objects, "pack", f.Name())
+		if _, err := os.Lstat(dst); err == nil {
+			continue
+		}
+		if err := os.Rename(filepath.Join(quarantine, "pack", f.Name()), dst); err != nil {
 			return err
 		}
 	}
@@ -83,7 +93,7 @@ func receivePack(body *bufio.Reader, quarantine string) error {
 	}
 	var name string
 	var packSize, idxSize int64
-	if n, err := fmt.Sscanf(line, "pack %s %d %d\n", &name, &packSize, &idxSize); n != 3 || err != nil || !validID(name) {
+	if n, err := fmt.Sscanf(line, "pack %s %d %d\n", &name, &packSize, &idxSize); n != 3 || err != nil || !oid.Valid(name) {
 		return fmt.Errorf("bad pack header %q", strings.TrimSpace(line))
 	}
 	newHash := sha1.New
@@ -96,10 +106,17 @@ func receivePack(body *bufio.Reader, quarantine string) error {
 	if packSize < 12+hl || idxSize < 2*hl {
 		return fmt.Errorf("pack of %d bytes, index of %d: too short", packSize, idxSize)
 	}
+	// Room for both before a byte is written, as for a push.
+	if !diskspace.Enough(quarantine, packSize+idxSize) {
+		return fmt.Errorf("pack of %d bytes, index of %d: not enough free disk", packSize, idxSize)
+	}
 	base := filepath.Join(quarantine, "pack", "pack-"+name)
 	packSum, err := receiveFile(body, base+".pack", packSize, hl, newHash(), nil)
 	if err != nil {
 		return fmt.Errorf("pack: %w", err)
+	}
+	if hex.EncodeToString(packSum) != name {
+		return fmt.Errorf("pack named %s holds checksum %x", name, packSum)
 	}
 	if _, err := receiveFile(body, base+".idx", idxSize, hl, newHash(), packSum); err != nil {
 		return fmt.Errorf("pack index: %w", err)

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"packwire/internal/access"
+	"packwire/internal/gitexec"
+	"packwire/internal/oid"
 	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
 )
@@ -450,7 +452,7 @@ func keptPack(gitDir, receivePack string, updates []cluster.Update) (*packed, er
 		}
 		base := strings.TrimSuffix(keep, ".keep")
 		p := &packed{name: strings.TrimPrefix(filepath.Base(base), "pack-")}
-		if !validID(p.name) {
+		if !oid.Valid(p.name) {
 			continue
 		}
 		if p.pack, p.packSize, err = openSized(base + ".pack"); err != nil {
@@ -545,7 +547,7 @@ func packFor(ctx context.Context, rp repo.Repo, qenv []string, updates []cluster
 	defer os.RemoveAll(dir)
 	cmd := exec.CommandContext(ctx, "git", "-c", "safe.directory=*", "-c", "pack.writeReverseIndex=false", "--git-dir", rp.Path,
 		"pack-objects", "--revs", "--delta-base-offset", "-q", filepath.Join(dir, "pack"))
-	cmd.Env = append(os.Environ(), qenv...)
+	cmd.Env = append(gitexec.Environ(), qenv...)
 	cmd.Stdin = strings.NewReader(in.String())
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -553,7 +555,7 @@ func packFor(ctx context.Context, rp repo.Repo, qenv []string, updates []cluster
 		return nil, fmt.Errorf("pack-objects: %v: %s", err, cluster.LastLines(stderr.String(), 3))
 	}
 	p := &packed{name: strings.TrimSpace(stdout.String())}
-	if !validID(p.name) {
+	if !oid.Valid(p.name) {
 		return nil, fmt.Errorf("pack-objects named its pack %q", p.name)
 	}
 	base := filepath.Join(dir, "pack-"+p.name)
@@ -592,7 +594,7 @@ func refTips(gitDir string) ([]string, error) {
 	seen := map[string]bool{}
 	var tips []string
 	add := func(id string) {
-		if validID(id) && !seen[id] {
+		if oid.Valid(id) && !seen[id] {
 			seen[id] = true
 			tips = append(tips, id)
 		}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"packwire/internal/access"
+	"packwire/internal/gitexec"
+	"packwire/internal/oid"
 	"packwire/internal/repo"
 	"packwire/internal/repolock"
 	"packwire/internal/server/cluster"
@@ -67,7 +69,13 @@ func ReplicateHandler(repos repo.Root, acc *access.Controller) http.Handler {
 			http.Error(w, "repository not found on this node", http.StatusNotFound)
 			return
 		}
-		status, err := applyReplication(r.Context(), rp, bufio.NewReaderSize(r.Body, 64<<10))
+		// A sender that trickles or never ends holds the repository's lock,
+		// an update-ref and a quarantine: the whole replication is bounded
+		// as the primary's own wait for it is.
+		ctx, cancel := context.WithTimeout(r.Context(), cluster.ReplicateTimeout)
+		defer cancel()
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(cluster.ReplicateTimeout))
+		status, err := applyReplication(ctx, rp, bufio.NewReaderSize(r.Body, 64<<10))
 		if err != nil {
 			http.Error(w, oneLine(err.Error()), status)
 			return
@@ -171,16 +179,18 @@ const StatusMissingObjects = http.StatusUnprocessableEntity
 func readUpdates(body *bufio.Reader) ([]cluster.Update, error) {
 	var updates []cluster.Update
 	for {
-		line, err := body.ReadString('\n')
+		// ReadSlice: a line longer than the reader's buffer (64 KiB) is
+		// an error, not a growing allocation.
+		raw, err := body.ReadSlice('\n')
 		if err != nil {
 			return nil, fmt.Errorf("reading the updates: %w", err)
 		}
-		line = strings.TrimSuffix(line, "\n")
+		line := strings.TrimSuffix(string(raw), "\n")
 		if line == "" {
 			break
 		}
 		f := strings.Split(line, " ")
-		if len(f) != 3 || !validID(f[0]) || !validID(f[1]) || !strings.HasPrefix(f[2], "refs/") || strings.HasPrefix(f[2], cluster.LocalRefs) {
+		if len(f) != 3 || !oid.Valid(f[0]) || !oid.Valid(f[1]) || !strings.HasPrefix(f[2], "refs/") || strings.HasPrefix(f[2], cluster.LocalRefs) {
 			return nil, fmt.Errorf("bad update line %q", line)
 		}
 		if len(updates) == maxReplicateUpdates {
@@ -192,18 +202,6 @@ func readUpdates(body *bufio.Reader) ([]cluster.Update, error) {
 		return nil, errors.New("no updates")
 	}
 	return updates, nil
-}
-
-func validID(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // refTxn is a `git update-ref --stdin` transaction.
@@ -222,7 +220,7 @@ type refTxn struct {
 // seen through the quarantine (not yet in the repository).
 func startRefs(ctx context.Context, rp repo.Repo, quarantine string, updates []cluster.Update) (*refTxn, error) {
 	cmd := exec.CommandContext(ctx, "git", "-c", "safe.directory=*", "--git-dir", rp.Path, "update-ref", "--stdin")
-	cmd.Env = append(os.Environ(), "GIT_ALTERNATE_OBJECT_DIRECTORIES="+quarantine)
+	cmd.Env = append(gitexec.Environ(), "GIT_ALTERNATE_OBJECT_DIRECTORIES="+quarantine)
 	t := &refTxn{cmd: cmd, stderr: &bytes.Buffer{}, written: make(chan struct{})}
 	cmd.Stderr = t.stderr
 	var err error
@@ -313,7 +311,7 @@ func (t *refTxn) fail(step string, err error) error {
 // for an error message.
 func gitIn(ctx context.Context, rp repo.Repo, env []string, stdin io.Reader, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "safe.directory=*", "--git-dir", rp.Path}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(gitexec.Environ(), env...)
 	cmd.Stdin = stdin
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -228,7 +228,16 @@ func TestReplicateTruncatedPack(t *testing.T) {
 	packAt := headLen + int64(bytes.IndexByte(whole[headLen:], '\n')) + 1
 	damaged := append([]byte{}, whole...)
 	damaged[packAt+20] ^= 0xff // a byte of the pack's objects
+	// Whole and checksummed, but named as another pack: it could replace
+	// that pack on the replica.
+	misnamed := append([]byte{}, whole...)
+	nameAt := headLen + int64(len("pack "))
+	copy(misnamed[nameAt:], strings.Repeat("a", len(pack.name)))
+	// An update line that never ends, past the reader's buffer.
+	endless := append([]byte(zero+" "+c2+" refs/heads/"), bytes.Repeat([]byte("x"), 128<<10)...)
 	for what, b := range map[string][]byte{
+		"misnamed":          misnamed,
+		"endless line":      endless,
 		"cut in the index":  whole[:size-1],
 		"cut in the pack":   whole[:packAt+pack.packSize/2],
 		"cut in the header": whole[:headLen+30],
