@@ -53,6 +53,10 @@ type keptStamp struct {
 	stamp   Stamp
 	newest  time.Time
 	globals string // globalsStat at the walk
+	// dir is the repository directory's device and inode at the walk:
+	// inotify does not see a parent renamed and another repository put
+	// at the same path, which this does (one lstat per call).
+	dir [2]uint64
 	// unwatched: walked on every call (not a local file system, or out
 	// of watches).
 	unwatched bool
@@ -112,9 +116,10 @@ func keptRefs(repoPath string, now time.Time) (Stamp, error) {
 	k.walk.Lock()
 	defer k.walk.Unlock()
 	globals := globalsStat()
+	dir := dirID(repoPath)
 	kept.mu.Lock()
 	drainLocked()
-	if k.valid && k.globals == globals {
+	if k.valid && k.globals == globals && k.dir == dir {
 		st := k.stamp
 		st.Racy = racy(k.newest, now)
 		kept.mu.Unlock()
@@ -153,7 +158,7 @@ func keptRefs(repoPath string, now time.Time) (Stamp, error) {
 	// Kept only if nothing changed since the watches were set: an event
 	// during the walk may have been read half-way.
 	if k.changes+kept.overflow == changes {
-		k.valid, k.stamp, k.newest, k.globals = true, st, newest, globals
+		k.valid, k.stamp, k.newest, k.globals, k.dir = true, st, newest, globals, dir
 	}
 	kept.mu.Unlock()
 	return st, nil
@@ -212,4 +217,13 @@ func localFileSystem(path string) bool {
 		return false
 	}
 	return localFileSystems[int64(fs.Type)]
+}
+
+// dirID is a directory's device and inode ({0, 0}: unreadable).
+func dirID(path string) [2]uint64 {
+	var st syscall.Stat_t
+	if syscall.Lstat(path, &st) != nil {
+		return [2]uint64{}
+	}
+	return [2]uint64{uint64(st.Dev), st.Ino}
 }

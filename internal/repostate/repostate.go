@@ -105,8 +105,8 @@ func walkRefs(repoPath string, now time.Time, watchDir func(path string) error) 
 			return err
 		}
 		if watchDir != nil && e.IsDir() {
-			if err := watchDir(path); err != nil {
-				return err
+			if err := watchDir(path); err != nil && !(errors.Is(err, fs.ErrNotExist) && path != refs) {
+				return err // a ref directory git removed meanwhile is as above
 			}
 		}
 		rel, _ := filepath.Rel(refs, path)

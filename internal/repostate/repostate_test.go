@@ -169,3 +169,28 @@ func TestKeptStampSeesEveryChangeAtOnce(t *testing.T) {
 		prev = settled(t, repo)
 	}
 }
+
+// TestKeptStampSeesARepositoryReplaced: a parent directory renamed away
+// and another repository moved to the same path sends no event to the
+// watches inside it; the stamp must still be the new repository's.
+func TestKeptStampSeesARepositoryReplaced(t *testing.T) {
+	env := gittest.New(t)
+	root := t.TempDir()
+	path := filepath.Join(root, "team", "app.git")
+	env.Build(path, gittest.Shape{Commits: 3, Branches: 1, Seed: 1})
+	other := filepath.Join(root, "other", "app.git")
+	env.Build(other, gittest.Shape{Commits: 5, Branches: 2, Seed: 2})
+	first := settled(t, path)
+	if again := stamp(t, path); again.Digest != first.Digest {
+		t.Fatal("the stamp changed with nothing changed")
+	}
+	if err := os.Rename(filepath.Join(root, "team"), filepath.Join(root, "team-old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(root, "other"), filepath.Join(root, "team")); err != nil {
+		t.Fatal(err)
+	}
+	if now := stamp(t, path); now.Digest == first.Digest {
+		t.Fatal("another repository at the same path has the old one's stamp")
+	}
+}

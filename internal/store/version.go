@@ -47,7 +47,9 @@ func (s *Store) Version(ctx context.Context) (v int64, ok bool, err error) {
 		w.conn, w.stmt = conn, stmt
 		w.epoch++
 	}
-	if err := w.stmt.QueryRowContext(ctx).Scan(&v); err != nil {
+	// Not the caller's context: a client that hangs up mid-call must not
+	// drop the connection, and with it everything kept at its version.
+	if err := w.stmt.QueryRowContext(context.WithoutCancel(ctx)).Scan(&v); err != nil {
 		// A broken connection is replaced on the next call.
 		w.stmt.Close()
 		w.conn.Close()

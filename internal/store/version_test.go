@@ -67,3 +67,25 @@ func TestVersionMovesOnEveryWrite(t *testing.T) {
 		}
 	}
 }
+
+// A caller whose context is gone (a client that hung up) gets the version
+// as it stands, and does not move it for everyone else: that would drop
+// every access model kept at it.
+func TestVersionOutlivesACancelledCaller(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "packwire.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	v, _, err := s.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	s.Version(gone)
+	if again, _, err := s.Version(ctx); err != nil || again != v {
+		t.Fatalf("after a cancelled caller: version %d (%v), was %d", again, err, v)
+	}
+}
