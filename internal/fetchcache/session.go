@@ -165,7 +165,6 @@ type SessionRecorder struct {
 	w       *Writer
 	lead    *Reader // the leader's hold on the run, released when its client leaves
 	log     *sessionLog
-	mu      sync.Mutex // guards published
 	leftRun sync.Once
 }
 
