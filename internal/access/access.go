@@ -352,13 +352,33 @@ func (c *Controller) MayReadMetrics(ctx context.Context, username, token string)
 	return t.Scope == store.ScopeMetrics || t.Scope == "" && c.IsServerAdmin(ctx, Principal{User: t.User, Via: "token"}), nil
 }
 
+// token is the stored token with this id, kept while the store's Version
+// stays (a revocation moves it). Unknown ids are not kept: anyone may
+// offer them.
+func (c *Controller) token(ctx context.Context, id string) (store.Token, error) {
+	version, ok, err := c.Store.Version(ctx)
+	if err != nil {
+		return store.Token{}, err
+	}
+	if ok {
+		if t, kept := c.kept.token(version, id); kept {
+			return t, nil
+		}
+	}
+	t, err := c.Store.GetToken(ctx, id)
+	if err == nil && ok {
+		c.kept.keepToken(version, t)
+	}
+	return t, err
+}
+
 // checkToken returns the stored token if token is valid for username.
 func (c *Controller) checkToken(ctx context.Context, username, token string) (store.Token, error) {
 	id, secret, ok := splitToken(token)
 	if !ok {
 		return store.Token{}, ErrBadCredentials
 	}
-	t, err := c.Store.GetToken(ctx, id)
+	t, err := c.token(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Token{}, ErrBadCredentials
 	}

@@ -27,6 +27,7 @@ import (
 	"packwire/internal/limiter"
 	"packwire/internal/packcache"
 	"packwire/internal/protocol"
+	"packwire/internal/push"
 	"packwire/internal/reach"
 	"packwire/internal/repo"
 	"packwire/internal/repostate"
@@ -173,6 +174,10 @@ type Route struct {
 	// branch pushed (repo.FollowFirstPush): HEAD is not a ref, so the
 	// cluster carries it to the other copies itself.
 	HeadMoved func(ctx context.Context, branch string) error
+	// Push, if set, is asked what one push's receive-pack needs besides
+	// Env and Config (kept: the commands it is given; guarded: some go
+	// through the proc-receive hook); done is called once it has exited.
+	Push func(kept []push.Command, guarded bool) (env, config []string, done func())
 }
 
 // Relayer serves a request on another node, streaming both ways.

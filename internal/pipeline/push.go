@@ -202,6 +202,11 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 	}
 	spec.Config = append(spec.Config, c.route.Config...)
 	spec.Env = append(spec.Env, c.route.Env...)
+	pushDone := func() {}
+	if c.route.Push != nil {
+		env, config, done := c.route.Push(plan.kept, len(plan.ffOnly) > 0)
+		spec.Env, spec.Config, pushDone = append(spec.Env, env...), append(spec.Config, config...), done
+	}
 	var out io.Writer = stdout
 	var rw *push.ReportWriter
 	if preq.Reports() {
@@ -210,6 +215,7 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 	}
 	body := io.MultiReader(bytes.NewReader(preq.Encode(plan.kept)), in)
 	res, err := p.Runner.Run(ctx, spec, body, out, stderr)
+	pushDone()
 	if rw != nil && err == nil && res.ExitCode != 0 && !rw.Reported() && len(plan.kept) > 0 {
 		// receive-pack died before its report (git 2.39 dies when a
 		// reference-transaction hook refuses: the cluster's replication).

@@ -246,6 +246,7 @@ type Server struct {
 	stopMaintain context.CancelFunc // ends the maintenance scheduler
 	stopOutgoing context.CancelFunc // ends the delivery loop and the mirror scheduler
 	stopNode     context.CancelFunc // ends the cluster node's loop
+	replicator   *route.Replicator  // a cluster node's replication endpoint
 
 	// Node and Router are this server's part of a cluster (Config.Node); nil otherwise.
 	Node   *cluster.Node
@@ -496,7 +497,8 @@ func (s *Server) Start() error {
 		handler := exactRoutes(routes, dashboardPrefix(s.Dashboard, git))
 		if s.Router != nil { // a POST, which exactRoutes leaves to git
 			relay, next := route.Handler(s.Pipeline, s.Data.Access), handler
-			replicate := route.ReplicateHandler(s.Data.Repos, s.Data.Access)
+			replicate := route.ReplicateHandler(s.Data.Repos, s.Data.Access, cfg.MaxPushRefs)
+			s.replicator = replicate
 			handler = nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
 				switch r.URL.Path {
 				case route.RelayPath:
@@ -774,6 +776,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.stopNode != nil {
 		s.stopNode() // stops heartbeating: the other nodes see this one unhealthy
+	}
+	if s.replicator != nil {
+		s.replicator.Close() // the git processes started for replications to come
 	}
 	if s.stopOutgoing != nil {
 		s.stopOutgoing() // attempts in flight are cut and stay pending for the next start

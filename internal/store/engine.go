@@ -180,8 +180,11 @@ var (
 // PostgreSQL; INTEGER is 64 bits in SQLite (times are unix nanoseconds),
 // BIGINT in PostgreSQL; BLOB is BYTEA; WITHOUT ROWID (a SQLite table kept
 // in its primary key's order) has no equivalent, nor needs one.
+//
+// A migration's part after postgresOnly is PostgreSQL's alone.
 func (e Engine) ddl(q string) string {
 	if e != Postgres {
+		q, _, _ = strings.Cut(q, postgresOnly)
 		return q
 	}
 	q = ddlWithout.ReplaceAllString(q, ")")

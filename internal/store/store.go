@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -133,6 +134,36 @@ var migrations = []string{
 	ALTER TABLE cluster_repos ADD COLUMN quota INTEGER;
 	ALTER TABLE cluster_repos ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE replicas ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;`,
+	// 8: what Version reads on PostgreSQL, where other nodes write too:
+	// one row whose number a trigger on every table that decides access
+	// moves, in the writing transaction itself (so it commits, or not,
+	// with the change). SQLite has the table but needs no trigger
+	// (PRAGMA data_version).
+	`CREATE TABLE access_version (
+		id      INTEGER PRIMARY KEY,
+		version INTEGER NOT NULL
+	);
+	INSERT INTO access_version(id, version) VALUES(1, 0);` + postgresOnly + `
+	CREATE FUNCTION packwire_access_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		UPDATE access_version SET version = version + 1 WHERE id = 1;
+		RETURN NULL;
+	END $$;` + accessTriggers("users", "ssh_keys", "tokens", "grants", "settings", "anonymous_read", "ref_rules"),
+}
+
+// postgresOnly splits a migration: what follows it is applied on
+// PostgreSQL only (Engine.ddl), where the two engines' dialects differ
+// (triggers).
+const postgresOnly = "\n-- PostgreSQL only:\n"
+
+// accessTriggers moves access_version on every statement that writes one
+// of tables (truncation included; a cascade from users writes the others).
+func accessTriggers(tables ...string) string {
+	var b strings.Builder
+	for _, t := range tables {
+		fmt.Fprintf(&b, "\n\tCREATE TRIGGER %s_access_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION packwire_access_changed();", t, t)
+	}
+	return b.String()
 }
 
 // Open opens (creating if needed) packwire's main database at path
@@ -170,7 +201,11 @@ func OpenWith(ctx context.Context, path string, migrations []string) (*Store, er
 // shared state) and brings its schema up to date: the same migrations as
 // SQLite's, adapted (DB.ddl).
 func OpenPostgres(ctx context.Context, databaseURL string) (*Store, error) {
-	return OpenPostgresSchema(ctx, databaseURL, "", migrations)
+	s, err := OpenPostgresSchema(ctx, databaseURL, "", migrations)
+	if err == nil {
+		s.version.table = true
+	}
+	return s, err
 }
 
 // OpenPostgresSchema opens a PostgreSQL database whose tables live in
@@ -297,7 +332,7 @@ func (s *Store) migrate(ctx context.Context, migrations []string) error {
 		return err
 	}
 	for i := version; i < len(migrations); i++ {
-		if _, err := conn.ExecContext(ctx, migrations[i]); err != nil {
+		if _, err := conn.ExecContext(ctx, SQLite.ddl(migrations[i])); err != nil {
 			conn.ExecContext(ctx, "ROLLBACK")
 			return fmt.Errorf("migration %d: %w", i+1, err)
 		}

@@ -14,22 +14,36 @@ type versionWatch struct {
 	conn  *sql.Conn
 	stmt  *sql.Stmt
 	epoch int64 // connections opened: a new one counts data_version afresh
+	// table: PostgreSQL's store has access_version (migration 8).
+	table bool
 }
 
 // Version returns a number that differs from the one an earlier call
 // returned whenever any write was committed to the store in between, by
 // this process or another one (an admin command run while the server
-// serves), to any table: so a value computed from the store after Version
+// serves, another node of a cluster), to the tables that decide access
+// (users, keys, tokens, grants, settings, anonymous reads, ref rules; on
+// SQLite any table): so a value computed from those tables after Version
 // returned v is current for as long as Version still returns v. ok is
-// false where the engine cannot tell (PostgreSQL, where other nodes write
-// too): nothing may then be kept across calls.
+// false where the store cannot tell (a PostgreSQL store of another
+// schema): nothing may then be kept across calls.
 //
 // SQLite's PRAGMA data_version on a connection of its own: it reads the
 // shared WAL index, no table, and changes on every commit by another
-// connection.
+// connection. PostgreSQL's access_version row, which a trigger on each of
+// those tables moves in the writing transaction: a change committed on
+// any machine is seen by the very next call on every node, with no
+// window (a notification could arrive after a request it should have
+// stopped).
 func (s *Store) Version(ctx context.Context) (v int64, ok bool, err error) {
 	if s.DB.Engine != SQLite {
-		return 0, false, nil
+		if !s.version.table {
+			return 0, false, nil
+		}
+		if err := s.DB.QueryRowContext(ctx, "SELECT version FROM access_version WHERE id = 1").Scan(&v); err != nil {
+			return 0, false, err
+		}
+		return v, true, nil
 	}
 	w := &s.version
 	w.mu.Lock()

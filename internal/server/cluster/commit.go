@@ -33,66 +33,88 @@ func (p *PushTxn) Need() int { return p.Total/2 + 1 }
 // BeginPush opens the transaction of a push on node, repo's primary: it
 // locks the repository's row, checks that node is still the primary and
 // its own copy at the repository's generation (waiting a little for the
-// previous push's record of it), and lists the replicas to send to.
+// previous push's record of it, without holding the lock meanwhile), and
+// lists the replicas to send to.
 func BeginPush(ctx context.Context, db *store.DB, repo, node string, timeout time.Duration) (*PushTxn, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: the store is unreachable, nothing was written: %w", err)
-	}
-	p := &PushTxn{tx: tx, repo: repo, node: node}
-	if err := p.begin(ctx, timeout); err != nil {
+	deadline := time.Now().Add(ownRecordWait)
+	for {
+		// Not ended by ctx (database/sql would roll it back at once): a
+		// push given up on still records what MarkStale found, with a
+		// bounded context of its own; each statement has ctx.
+		tx, err := db.BeginTx(context.WithoutCancel(ctx), nil)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: the store is unreachable, nothing was written: %w", err)
+		}
+		p := &PushTxn{tx: tx, repo: repo, node: node}
+		mine, err := p.begin(ctx, timeout)
+		if err == nil && mine == p.Generation {
+			return p, nil
+		}
 		tx.Rollback()
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
+		// The push before this one may still be between its commit in
+		// PostgreSQL and the record of this copy: wait for it a little,
+		// rather than refuse, with the row unlocked (a failover or a
+		// deletion may need it meanwhile).
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("cluster: this node's copy of %s is behind (generation %d of %d) and is being caught up; nothing was written, push again shortly", repo, mine, p.Generation)
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	return p, nil
 }
 
-func (p *PushTxn) begin(ctx context.Context, timeout time.Duration) error {
+// ownRecordWait bounds BeginPush's wait for the record of the primary's
+// own copy after the previous push.
+const ownRecordWait = 5 * time.Second
+
+// begin locks the repository's row and reads its replicas (this node's
+// generation, mine, among them), in two statements: the replicas are read
+// after the lock is granted, so they are as the previous push committed
+// them.
+func (p *PushTxn) begin(ctx context.Context, timeout time.Duration) (mine int64, err error) {
 	tx := p.tx
 	var primary string
 	if err := tx.QueryRowContext(ctx, "SELECT primary_node, generation, epoch FROM cluster_repos WHERE name = ? FOR UPDATE", p.repo).Scan(&primary, &p.Generation, &p.epoch); err != nil {
-		return fmt.Errorf("cluster: reading %s's placement: %w", p.repo, err)
+		return 0, fmt.Errorf("cluster: reading %s's placement: %w", p.repo, err)
 	}
 	if primary != p.node {
-		return fmt.Errorf("cluster: this node is no longer %s's primary (%s is); nothing was written, push again", p.repo, primary)
-	}
-	// The push before this one may still be between its commit in
-	// PostgreSQL and the record of this copy: wait for it a little,
-	// rather than refuse.
-	var mine int64
-	for wait := time.Now().Add(5 * time.Second); ; {
-		if err := tx.QueryRowContext(ctx, "SELECT generation FROM replicas WHERE repo = ? AND node = ?", p.repo, p.node).Scan(&mine); err != nil {
-			return err
-		}
-		if mine == p.Generation || time.Now().After(wait) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if mine != p.Generation {
-		return fmt.Errorf("cluster: this node's copy of %s is behind (generation %d of %d) and is being caught up; nothing was written, push again shortly", p.repo, mine, p.Generation)
+		return 0, fmt.Errorf("cluster: this node is no longer %s's primary (%s is); nothing was written, push again", p.repo, primary)
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT rp.node, nd.url, rp.generation, `+healthySQL+` FROM replicas rp
 		JOIN nodes nd ON nd.name = rp.node WHERE rp.repo = ? ORDER BY rp.node`, timeout.Milliseconds(), p.repo)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer rows.Close()
+	own := false
 	for rows.Next() {
 		var r Replica
 		if err := rows.Scan(&r.Node, &r.URL, &r.Generation, &r.Healthy); err != nil {
-			return err
+			return 0, err
 		}
 		p.Total++
 		switch {
 		case r.Node == p.node:
+			mine, own = r.Generation, true
 		case !r.Healthy || r.Generation != p.Generation:
 			p.Skipped = append(p.Skipped, r.Node+": not up to date or unhealthy")
 		default:
 			p.Targets = append(p.Targets, r)
 		}
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if !own {
+		return 0, fmt.Errorf("cluster: this node holds no copy of %s; nothing was written", p.repo)
+	}
+	return mine, nil
 }
 
 // Commit records the push: the repository's next generation and the
@@ -100,23 +122,31 @@ func (p *PushTxn) begin(ctx context.Context, timeout time.Duration) error {
 // recorded once git has written its refs (RecordCopy).
 func (p *PushTxn) Commit(ctx context.Context, voters []string) error {
 	defer p.tx.Rollback()
-	res, err := p.tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = generation + 1, committed_ms = "+dbNowMS+" WHERE name = ? AND primary_node = ? AND epoch = ?", p.repo, p.node, p.epoch)
+	// One statement (one round trip on the push's path): the voters are
+	// recorded only if the repository's row moved, which it does only
+	// while this node is the primary of this epoch.
+	args := []any{p.repo, p.node, p.epoch, p.Generation + 1, p.repo}
+	marks := make([]string, len(voters))
+	for i, v := range voters {
+		marks[i] = "?"
+		args = append(args, v)
+	}
+	voted := "SELECT 1"
+	if len(voters) > 0 {
+		voted = "UPDATE replicas SET generation = ? WHERE repo = ? AND node IN (" + strings.Join(marks, ", ") + ") AND EXISTS (SELECT 1 FROM bumped) RETURNING 1"
+	} else {
+		args = args[:3]
+	}
+	var bumped int
+	err := p.tx.QueryRowContext(ctx, `WITH bumped AS (
+		UPDATE cluster_repos SET generation = generation + 1, committed_ms = `+dbNowMS+` WHERE name = ? AND primary_node = ? AND epoch = ? RETURNING 1
+	), voted AS (`+voted+`)
+	SELECT (SELECT count(*) FROM bumped)`, args...).Scan(&bumped)
 	if err != nil {
 		return fmt.Errorf("cluster: committing the push: %w", err)
 	}
-	if k, _ := res.RowsAffected(); k != 1 {
+	if bumped != 1 {
 		return fmt.Errorf("cluster: %s's primary changed during the push; nothing was written, push again", p.repo)
-	}
-	if len(voters) > 0 {
-		args := []any{p.Generation + 1, p.repo}
-		marks := make([]string, len(voters))
-		for i, v := range voters {
-			marks[i] = "?"
-			args = append(args, v)
-		}
-		if _, err := p.tx.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node IN ("+strings.Join(marks, ", ")+")", args...); err != nil {
-			return fmt.Errorf("cluster: committing the push: %w", err)
-		}
 	}
 	if err := p.tx.Commit(); err != nil {
 		return fmt.Errorf("cluster: committing the push: %w", err)

@@ -22,6 +22,7 @@ const (
 	EnvRepo   = hookwire.EnvRepo
 	EnvSocket = hookwire.EnvSocket
 	EnvToken  = hookwire.EnvToken
+	EnvPush   = hookwire.EnvPush
 )
 
 // ReplicateTimeout bounds one replica's write of one push.

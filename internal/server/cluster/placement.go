@@ -113,29 +113,38 @@ func Place(ctx context.Context, db *store.DB, repo, source string, n int, timeou
 // health; ErrNotPlaced if the cluster does not know it.
 func Locate(ctx context.Context, db *store.DB, repo string, timeout time.Duration) (Placement, error) {
 	p := Placement{Repo: repo}
-	var ageMS int64
-	err := db.QueryRowContext(ctx, "SELECT primary_node, generation, epoch, source, "+dbNowMS+" - committed_ms FROM cluster_repos WHERE name = ?", repo).Scan(&p.Primary, &p.Generation, &p.Epoch, &p.Source, &ageMS)
-	p.CommitAge = time.Duration(ageMS) * time.Millisecond
-	if errors.Is(err, sql.ErrNoRows) {
-		return p, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
-	}
-	if err != nil {
-		return p, err
-	}
-	rows, err := db.QueryContext(ctx, `SELECT rp.node, nd.url, rp.generation, `+healthySQL+` FROM replicas rp
-		JOIN nodes nd ON nd.name = rp.node WHERE rp.repo = ? ORDER BY rp.node`, timeout.Milliseconds(), repo)
+	// One query, one round trip (every request asks): the repository's
+	// row with its replicas, from one snapshot.
+	rows, err := db.QueryContext(ctx, `SELECT c.primary_node, c.generation, c.epoch, c.source, `+dbNowMS+` - c.committed_ms,
+		rp.node, nd.url, rp.generation, `+healthySQL+`
+		FROM cluster_repos c LEFT JOIN (replicas rp JOIN nodes nd ON nd.name = rp.node) ON rp.repo = c.name
+		WHERE c.name = ? ORDER BY rp.node`, timeout.Milliseconds(), repo)
 	if err != nil {
 		return p, err
 	}
 	defer rows.Close()
+	found := false
 	for rows.Next() {
-		var r Replica
-		if err := rows.Scan(&r.Node, &r.URL, &r.Generation, &r.Healthy); err != nil {
+		var ageMS int64
+		var node, url sql.NullString
+		var gen sql.NullInt64
+		var healthy sql.NullBool
+		if err := rows.Scan(&p.Primary, &p.Generation, &p.Epoch, &p.Source, &ageMS, &node, &url, &gen, &healthy); err != nil {
 			return p, err
 		}
-		p.Replicas = append(p.Replicas, r)
+		found = true
+		p.CommitAge = time.Duration(ageMS) * time.Millisecond
+		if node.Valid {
+			p.Replicas = append(p.Replicas, Replica{Node: node.String, URL: url.String, Generation: gen.Int64, Healthy: healthy.Bool})
+		}
 	}
-	return p, rows.Err()
+	if err := rows.Err(); err != nil {
+		return p, err
+	}
+	if !found {
+		return p, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
+	}
+	return p, nil
 }
 
 // SetReplicaGeneration records that node's copy of repo holds generation

@@ -27,6 +27,7 @@ const (
 	EnvRepo   = "PACKWIRE_CLUSTER_REPO"
 	EnvSocket = "PACKWIRE_CLUSTER_SOCKET" // the server's unix socket for its hooks
 	EnvToken  = "PACKWIRE_CLUSTER_TOKEN"  // proves the hook was started by that server's push
+	EnvPush   = "PACKWIRE_CLUSTER_PUSH"   // names the push, when the server gave it a hooks directory of its own
 )
 
 // replicateTimeout is cluster.ReplicateTimeout (this package imports
@@ -45,7 +46,9 @@ type Request struct {
 	Repo  string `json:"repo"`
 	// Txn names the push between its states: receive-pack's process id,
 	// the hook's parent in every state.
-	Txn     string   `json:"txn"`
+	Txn string `json:"txn"`
+	// Push names the push for the server (EnvPush), if it did.
+	Push    string   `json:"push,omitempty"`
 	Updates []Update `json:"updates,omitempty"`
 	// Env is the quarantine git gives the hook (GIT_OBJECT_DIRECTORY and
 	// the others in QuarantineEnv), absolute.
@@ -87,7 +90,7 @@ func Run(args []string, stdin io.Reader, stderr io.Writer) int {
 		io.Copy(io.Discard, stdin)
 		return 0
 	}
-	req := Request{Token: os.Getenv(EnvToken), State: args[0], Repo: os.Getenv(EnvRepo), Txn: strconv.Itoa(os.Getppid())}
+	req := Request{Token: os.Getenv(EnvToken), State: args[0], Repo: os.Getenv(EnvRepo), Txn: strconv.Itoa(os.Getppid()), Push: os.Getenv(EnvPush)}
 	if req.State != "prepared" {
 		io.Copy(io.Discard, stdin)
 		if err := ask(req); err != nil && req.State == "committed" {

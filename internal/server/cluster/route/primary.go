@@ -41,6 +41,11 @@ type pendingPush struct {
 // was killed): its copy stays behind, and is caught up.
 const pendingTTL = 10 * time.Minute
 
+// maxHookRequest bounds one hook call's JSON: a push's update lines (at
+// most the pipeline's bound on its commands, each two ids and a ref name)
+// and git's quarantine variables.
+const maxHookRequest = 64 << 20
+
 // maxSocketPath is the longest unix socket path every platform takes.
 const maxSocketPath = 100
 
@@ -102,7 +107,9 @@ func (rt *Router) ServeHooks(ctx context.Context, path string) error {
 func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
 	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	dec := json.NewDecoder(conn)
+	// Bounded: a caller with the socket open but a request without end
+	// must not grow the server's memory.
+	dec := json.NewDecoder(io.LimitReader(conn, maxHookRequest))
 	var req cluster.HookRequest
 	if err := dec.Decode(&req); err != nil {
 		return
@@ -123,6 +130,7 @@ func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 		return
 	}
 	key := req.Repo + "\x00" + req.Txn
+	rt.Node.Log.Debug("cluster: hook call", "repo", req.Repo, "state", req.State)
 	switch req.State {
 	case "prepared":
 		// The hook gone (receive-pack killed with the client's request):
@@ -135,7 +143,13 @@ func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 			io.Copy(io.Discard, io.MultiReader(dec.Buffered(), conn))
 			cancel()
 		}()
-		answer(rt.replicate(ctx, req.Repo, key, req.Txn, req.Env, req.Updates))
+		err := rt.replicate(ctx, req.Repo, key, req.Txn, req.Env, req.Updates)
+		if req.Push != "" {
+			rt.mu.Lock()
+			rt.unlinkHook(req.Push, req.Repo, key, req.Updates)
+			rt.mu.Unlock()
+		}
+		answer(err)
 	case "committed":
 		rt.mu.Lock()
 		p, ok := rt.pending[key]
@@ -157,7 +171,11 @@ func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 // gen (git has written its refs): only then, so that a primary killed in
 // between is stale, not falsely current. The next push to the repository
 // waits for it (awaitOwn).
-func (rt *Router) recordOwn(name string, gen int64) {
+func (rt *Router) recordOwn(name string, gen int64) { rt.recordOwnIf(name, gen, nil) }
+
+// recordOwnIf is recordOwn, only if check (run in the background, nil:
+// none) says the copy holds the push.
+func (rt *Router) recordOwnIf(name string, gen int64, check func() bool) {
 	done := make(chan struct{})
 	rt.mu.Lock()
 	if rt.recording == nil {
@@ -177,6 +195,12 @@ func (rt *Router) recordOwn(name string, gen int64) {
 		}()
 		if prev != nil {
 			<-prev
+		}
+		if check != nil && !check() {
+			// receive-pack did not write the push's refs here (killed, or
+			// its commit failed): this copy stays behind and catches up.
+			rt.Node.Log.Warn("cluster: the primary's refs are not the push's; its copy is caught up", "repo", name, "generation", gen)
+			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

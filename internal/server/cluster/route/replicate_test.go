@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"packwire/internal/access"
 	"packwire/internal/gittest"
@@ -29,6 +30,7 @@ type replication struct {
 	work    string // the primary's repository (with a work tree, to make commits)
 	replica repo.Repo
 	rt      *Router
+	h       *Replicator
 	url     string
 	n       int
 }
@@ -44,11 +46,13 @@ func newReplication(t *testing.T) *replication {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(ReplicateHandler(root, &access.Controller{ClusterSecret: testSecret}))
+	h := ReplicateHandler(root, &access.Controller{ClusterSecret: testSecret}, 0)
+	srv := httptest.NewServer(h)
+	t.Cleanup(h.Close)
 	t.Cleanup(srv.Close)
 	work := filepath.Join(t.TempDir(), "work")
 	env.Git("", "init", "-q", work)
-	return &replication{t: t, env: env, work: work, replica: replica, rt: &Router{Secret: testSecret}, url: srv.URL}
+	return &replication{t: t, env: env, work: work, replica: replica, rt: &Router{Secret: testSecret}, h: h, url: srv.URL}
 }
 
 // commit makes a commit on parent ("" for a root) without moving a ref.
@@ -326,4 +330,100 @@ func TestReplicateSendsTheKeptPack(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(r.replica.Path, "objects", "pack", "pack-"+p.name+".pack")); err != nil {
 		t.Fatalf("the replica does not hold the kept pack as it is: %v", err)
 	}
+}
+
+// waitKit waits until the replica's processes for the next replication
+// are started (warm.go) and returns how many kits were taken so far.
+func (r *replication) waitKit() int {
+	r.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		r.h.kits.mu.Lock()
+		k, used := r.h.kits.kits[r.replica.Path], r.h.kits.used
+		r.h.kits.mu.Unlock()
+		if k != nil {
+			return used
+		}
+	}
+	r.t.Fatal("no kit started after a replication")
+	return 0
+}
+
+func (r *replication) kitsUsed() int {
+	r.h.kits.mu.Lock()
+	defer r.h.kits.mu.Unlock()
+	return r.h.kits.used
+}
+
+// TestReplicateWithProcessesStartedAhead: a replication served by git
+// processes started before it came sees the copy as it is when it comes,
+// not as it was when they started: refs moved since (a catch-up, say) are
+// compared at their new values, objects that arrived since count, and
+// objects that are missing are still refused, leaving nothing changed.
+func TestReplicateWithProcessesStartedAhead(t *testing.T) {
+	r := newReplication(t)
+	c1 := r.commit("")
+	if err := r.send(cluster.Update{Old: zero, New: c1, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	used := r.waitKit()
+	// After the kit started: main moves on the replica (and the
+	// primary) by another way, with objects of its own.
+	c2 := r.commit(c1)
+	r.env.Git(r.work, "update-ref", "refs/heads/main", c2)
+	r.env.Git(r.replica.Path, "fetch", "-q", r.work, "+refs/heads/main:refs/heads/main")
+	r.same()
+	// An update from the value main had when the kit started is refused.
+	c3 := r.commit(c2)
+	if err := r.send(cluster.Update{Old: c1, New: c3, Ref: "refs/heads/main"}); !errors.Is(err, errConflict) {
+		t.Fatalf("an update from an old value: %v, want a 409 refusal", err)
+	}
+	if r.kitsUsed() != used+1 {
+		t.Fatalf("the started processes were not used (%d kits taken, was %d)", r.kitsUsed(), used)
+	}
+	r.noLeftovers()
+	// From the current one it is taken, with objects that came after
+	// the kit (c2's, fetched) completing c3's.
+	used = r.waitKit()
+	if err := r.send(cluster.Update{Old: c2, New: c3, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	if r.kitsUsed() != used+1 {
+		t.Fatal("the started processes were not used")
+	}
+	r.same()
+	// A pack that lacks objects of the new value (its commit alone, not
+	// its tree): refused, no ref written.
+	used = r.waitKit()
+	c4 := r.commit(c3)
+	dir := t.TempDir()
+	cmd := exec.Command("git", "-C", r.work, "pack-objects", "-q", filepath.Join(dir, "pack"))
+	cmd.Env = append(os.Environ(), "HOME="+r.env.Home)
+	cmd.Stdin = strings.NewReader(c4 + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &packed{name: strings.TrimSpace(string(out))}
+	base := filepath.Join(dir, "pack-"+p.name)
+	if p.pack, p.packSize, err = openSized(base + ".pack"); err != nil {
+		t.Fatal(err)
+	}
+	if p.idx, p.idxSize, err = openSized(base + ".idx"); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	pk := &packing{done: make(chan struct{}), pack: p}
+	close(pk.done)
+	before := r.refs(r.replica.Path)
+	err = r.rt.sendTo(context.Background(), r.url, "app", []cluster.Update{{Old: c3, New: c4, Ref: "refs/heads/main"}}, pk)
+	if err == nil || !strings.Contains(err.Error(), "missing objects") {
+		t.Fatalf("a pack without the new value's tree: %v, want a refusal for missing objects", err)
+	}
+	if r.kitsUsed() != used+1 {
+		t.Fatal("the started processes were not used")
+	}
+	if after := r.refs(r.replica.Path); after != before {
+		t.Fatalf("an incomplete pack changed the refs:\n%s", after)
+	}
+	r.noLeftovers()
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"packwire/internal/pipeline"
+	"packwire/internal/push"
 	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
 )
@@ -37,6 +38,7 @@ type Router struct {
 	// The hooks' socket (ServeHooks) and what is between a push's calls.
 	hookSocket, hookToken string
 	pending               map[string]pendingPush   // repo NUL receive-pack pid
+	pushes                map[string]*livePush     // pushes with a hooks directory of their own, by id
 	recording             map[string]chan struct{} // repo -> the record of the primary's copy in progress
 }
 
@@ -109,6 +111,11 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 				Config: []string{"core.hooksPath=" + rt.HooksDir, "receive.unpackLimit=1"},
 				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvRepo + "=" + name,
 					cluster.EnvSocket + "=" + socket, cluster.EnvToken + "=" + token},
+				// A hooks directory of the push's own, when git commits it in
+				// one transaction: the hook runs once, not twice (pushdir.go).
+				Push: func(kept []push.Command, guarded bool) ([]string, []string, func()) {
+					return rt.startPush(name, kept, guarded)
+				},
 			}, nil
 		}
 		primary, ok := pl.Replica(pl.Primary)
@@ -331,6 +338,13 @@ func (rt *Router) ensureLocal(ctx context.Context, name string) (repo.Repo, erro
 func InstallHooks(dir, executable, hook string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	// Pushes' own directories (pushdir.go) left by a server that was
+	// killed.
+	if left, err := filepath.Glob(filepath.Join(dir, "push-*")); err == nil {
+		for _, d := range left {
+			os.RemoveAll(d)
+		}
 	}
 	for name, executable := range map[string]string{cluster.HookName: hook, "proc-receive": executable} {
 		link := filepath.Join(dir, name)

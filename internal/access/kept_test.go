@@ -1,0 +1,100 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"packwire/internal/pgtest"
+	"packwire/internal/store"
+)
+
+// Two nodes of a cluster on one PostgreSQL: what one node's controller
+// keeps between requests is dropped by a change committed through
+// another node's store (an admin command on any machine), at the very
+// next request, and kept while nothing changes.
+func TestPostgresAccessKeptAcrossNodesUntilAChange(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.Start(t).NewDatabase(t)
+	open := func() *store.Store {
+		st, err := store.OpenPostgres(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	admin, nodeStore := open(), open()
+	node := &Controller{Store: nodeStore}
+	if _, err := admin.AddUser(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.SetSetting(ctx, SettingAnonRead, "off"); err != nil {
+		t.Fatal(err)
+	}
+	token, err := (&Controller{Store: admin}).CreateToken(ctx, "alice", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := Principal{User: "alice", Via: "token"}
+	decide := func(op Op) error {
+		t.Helper()
+		m, err := node.Load(ctx, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Decide(alice, op, "team/app")
+	}
+
+	if err := decide(Read); !errors.Is(err, ErrNoRead) {
+		t.Fatalf("before any grant: %v", err)
+	}
+	if err := admin.SetGrant(ctx, store.Grant{User: "alice", RepoPattern: "team/*", Role: "write"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := decide(Write); err != nil {
+		t.Fatalf("the request right after a grant: %v", err)
+	}
+	// Nothing changed: the model is kept, not read again.
+	first, _ := node.Load(ctx, alice)
+	if again, _ := node.Load(ctx, alice); again != first {
+		t.Fatal("the access model was read again with nothing changed")
+	}
+	if _, err := node.PrincipalForToken(ctx, "alice", token); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := node.kept.token(mustVersion(t, nodeStore), TokenID(token)); !ok {
+		t.Fatal("the token was not kept")
+	}
+
+	if err := admin.RemoveGrant(ctx, "alice", "team/*"); err != nil {
+		t.Fatal(err)
+	}
+	if err := decide(Write); !errors.Is(err, ErrNoRead) {
+		t.Fatalf("the request right after a revocation on another node: %v", err)
+	}
+	if err := admin.RevokeToken(ctx, TokenID(token)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.PrincipalForToken(ctx, "alice", token); !errors.Is(err, ErrBadCredentials) {
+		t.Fatalf("a token revoked on another node: %v", err)
+	}
+	if m, _ := node.Load(ctx, Anonymous); m.AnonRead("team/app") {
+		t.Fatal("anonymous read while off")
+	}
+	if err := admin.SetAnonRead(ctx, store.AnonRead{RepoPattern: "team/*", Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := node.Load(ctx, Anonymous); !m.AnonRead("team/app") {
+		t.Fatal("anonymous read switched on on another node does not apply")
+	}
+}
+
+func mustVersion(t *testing.T, st *store.Store) int64 {
+	t.Helper()
+	v, ok, err := st.Version(context.Background())
+	if err != nil || !ok {
+		t.Fatalf("Version: %v %v", ok, err)
+	}
+	return v
+}

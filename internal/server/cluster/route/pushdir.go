@@ -1,0 +1,165 @@
+package route
+
+import (
+	"bufio"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"packwire/internal/push"
+	"packwire/internal/server/cluster"
+)
+
+// git runs the reference-transaction hook twice for every transaction it
+// commits: "prepared", where the server replicates the push, and
+// "committed", which only told the server that git wrote the primary's
+// refs. That second start of the hook is on every push's path (git waits
+// for it before its report). So a push whose every ref is in one
+// transaction (an atomic push, or a push of one ref: git 2.39 gives a
+// non-atomic push one transaction per ref) gets a hooks directory of its
+// own, whose hook link the server removes while it answers "prepared":
+// git looks the hook up again for "committed" (or "aborted") and finds
+// none. The server learns instead from the pipeline that receive-pack has
+// exited, and records its copy once the refs on disk are the push's new
+// values; until then that copy is stale, as before the "committed" call.
+
+// livePush is a push on this primary with a hooks directory of its own.
+type livePush struct {
+	repo string
+	dir  string
+	refs map[string]bool // every ref the push gives receive-pack
+	// Once its "prepared" call named every ref and the hook was unlinked:
+	// the pending entry to record at the end, and the updates to find on
+	// disk first.
+	unlinked bool
+	key      string
+	updates  []cluster.Update
+}
+
+// startPush is pipeline.Route.Push for a push to name on this primary.
+func (rt *Router) startPush(name string, kept []push.Command, guarded bool) (env, config []string, done func()) {
+	// Through pushguard's proc-receive, git runs more transactions than
+	// the commands say: the shared directory, and git's every call.
+	if guarded || len(kept) == 0 {
+		return nil, nil, func() {}
+	}
+	dir, err := os.MkdirTemp(rt.HooksDir, "push-")
+	if err != nil {
+		return nil, nil, func() {}
+	}
+	if err := os.Symlink(filepath.Join(rt.HooksDir, cluster.HookName), filepath.Join(dir, cluster.HookName)); err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, func() {}
+	}
+	lp := &livePush{repo: name, dir: dir, refs: map[string]bool{}}
+	for _, c := range kept {
+		lp.refs[c.Ref] = true
+	}
+	id := filepath.Base(dir)
+	rt.mu.Lock()
+	if rt.pushes == nil {
+		rt.pushes = map[string]*livePush{}
+	}
+	rt.pushes[id] = lp
+	rt.mu.Unlock()
+	done = func() {
+		rt.mu.Lock()
+		delete(rt.pushes, id)
+		var p pendingPush
+		ok := false
+		if lp.unlinked {
+			if p, ok = rt.pending[lp.key]; ok {
+				delete(rt.pending, lp.key)
+			}
+		}
+		rt.mu.Unlock()
+		os.RemoveAll(dir)
+		if ok {
+			gitDir := ""
+			if r, err := rt.Repos.Resolve(name); err == nil {
+				gitDir = r.Path
+			}
+			updates := lp.updates
+			rt.recordOwnIf(name, p.gen, func() bool { return gitDir != "" && refsAre(gitDir, updates) })
+		}
+	}
+	return []string{cluster.EnvPush + "=" + id}, []string{"core.hooksPath=" + dir}, done
+}
+
+// unlinkHook is called under rt.mu as a "prepared" call of the push id
+// is answered: when it names every ref of the push, git runs no other
+// transaction for it, and the hook is removed so that git starts it no
+// more. key is the call's pending entry (set when the push succeeded).
+func (rt *Router) unlinkHook(id, repoName, key string, updates []cluster.Update) {
+	lp := rt.pushes[id]
+	if lp == nil || lp.repo != repoName || lp.unlinked {
+		return
+	}
+	named := map[string]bool{}
+	for _, u := range updates {
+		named[u.Ref] = true
+	}
+	for ref := range lp.refs {
+		if !named[ref] {
+			return
+		}
+	}
+	if err := os.Remove(filepath.Join(lp.dir, cluster.HookName)); err != nil {
+		return // git calls again, as for any push
+	}
+	lp.unlinked, lp.key, lp.updates = true, key, updates
+}
+
+// refsAre tells whether the refs in gitDir are at updates' new values
+// (absent for a delete), read from the files: loose refs first, then
+// packed-refs.
+func refsAre(gitDir string, updates []cluster.Update) bool {
+	var packed map[string]string
+	for _, u := range updates {
+		id, err := os.ReadFile(filepath.Join(gitDir, filepath.FromSlash(u.Ref)))
+		got := strings.TrimSpace(string(id))
+		switch {
+		case err == nil:
+		case errors.Is(err, fs.ErrNotExist):
+			if packed == nil {
+				if packed, err = packedRefs(gitDir); err != nil {
+					return false
+				}
+			}
+			got = packed[u.Ref]
+		default:
+			return false
+		}
+		if cluster.IsZero(u.New) {
+			if got != "" {
+				return false
+			}
+		} else if got != u.New {
+			return false
+		}
+	}
+	return true
+}
+
+// packedRefs reads gitDir's packed-refs: ref -> id.
+func packedRefs(gitDir string) (map[string]string, error) {
+	refs := map[string]string{}
+	f, err := os.Open(filepath.Join(gitDir, "packed-refs"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return refs, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if id, ref, ok := strings.Cut(sc.Text(), " "); ok && !strings.HasPrefix(id, "#") && !strings.HasPrefix(id, "^") {
+			refs[ref] = id
+		}
+	}
+	return refs, sc.Err()
+}
