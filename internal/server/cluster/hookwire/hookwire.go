@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -50,19 +49,12 @@ type Request struct {
 	// Push names the push for the server (EnvPush), if it did.
 	Push    string   `json:"push,omitempty"`
 	Updates []Update `json:"updates,omitempty"`
-	// Env is the quarantine git gives the hook (GIT_OBJECT_DIRECTORY and
-	// the others in QuarantineEnv), absolute.
-	Env []string `json:"env,omitempty"`
 }
 
 // Answer is the server's verdict; an empty Error lets git go on.
 type Answer struct {
 	Error string `json:"error,omitempty"`
 }
-
-// QuarantineEnv names what git tells the hook about the pushed objects,
-// which are not in the repository yet.
-var QuarantineEnv = []string{"GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_QUARANTINE_PATH"}
 
 // hookWait bounds how long the hook waits for the server's verdict: the
 // replication's own bound, and some room for the store.
@@ -118,12 +110,6 @@ func Run(args []string, stdin io.Reader, stderr io.Writer) int {
 	if len(req.Updates) == 0 {
 		return 0
 	}
-	wd, _ := os.Getwd()
-	for _, name := range QuarantineEnv {
-		if v, ok := os.LookupEnv(name); ok {
-			req.Env = append(req.Env, name+"="+absPaths(v, wd))
-		}
-	}
 	if err := ask(req); err != nil {
 		fmt.Fprintf(stderr, "packwire: %v\n", err)
 		return 1
@@ -150,17 +136,4 @@ func ask(req Request) error {
 		return fmt.Errorf("%s", ans.Error)
 	}
 	return nil
-}
-
-// absPaths makes every path of a colon-separated list absolute against
-// dir (git may give the hook paths relative to the repository it runs
-// in); quoted entries are left as they are.
-func absPaths(list, dir string) string {
-	parts := strings.Split(list, string(os.PathListSeparator))
-	for i, p := range parts {
-		if p != "" && !strings.HasPrefix(p, `"`) && !filepath.IsAbs(p) {
-			parts[i] = filepath.Join(dir, p)
-		}
-	}
-	return strings.Join(parts, string(os.PathListSeparator))
 }

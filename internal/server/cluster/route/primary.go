@@ -143,7 +143,7 @@ func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 			io.Copy(io.Discard, io.MultiReader(dec.Buffered(), conn))
 			cancel()
 		}()
-		err := rt.replicate(ctx, req.Repo, key, req.Txn, req.Env, req.Updates)
+		err := rt.replicate(ctx, req.Repo, key, req.Txn, req.Updates)
 		if req.Push != "" {
 			rt.mu.Lock()
 			rt.unlinkHook(req.Push, req.Repo, key, req.Updates)
@@ -240,7 +240,7 @@ func (rt *Router) awaitOwn(ctx context.Context, name string) {
 // may let git commit. Replicas that answer later are recorded at the new
 // generation when they do; a replica that fails is left stale and caught
 // up by its node.
-func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, qenv []string, updates []cluster.Update) error {
+func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, updates []cluster.Update) error {
 	began := time.Now()
 	var packed, majority time.Duration
 	rt.awaitOwn(ctx, name)
@@ -274,7 +274,7 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 			// The pack receive-pack kept (Route sets receive.unpackLimit=1),
 			// as it is; one made for the replicas when there is none.
 			if pk.pack, pk.err = keptPack(rp.Path, receivePack, updates); pk.pack == nil && pk.err == nil {
-				pk.pack, pk.err = packFor(ctx, rp, qenv, updates)
+				pk.pack, pk.err = packFor(ctx, rp, updates)
 			}
 			packed = time.Since(began)
 		}()
@@ -541,7 +541,7 @@ func idxHas(idx *os.File, size int64, id string) bool {
 // is whole (not thin) and comes with its index, so that a replica stores
 // both as they are, after checking their checksums, instead of indexing
 // the pack again. nil: no object to send.
-func packFor(ctx context.Context, rp repo.Repo, qenv []string, updates []cluster.Update) (*packed, error) {
+func packFor(ctx context.Context, rp repo.Repo, updates []cluster.Update) (*packed, error) {
 	var in strings.Builder
 	for _, u := range updates {
 		if !cluster.IsZero(u.New) {
@@ -571,7 +571,7 @@ func packFor(ctx context.Context, rp repo.Repo, qenv []string, updates []cluster
 	defer os.RemoveAll(dir)
 	cmd := exec.CommandContext(ctx, "git", "-c", "safe.directory=*", "-c", "pack.writeReverseIndex=false", "--git-dir", rp.Path,
 		"pack-objects", "--revs", "--delta-base-offset", "-q", filepath.Join(dir, "pack"))
-	cmd.Env = append(gitexec.Environ(), qenv...)
+	cmd.Env = gitexec.Environ()
 	cmd.Stdin = strings.NewReader(in.String())
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -83,7 +83,7 @@ func (r *replication) tag(id, name string) string {
 func (r *replication) send(updates ...cluster.Update) error {
 	r.t.Helper()
 	primary := repo.Repo{Name: "app", Path: filepath.Join(r.work, ".git")}
-	pack, err := packFor(context.Background(), primary, nil, updates)
+	pack, err := packFor(context.Background(), primary, updates)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestReplicateTruncatedPack(t *testing.T) {
 	before := r.refs(r.replica.Path)
 	c2 := r.commit(c1)
 	updates := []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}, {Old: zero, New: c2, Ref: "refs/heads/b"}}
-	pack, err := packFor(context.Background(), repo.Repo{Name: "app", Path: filepath.Join(r.work, ".git")}, nil, updates)
+	pack, err := packFor(context.Background(), repo.Repo{Name: "app", Path: filepath.Join(r.work, ".git")}, updates)
 	if err != nil || pack == nil {
 		t.Fatalf("pack: %v", err)
 	}

@@ -107,8 +107,13 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 				},
 				// Every push's objects kept as the pack the client sent (its
 				// bases appended): the replicas get that pack as it is
-				// (keptPack) instead of one made again.
-				Config: []string{"core.hooksPath=" + rt.HooksDir, "receive.unpackLimit=1"},
+				// (keptPack) instead of one made again. Not flushed to disk
+				// (git flushes packs, not the loose objects a small push
+				// makes on one server, nor refs): an acknowledged push is
+				// kept by its copies on a majority of nodes, whose packs are
+				// not flushed either, and a flush here cost milliseconds per
+				// push, and stalls on a busy disk.
+				Config: []string{"core.hooksPath=" + rt.HooksDir, "receive.unpackLimit=1", "core.fsync=-pack,-pack-metadata"},
 				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvRepo + "=" + name,
 					cluster.EnvSocket + "=" + socket, cluster.EnvToken + "=" + token},
 				// A hooks directory of the push's own, when git commits it in
