@@ -70,12 +70,14 @@ const hookWait = replicateTimeout + 30*time.Second
 // counted, holds it (route.Router.ServeHooks); only then does the hook
 // exit 0 and git commit the primary's refs; otherwise git aborts and the
 // client is told the push failed. "committed" and "aborted" tell the
-// server how the push ended.
+// server how the push ended, when git still finds the hook then (a push
+// with a hooks directory of its own loses it at "prepared": see
+// route/pushdir.go).
 //
 // It is the whole of cmd/packwire-hook, a small binary that starts in
 // about a millisecond, which the server installs as the hook when it finds
 // it next to itself; otherwise packwire itself runs it (hookmode), a
-// larger process that takes a few milliseconds more to start, twice per
+// larger process that takes a few milliseconds more to start, once or twice per
 // push.
 func Run(args []string, stdin io.Reader, stderr io.Writer) int {
 	if len(args) < 1 || os.Getenv(EnvRepo) == "" || os.Getenv(EnvSocket) == "" {

@@ -427,3 +427,27 @@ func TestReplicateWithProcessesStartedAhead(t *testing.T) {
 	}
 	r.noLeftovers()
 }
+
+// TestReplicateSkipsProcessesOfAnotherRepository: processes started for
+// the repository at a path are not used for another one put there since
+// (they read the old one's config when they started).
+func TestReplicateSkipsProcessesOfAnotherRepository(t *testing.T) {
+	r := newReplication(t)
+	c1 := r.commit("")
+	if err := r.send(cluster.Update{Old: zero, New: c1, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	used := r.waitKit()
+	if err := os.Rename(r.replica.Path, r.replica.Path+".old"); err != nil {
+		t.Fatal(err)
+	}
+	r.env.Git("", "init", "-q", "--bare", r.replica.Path)
+	r.env.Git(r.work, "update-ref", "-d", "refs/heads/main")
+	if err := r.send(cluster.Update{Old: zero, New: c1, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	if r.kitsUsed() != used {
+		t.Fatal("processes started in the repository moved away were used for the new one")
+	}
+	r.same()
+}

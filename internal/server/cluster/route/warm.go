@@ -84,16 +84,20 @@ type warmKit struct {
 	checkOut   *bytes.Buffer
 	cancel     context.CancelFunc // kills both processes
 	made       time.Time
+	dirInfo    os.FileInfo // the repository directory when the kit started
 }
 
 // startKit starts a replication's processes in the repository at gitDir.
 func startKit(gitDir string) (*warmKit, error) {
 	b := make([]byte, 8)
 	rand.Read(b)
-	k := &warmKit{gitDir: gitDir, quarantine: filepath.Join(gitDir, "objects", "incoming-"+hex.EncodeToString(b)), made: time.Now()}
+	info, err := os.Stat(gitDir)
+	if err != nil {
+		return nil, err
+	}
+	k := &warmKit{gitDir: gitDir, quarantine: filepath.Join(gitDir, "objects", "incoming-"+hex.EncodeToString(b)), made: time.Now(), dirInfo: info}
 	ctx, cancel := context.WithCancel(context.Background())
 	k.cancel = cancel
-	var err error
 	if k.refs, err = spawnRefs(ctx, gitDir, k.quarantine); err != nil {
 		cancel()
 		return nil, err
@@ -116,8 +120,13 @@ func startKit(gitDir string) (*warmKit, error) {
 	return k, nil
 }
 
-// alive tells whether both processes still wait for their input.
-func (k *warmKit) alive() bool { return k.refs.proc.alive() && k.check.alive() }
+// usable tells whether both processes still wait for their input, for
+// the repository they started in (not another one put at its path since:
+// they read its config when they started).
+func (k *warmKit) usable() bool {
+	info, err := os.Stat(k.gitDir)
+	return err == nil && os.SameFile(info, k.dirInfo) && k.refs.proc.alive() && k.check.alive()
+}
 
 // connected checks that updates' new values are complete in this copy
 // with the quarantine's objects.
@@ -187,7 +196,7 @@ func (w *warmKits) take(gitDir string) *warmKit {
 	if k == nil {
 		return nil
 	}
-	if time.Since(k.made) > warmMaxAge || !k.alive() {
+	if time.Since(k.made) > warmMaxAge || !k.usable() {
 		k.discard()
 		return nil
 	}
