@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -29,6 +30,29 @@ import (
 type Principal struct {
 	User string // empty for anonymous
 	Via  string // "ssh-key", "token" or "anonymous"
+	// checked is the store version a token was checked at, for the
+	// request's first Load instead of reading it again (a round trip to
+	// PostgreSQL); taken once, so that a Principal kept for later
+	// requests reads the version again.
+	checked *checkedVersion
+}
+
+// checkedVersion is a store version read once and used once.
+type checkedVersion struct {
+	mu sync.Mutex
+	v  int64
+	ok bool // read, kept-able, and not yet taken
+}
+
+func (c *checkedVersion) take() (int64, bool) {
+	if c == nil {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.v, c.ok
+	c.ok = false
+	return v, ok
 }
 
 // Anonymous is the principal of requests without credentials.
@@ -110,9 +134,14 @@ type Model struct {
 // Load returns what decisions for p need. The model is shared between
 // requests: callers only read it.
 func (c *Controller) Load(ctx context.Context, p Principal) (*Model, error) {
-	version, ok, err := c.Store.Version(ctx)
-	if err != nil {
-		return nil, err
+	// The version the request's token was checked at, moments ago: the
+	// request is decided as of then.
+	version, ok := p.checked.take()
+	if !ok {
+		var err error
+		if version, ok, err = c.Store.Version(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if ok {
 		if m := c.kept.model(version, p.User); m != nil {
@@ -331,14 +360,14 @@ func (c *Controller) PrincipalForToken(ctx context.Context, username, token stri
 		}
 		return Principal{User: ClusterUser, Via: ViaCluster}, nil
 	}
-	t, err := c.checkToken(ctx, username, token)
+	t, version, err := c.checkTokenAt(ctx, username, token)
 	if err != nil {
 		return Principal{}, err
 	}
 	if t.Scope != "" {
 		return Principal{}, fmt.Errorf("%w: a %s token is not for git", ErrBadCredentials, t.Scope)
 	}
-	return Principal{User: t.User, Via: "token"}, nil
+	return Principal{User: t.User, Via: "token", checked: version}, nil
 }
 
 // MayReadMetrics tells whether a token (HTTP Basic, any owner-agnostic user
@@ -355,47 +384,54 @@ func (c *Controller) MayReadMetrics(ctx context.Context, username, token string)
 // token is the stored token with this id, kept while the store's Version
 // stays (a revocation moves it). Unknown ids are not kept: anyone may
 // offer them.
-func (c *Controller) token(ctx context.Context, id string) (store.Token, error) {
+func (c *Controller) token(ctx context.Context, id string) (store.Token, *checkedVersion, error) {
 	version, ok, err := c.Store.Version(ctx)
 	if err != nil {
-		return store.Token{}, err
+		return store.Token{}, nil, err
 	}
+	checked := &checkedVersion{v: version, ok: ok}
 	if ok {
 		if t, kept := c.kept.token(version, id); kept {
-			return t, nil
+			return t, checked, nil
 		}
 	}
 	t, err := c.Store.GetToken(ctx, id)
 	if err == nil && ok {
 		c.kept.keepToken(version, t)
 	}
-	return t, err
+	return t, checked, err
 }
 
 // checkToken returns the stored token if token is valid for username.
 func (c *Controller) checkToken(ctx context.Context, username, token string) (store.Token, error) {
+	t, _, err := c.checkTokenAt(ctx, username, token)
+	return t, err
+}
+
+// checkTokenAt is checkToken, with the store version it checked at.
+func (c *Controller) checkTokenAt(ctx context.Context, username, token string) (store.Token, *checkedVersion, error) {
 	id, secret, ok := splitToken(token)
 	if !ok {
-		return store.Token{}, ErrBadCredentials
+		return store.Token{}, nil, ErrBadCredentials
 	}
-	t, err := c.token(ctx, id)
+	t, checked, err := c.token(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Token{}, ErrBadCredentials
+		return store.Token{}, nil, ErrBadCredentials
 	}
 	if err != nil {
-		return store.Token{}, err
+		return store.Token{}, nil, err
 	}
 	if subtle.ConstantTimeCompare(t.Hash, hashSecret(secret)) != 1 {
-		return store.Token{}, ErrBadCredentials
+		return store.Token{}, nil, ErrBadCredentials
 	}
 	if !t.Revoked.IsZero() {
-		return store.Token{}, fmt.Errorf("%w: token revoked", ErrBadCredentials)
+		return store.Token{}, nil, fmt.Errorf("%w: token revoked", ErrBadCredentials)
 	}
 	if !t.Expires.IsZero() && time.Now().After(t.Expires) {
-		return store.Token{}, fmt.Errorf("%w: token expired", ErrBadCredentials)
+		return store.Token{}, nil, fmt.Errorf("%w: token expired", ErrBadCredentials)
 	}
 	if !ownerAgnosticNames[username] && username != t.User {
-		return store.Token{}, fmt.Errorf("%w: token does not belong to %q", ErrBadCredentials, username)
+		return store.Token{}, nil, fmt.Errorf("%w: token does not belong to %q", ErrBadCredentials, username)
 	}
-	return t, nil
+	return t, checked, nil
 }

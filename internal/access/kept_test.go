@@ -67,8 +67,21 @@ func TestPostgresAccessKeptAcrossNodesUntilAChange(t *testing.T) {
 		t.Fatal("the token was not kept")
 	}
 
+	// A request is decided as of its token's check (one version read for
+	// both), but only that once: a principal kept for later requests
+	// reads the version again.
+	checked, err := node.PrincipalForToken(ctx, "alice", token)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := admin.RemoveGrant(ctx, "alice", "team/*"); err != nil {
 		t.Fatal(err)
+	}
+	if m, err := node.Load(ctx, checked); err != nil || m.Decide(checked, Write, "team/app") != nil {
+		t.Fatalf("the request whose token was checked before the revocation: %v", err)
+	}
+	if m, err := node.Load(ctx, checked); err != nil || !errors.Is(m.Decide(checked, Write, "team/app"), ErrNoRead) {
+		t.Fatalf("a later request of the same principal after a revocation: %v", err)
 	}
 	if err := decide(Write); !errors.Is(err, ErrNoRead) {
 		t.Fatalf("the request right after a revocation on another node: %v", err)
