@@ -227,10 +227,25 @@ func TestClusterKillUnderLoad(t *testing.T) {
 		t.Logf("a push failed with: %s", k)
 		return true
 	})
+	failed := false
 	unexplained.Range(func(k, _ any) bool {
 		t.Errorf("a failed push was not told why:\n%s", k)
+		failed = true
 		return true
 	})
+	if failed {
+		// What the nodes refused, and why, for the failure's diagnosis.
+		nodesMu.Lock()
+		for name, n := range nodes {
+			b, _ := os.ReadFile(filepath.Join(filepath.Dir(n.dir), name+".log"))
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, "msg=refused") || strings.Contains(line, "level=ERROR") {
+					t.Logf("node %s: %s", name, line)
+				}
+			}
+		}
+		nodesMu.Unlock()
+	}
 	if pushesOK.Load() == 0 || clonesOK.Load() == 0 {
 		t.Fatal("the load did nothing")
 	}

@@ -39,9 +39,30 @@ type Principal struct {
 
 // checkedVersion is a store version read once and used once.
 type checkedVersion struct {
-	mu sync.Mutex
-	v  int64
-	ok bool // read, kept-able, and not yet taken
+	mu   sync.Mutex
+	v    int64
+	ok   bool // read, kept-able, and not yet taken
+	read bool // read and kept-able
+}
+
+// CheckedVersion is the store version p's token was checked at, for
+// another node of a cluster that serves the same request (a relay): ok
+// is false for a principal without one.
+func (p Principal) CheckedVersion() (v int64, ok bool) {
+	if p.checked == nil {
+		return 0, false
+	}
+	p.checked.mu.Lock()
+	defer p.checked.mu.Unlock()
+	return p.checked.v, p.checked.read
+}
+
+// WithCheckedVersion is p for a request whose credentials another node
+// of the cluster checked at store version v (CheckedVersion, which the
+// relay carries): the request's first Load uses v, as that node's did.
+func WithCheckedVersion(p Principal, v int64) Principal {
+	p.checked = &checkedVersion{v: v, ok: true, read: true}
+	return p
 }
 
 func (c *checkedVersion) take() (int64, bool) {
@@ -389,7 +410,7 @@ func (c *Controller) token(ctx context.Context, id string) (store.Token, *checke
 	if err != nil {
 		return store.Token{}, nil, err
 	}
-	checked := &checkedVersion{v: version, ok: ok}
+	checked := &checkedVersion{v: version, ok: ok, read: ok}
 	if ok {
 		if t, kept := c.kept.token(version, id); kept {
 			return t, checked, nil

@@ -83,6 +83,18 @@ func TestPostgresAccessKeptAcrossNodesUntilAChange(t *testing.T) {
 	if m, err := node.Load(ctx, checked); err != nil || !errors.Is(m.Decide(checked, Write, "team/app"), ErrNoRead) {
 		t.Fatalf("a later request of the same principal after a revocation: %v", err)
 	}
+	// The same request relayed to another node is decided there as of the
+	// same check, once.
+	v, ok := checked.CheckedVersion()
+	if !ok {
+		t.Fatal("no checked version to relay")
+	}
+	other := &Controller{Store: open()}
+	relayed := WithCheckedVersion(Principal{User: "alice", Via: "token"}, v)
+	if m, err := other.Load(ctx, relayed); err != nil || !errors.Is(m.Decide(relayed, Write, "team/app"), ErrNoRead) {
+		// Nothing kept there at v: read now, after the revocation.
+		t.Fatalf("relayed, nothing kept at the checked version: %v", err)
+	}
 	if err := decide(Write); !errors.Is(err, ErrNoRead) {
 		t.Fatalf("the request right after a revocation on another node: %v", err)
 	}

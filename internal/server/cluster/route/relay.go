@@ -38,6 +38,9 @@ const (
 	// Trailers: git's exit code and what it wrote to stderr.
 	trlExit   = "X-Packwire-Exit"
 	trlStderr = "X-Packwire-Stderr"
+	// hdrAccessVersion: the store version the relaying node checked the
+	// client's token at (access.Principal.CheckedVersion).
+	hdrAccessVersion = "X-Packwire-Access-Version"
 )
 
 // relayHeaderWait bounds how long a relay waits for the serving node's
@@ -131,6 +134,11 @@ func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.
 	h.Set(hdrRemote, req.Remote)
 	h.Set(hdrStateless, strconv.FormatBool(req.StatelessRPC))
 	h.Set(hdrAdvertise, strconv.FormatBool(req.AdvertiseRefs))
+	// The access version this node checked the token at: the serving
+	// node decides as of the same moment, without reading it again.
+	if v, ok := req.Principal.CheckedVersion(); ok {
+		h.Set(hdrAccessVersion, strconv.FormatInt(v, 10))
+	}
 	hreq.SetBasicAuth(access.ClusterUser, rt.Secret)
 	resp, err := (&http.Client{Transport: relayTransport(fail)}).Do(hreq)
 	answered.Store(true)
@@ -241,6 +249,8 @@ func Handler(p *pipeline.Pipeline, acc *access.Controller) http.Handler {
 		}
 		if req.Principal.User == "" {
 			req.Principal = access.Anonymous
+		} else if v, err := strconv.ParseInt(r.Header.Get(hdrAccessVersion), 10, 64); err == nil {
+			req.Principal = access.WithCheckedVersion(req.Principal, v)
 		}
 		if req.Principal.IsCluster() {
 			http.Error(w, "a relay carries a client's request", http.StatusBadRequest)
