@@ -386,8 +386,8 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 		t.Fatalf("cluster verify of the import:\n%s", out)
 	}
 	// Commands that would change one node's copy only are refused.
-	if out, code := packwire(t, "repo", "rename", "team/app", "team/other", "--database", url, "--data", dirs["a"]); code != 2 || !strings.Contains(out, "not supported in a cluster yet") {
-		t.Fatalf("repo rename in a cluster: %d\n%s", code, out)
+	if out, code := packwire(t, "repo", "restore", "team/app", "--database", url, "--data", dirs["a"]); code != 2 || !strings.Contains(out, "not supported in a cluster yet") {
+		t.Fatalf("repo restore in a cluster: %d\n%s", code, out)
 	}
 	text := admin("cluster", "status")
 	if !strings.Contains(text, "team/app") || !strings.Contains(text, newPrimary) {
@@ -584,6 +584,43 @@ func TestClusterRepoCommands(t *testing.T) {
 	admin("repo", "quota", "team/first", "off")
 	if out := admin("repo", "quota", "team/first"); !strings.Contains(out, "no quota") {
 		t.Fatalf("repo quota after off:\n%s", out)
+	}
+
+	// A rename: the new name answers at once on every node and transport
+	// (each node moves its copy before it serves it), the old one is not
+	// found, and pushes and replication go on under the new name.
+	if out := admin("repo", "rename", "team/first", "team/second"); !strings.Contains(out, "renamed team/first to team/second in the cluster") {
+		t.Fatalf("repo rename in a cluster:\n%s", out)
+	}
+	for name, n := range nodes {
+		for _, base := range []string{"git://" + n.GitAddr.String(), fmt.Sprintf("http://alice:%s@%s", token, n.HTTPAddr)} {
+			out, err := env.Run("", nil, "ls-remote", base+"/team/second")
+			if err != nil || !strings.Contains(out, "refs/heads/dev") {
+				t.Fatalf("node %s, %s/team/second right after the rename: %v\n%s", name, base, err, out)
+			}
+			if out, err := env.Run("", nil, "ls-remote", base+"/team/first"); err == nil || !strings.Contains(out, "not found") {
+				t.Fatalf("node %s, %s/team/first after the rename: %v\n%s", name, base, err, out)
+			}
+		}
+	}
+	env.Git(work, "push", "-q", fmt.Sprintf("http://alice:%s@%s/team/second", token, nodes["b"].HTTPAddr), "main:dev")
+	secondCopy := func(node string) string { return filepath.Join(nodes[node].Data.Dir, "repos", "team", "second.git") }
+	everyCopy("team/second on disk", func(n string) bool {
+		return exists(secondCopy(n)) && !exists(filepath.Join(nodes[n].Data.Dir, "repos", "team", "first.git"))
+	})
+	if out := admin("cluster", "verify", "team/second", "--wait", "15s"); strings.Count(out, " equal") != 3 {
+		t.Fatalf("cluster verify after the rename and a push:\n%s", out)
+	}
+	for name := range nodes {
+		env.Git(secondCopy(name), "fsck", "--strict")
+		if got := env.Git(secondCopy(name), "rev-parse", "dev"); got != env.Git(work, "rev-parse", "main") {
+			t.Fatalf("node %s: team/second's dev is %s after the push", name, got)
+		}
+	}
+	for _, bad := range [][2]string{{"team/second", "team/gone"}, {"team/second", "team/gone/inner"}, {"team/nothing", "team/else"}} {
+		if out, code := packwire(t, "repo", "rename", bad[0], bad[1], "--database", url, "--data", filepath.Join(t.TempDir(), "none")); code == 0 {
+			t.Fatalf("repo rename %s %s was taken:\n%s", bad[0], bad[1], out)
+		}
 	}
 
 	admin("repo", "set-description", "team/gone", "The app that goes")

@@ -102,7 +102,9 @@ Refused if NEW exists or is inside another repository, and while a push,
 maintenance or backup works in the repository. Grants, ref rules and
 anonymous-read settings are patterns and stay as they are: the command lists
 those that matched OLD and do not match NEW (and the reverse), to fix with
-packwire grant, rule and anonymous-read.`, args, stderr, nil)
+packwire grant, rule and anonymous-read. In a cluster (--database with nodes)
+it is renamed on every node at once: clients find it under NEW on any node,
+and each node moves its copy before it serves NEW.`, args, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -110,24 +112,31 @@ packwire grant, rule and anonymous-read.`, args, stderr, nil)
 	if err := wantArgs(args, pos, 2, 2, syn); err != nil {
 		return err
 	}
-	from, to, err := lifecycle.Rename(data.Repos, pos[0], pos[1])
+	from, to, renamed, err := renameInCluster(ctx, data, pos[0], pos[1], stdout, stderr)
 	if err != nil {
 		return fmt.Errorf("repo rename %s %s: %w", pos[0], pos[1], err)
 	}
-	recordRepoChange(ctx, data, stderr, "repo rename", from.Name, "to "+to.Name)
-	fmt.Fprintf(stdout, "renamed %s to %s\n", from.Name, to.Name)
-	changes, err := lifecycle.AccessChanges(ctx, data.Store, from.Name, to.Name)
+	if !renamed {
+		f, t, err := lifecycle.Rename(data.Repos, pos[0], pos[1])
+		if err != nil {
+			return fmt.Errorf("repo rename %s %s: %w", pos[0], pos[1], err)
+		}
+		from, to = f.Name, t.Name
+		recordRepoChange(ctx, data, stderr, "repo rename", from, "to "+to)
+		fmt.Fprintf(stdout, "renamed %s to %s\n", from, to)
+	}
+	changes, err := lifecycle.AccessChanges(ctx, data.Store, from, to)
 	if err != nil {
 		return fmt.Errorf("renamed, but reading the access model failed: %w", err)
 	}
 	if len(changes) == 0 {
-		fmt.Fprintf(stdout, "every grant, rule and anonymous-read setting applies to %s as it did to %s\n", to.Name, from.Name)
+		fmt.Fprintf(stdout, "every grant, rule and anonymous-read setting applies to %s as it did to %s\n", to, from)
 		return nil
 	}
 	for _, lost := range []bool{true, false} {
-		header := fmt.Sprintf("matched %s, do not match %s:", from.Name, to.Name)
+		header := fmt.Sprintf("matched %s, do not match %s:", from, to)
 		if !lost {
-			header = fmt.Sprintf("match %s, did not match %s:", to.Name, from.Name)
+			header = fmt.Sprintf("match %s, did not match %s:", to, from)
 		}
 		var lines []string
 		for _, c := range changes {

@@ -133,6 +133,16 @@ var migrations = []string{
 	ALTER TABLE cluster_repos ADD COLUMN quota INTEGER;
 	ALTER TABLE cluster_repos ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE replicas ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;`,
+	// 8: repositories renamed in the cluster whose copy a node still has
+	// to move to the new name (cluster.Rename), in the order they came.
+	`CREATE TABLE cluster_renames (
+		id         INTEGER PRIMARY KEY,
+		from_name  TEXT NOT NULL,
+		to_name    TEXT NOT NULL,
+		node       TEXT NOT NULL,
+		renamed_ms INTEGER NOT NULL
+	);
+	CREATE INDEX cluster_renames_node ON cluster_renames(node);`,
 }
 
 // Open opens (creating if needed) packwire's main database at path

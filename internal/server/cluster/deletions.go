@@ -53,11 +53,12 @@ func Deletions(ctx context.Context, db *store.DB, node string) ([]string, error)
 	return queryStrings(ctx, db, "SELECT repo FROM cluster_deletions WHERE node = ? ORDER BY repo", node)
 }
 
-// Deleting tells whether node still has to delete its copy of repo: the
-// copy is on its disk but no longer the cluster's.
-func Deleting(ctx context.Context, db *store.DB, repo, node string) (bool, error) {
+// MovingAway tells whether node still has to move its copy of name away:
+// deleted from the cluster (to its trash) or renamed (to the new name).
+func MovingAway(ctx context.Context, db *store.DB, name, node string) (bool, error) {
 	var n int
-	err := db.QueryRowContext(ctx, "SELECT count(*) FROM cluster_deletions WHERE repo = ? AND node = ?", repo, node).Scan(&n)
+	err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM cluster_deletions WHERE repo = ? AND node = ?)
+		+ (SELECT count(*) FROM cluster_renames WHERE from_name = ? AND node = ?)`, name, node, name, node).Scan(&n)
 	return n > 0, err
 }
 

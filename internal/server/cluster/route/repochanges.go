@@ -16,8 +16,8 @@ import (
 // clears each deletion. A copy busy with a push, maintenance or a backup
 // is left for the next run.
 func (rt *Router) carryOutDeletions(ctx context.Context) error {
-	rt.deleting.Lock()
-	defer rt.deleting.Unlock()
+	rt.moving.Lock()
+	defer rt.moving.Unlock()
 	names, err := cluster.Deletions(ctx, rt.Node.DB, rt.Node.Name)
 	if err != nil {
 		return err
@@ -34,6 +34,47 @@ func (rt *Router) carryOutDeletions(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// carryOutRenames moves this node's copies of repositories renamed in the
+// cluster to their new names (as repo rename does on one server), oldest
+// first, then clears each rename. A copy busy with a push, maintenance or
+// a backup is left for the next run; so are the renames after it.
+func (rt *Router) carryOutRenames(ctx context.Context) error {
+	rt.moving.Lock()
+	defer rt.moving.Unlock()
+	renames, err := cluster.Renames(ctx, rt.Node.DB, rt.Node.Name)
+	if err != nil {
+		return err
+	}
+	for _, r := range renames {
+		_, _, err := lifecycle.Rename(rt.Repos, r.From, r.To)
+		if errors.Is(err, repo.ErrNotFound) {
+			// No copy made here yet (or moved already): catching up makes
+			// one under the new name.
+			err = nil
+		}
+		if err != nil {
+			return fmt.Errorf("renaming %s to %s: %w", r.From, r.To, err)
+		}
+		if err := cluster.Renamed(ctx, rt.Node.DB, r.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hasCopy tells whether this node's copy of name is on its disk, moving
+// it there first if a rename in the cluster is still to.
+func (rt *Router) hasCopy(ctx context.Context, name string) bool {
+	if _, err := rt.Repos.Resolve(name); err == nil {
+		return true
+	}
+	if err := rt.carryOutRenames(context.WithoutCancel(ctx)); err != nil {
+		return false
+	}
+	_, err := rt.Repos.Resolve(name)
+	return err == nil
 }
 
 // applySettings brings this node's copies up to their repositories'
