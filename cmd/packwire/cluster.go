@@ -164,6 +164,28 @@ func renameInCluster(ctx context.Context, data *datadir.Data, rawFrom, rawTo str
 	return from, to, true, nil
 }
 
+// restoreInCluster restores a repository deleted from the cluster, if the
+// store is a cluster's: placed again on the nodes whose trash holds a
+// copy, each of which brings its copy back before it serves it.
+func restoreInCluster(ctx context.Context, data *datadir.Data, raw, at string, stdout, stderr io.Writer) (bool, error) {
+	name, clustered, err := clusterRepo(ctx, data, raw)
+	if err != nil || !clustered {
+		return clustered, err
+	}
+	p, err := cluster.Restore(ctx, data.Store.DB, name, at)
+	if err != nil {
+		return true, err
+	}
+	var nodes []string
+	for _, r := range p.Replicas {
+		nodes = append(nodes, r.Node)
+	}
+	recordRepoChange(ctx, data, stderr, "repo restore", name, "in the cluster, from the trash of "+strings.Join(nodes, ", "))
+	fmt.Fprintf(stdout, "restored %s in the cluster on %s (primary %s): each node brings its copy back from its trash before it serves it\n",
+		name, strings.Join(nodes, ", "), p.Primary)
+	return true, nil
+}
+
 // setInCluster changes a repository's HEAD branch (if not "") or its
 // description (if not nil) on every copy, if the store is a cluster's.
 func setInCluster(ctx context.Context, data *datadir.Data, raw, head string, description *string) (bool, error) {

@@ -10,12 +10,15 @@ import (
 
 	"packwire/internal/lifecycle"
 	"packwire/internal/repo"
+	"packwire/internal/server/cluster"
 )
 
 const trashNote = `Deleted repositories wait in DATA/repos/.trash/NAME.TIMESTAMP.git, out of
 clients' reach, for the server's --trash-retention (default 7 days); its
 maintenance scheduler (or packwire maintain --trash-retention) then removes
-them for good.`
+them for good. In a cluster (--database with nodes) each node keeps its copy
+in its own trash; repo trash lists the cluster's deletions (and the nodes
+holding a copy) and repo restore brings every copy back at once.`
 
 // cmdRepoDelete moves a repository into the trash.
 func cmdRepoDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -60,6 +63,12 @@ func cmdRepoRestore(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := wantArgs(args, pos, 1, 1, syn); err != nil {
 		return err
 	}
+	if restored, err := restoreInCluster(ctx, data, pos[0], at, stdout, stderr); restored || err != nil {
+		if err != nil {
+			return fmt.Errorf("repo restore %s: %w", pos[0], err)
+		}
+		return nil
+	}
 	r, t, err := lifecycle.Restore(data.Repos, pos[0], at)
 	if err != nil {
 		return fmt.Errorf("repo restore %s: %w", pos[0], err)
@@ -79,6 +88,19 @@ func cmdRepoTrash(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer data.Close()
 	if err := wantArgs(args, pos, 0, 0, "repo trash [--data DIR]"); err != nil {
 		return err
+	}
+	if clustered, err := inCluster(ctx, data); err != nil || clustered {
+		if err != nil {
+			return err
+		}
+		list, err := cluster.Trash(ctx, data.Store.DB)
+		if err != nil {
+			return err
+		}
+		for _, t := range list {
+			fmt.Fprintf(stdout, "%s\t%s\ton %s\n", t.Name, t.Stamp(), strings.Join(t.Nodes, ", "))
+		}
+		return nil
 	}
 	list, err := data.Repos.ListTrash()
 	if err != nil {

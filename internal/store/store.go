@@ -134,7 +134,8 @@ var migrations = []string{
 	ALTER TABLE cluster_repos ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE replicas ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;`,
 	// 8: repositories renamed in the cluster whose copy a node still has
-	// to move to the new name (cluster.Rename), in the order they came.
+	// to move to the new name (cluster.Rename), in the order they came;
+	// deleted repositories' copies in the nodes' trash, to restore.
 	`CREATE TABLE cluster_renames (
 		id         INTEGER PRIMARY KEY,
 		from_name  TEXT NOT NULL,
@@ -142,7 +143,28 @@ var migrations = []string{
 		node       TEXT NOT NULL,
 		renamed_ms INTEGER NOT NULL
 	);
-	CREATE INDEX cluster_renames_node ON cluster_renames(node);`,
+	CREATE INDEX cluster_renames_node ON cluster_renames(node);
+	-- What a deleted repository's copy held (cluster.Restore): a deletion
+	-- in progress notes it, and each node's copy in its trash keeps it,
+	-- with the stamp of that node's trash entry.
+	ALTER TABLE cluster_deletions ADD COLUMN generation INTEGER NOT NULL DEFAULT -1;
+	ALTER TABLE cluster_deletions ADD COLUMN was_primary INTEGER NOT NULL DEFAULT 0;
+	CREATE TABLE cluster_trash (
+		repo        TEXT NOT NULL,
+		node        TEXT NOT NULL,
+		stamp       TEXT NOT NULL,
+		deleted_ms  INTEGER NOT NULL, -- the deletion's: the same on every copy
+		generation  INTEGER NOT NULL,
+		was_primary INTEGER NOT NULL,
+		PRIMARY KEY (repo, node, stamp)
+	);
+	-- Copies a node still has to bring back from its trash (cluster.Restore).
+	CREATE TABLE cluster_restores (
+		repo  TEXT NOT NULL,
+		node  TEXT NOT NULL,
+		stamp TEXT NOT NULL,
+		PRIMARY KEY (repo, node)
+	);`,
 }
 
 // Open opens (creating if needed) packwire's main database at path

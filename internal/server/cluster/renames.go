@@ -121,14 +121,6 @@ func Renames(ctx context.Context, db *store.DB, node string) ([]PendingRename, e
 	return out, rows.Err()
 }
 
-// Renaming tells whether node still has a rename to carry out from or to
-// name.
-func Renaming(ctx context.Context, db *store.DB, name, node string) (bool, error) {
-	var n int
-	err := db.QueryRowContext(ctx, "SELECT count(*) FROM cluster_renames WHERE node = ? AND (from_name = ? OR to_name = ?)", node, name, name).Scan(&n)
-	return n > 0, err
-}
-
 // Renamed records that node has carried out a rename.
 func Renamed(ctx context.Context, db *store.DB, id int64) error {
 	_, err := db.ExecContext(ctx, "DELETE FROM cluster_renames WHERE id = ?", id)

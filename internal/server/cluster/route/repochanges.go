@@ -24,12 +24,16 @@ func (rt *Router) carryOutDeletions(ctx context.Context) error {
 	}
 	var errs []error
 	for _, name := range names {
-		_, err := lifecycle.Delete(rt.Repos, name, time.Now())
-		if err != nil && !errors.Is(err, repo.ErrNotFound) {
+		t, err := lifecycle.Delete(rt.Repos, name, time.Now())
+		stamp := ""
+		switch {
+		case err == nil:
+			stamp = t.Stamp()
+		case !errors.Is(err, repo.ErrNotFound):
 			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
 			continue
 		}
-		if err := cluster.Deleted(ctx, rt.Node.DB, name, rt.Node.Name); err != nil {
+		if err := cluster.Deleted(ctx, rt.Node.DB, name, rt.Node.Name, stamp); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -64,13 +68,58 @@ func (rt *Router) carryOutRenames(ctx context.Context) error {
 	return nil
 }
 
+// carryOutRestores brings this node's copies of repositories restored in
+// the cluster back from its trash (as repo restore does on one server). A
+// copy no longer there (removed for good meanwhile) is recorded as lost,
+// to be fetched from a current copy.
+func (rt *Router) carryOutRestores(ctx context.Context) error {
+	rt.moving.Lock()
+	defer rt.moving.Unlock()
+	restores, err := cluster.Restores(ctx, rt.Node.DB, rt.Node.Name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range restores {
+		_, _, err := lifecycle.Restore(rt.Repos, r.Repo, r.Stamp)
+		lost := err != nil && rt.trashLost(r)
+		if err != nil && !lost {
+			errs = append(errs, fmt.Errorf("restoring %s: %w", r.Repo, err))
+			continue
+		}
+		if err := cluster.Restored(ctx, rt.Node.DB, r.Repo, rt.Node.Name, lost); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// trashLost tells whether a restore's copy is gone from this node's
+// trash (and not already back under its name).
+func (rt *Router) trashLost(r cluster.PendingRestore) bool {
+	if _, err := rt.Repos.Resolve(r.Repo); err == nil {
+		return false
+	}
+	list, err := rt.Repos.ListTrash()
+	if err != nil {
+		return false
+	}
+	for _, t := range list {
+		if t.Name == r.Repo && t.Stamp() == r.Stamp {
+			return false
+		}
+	}
+	return true
+}
+
 // hasCopy tells whether this node's copy of name is on its disk, moving
-// it there first if a rename in the cluster is still to.
+// it there first if a rename or a restore in the cluster is still to.
 func (rt *Router) hasCopy(ctx context.Context, name string) bool {
 	if _, err := rt.Repos.Resolve(name); err == nil {
 		return true
 	}
-	if err := rt.carryOutRenames(context.WithoutCancel(ctx)); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	if errors.Join(rt.carryOutRenames(ctx), rt.carryOutRestores(ctx)) != nil {
 		return false
 	}
 	_, err := rt.Repos.Resolve(name)

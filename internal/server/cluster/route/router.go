@@ -32,7 +32,7 @@ type Router struct {
 
 	mu       sync.Mutex
 	catching map[string]chan struct{} // repositories being caught up, closed when done
-	moving   sync.Mutex               // one carryOutDeletions or carryOutRenames at a time
+	moving   sync.Mutex               // one carryOut of deletions, renames or restores at a time
 
 	// The hooks' socket (ServeHooks) and what is between a push's calls.
 	hookSocket, hookToken string
@@ -196,7 +196,7 @@ func (rt *Router) clientURL(pl cluster.Placement, node string) string {
 // fetched from the primary) and catches up stale ones. Run by the
 // node's loop and before a read of a stale copy.
 func (rt *Router) Reconcile(ctx context.Context) error {
-	deletions := errors.Join(rt.carryOutDeletions(ctx), rt.carryOutRenames(ctx))
+	deletions := errors.Join(rt.carryOutDeletions(ctx), rt.carryOutRenames(ctx), rt.carryOutRestores(ctx))
 	rows, err := rt.Node.DB.QueryContext(ctx, `SELECT rp.repo FROM replicas rp JOIN cluster_repos c ON c.name = rp.repo
 		WHERE rp.node = ? AND rp.generation <> c.generation ORDER BY rp.repo`, rt.Node.Name)
 	if err != nil {
@@ -328,9 +328,9 @@ func (rt *Router) ensureLocal(ctx context.Context, name string) (repo.Repo, erro
 		return r, err
 	}
 	if !rt.hasCopy(ctx, name) {
-		if renaming, err := cluster.Renaming(ctx, rt.Node.DB, name, rt.Node.Name); err != nil || renaming {
+		if arriving, err := cluster.Arriving(ctx, rt.Node.DB, name, rt.Node.Name); err != nil || arriving {
 			if err == nil {
-				err = fmt.Errorf("waiting to move this node's copy to %s (a rename); retry shortly", name)
+				err = fmt.Errorf("waiting to move this node's copy to %s (a rename or a restore); retry shortly", name)
 			}
 			return r, err
 		}
