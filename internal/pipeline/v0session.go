@@ -131,6 +131,14 @@ func (c *Call) leadV0Session(ctx context.Context, cancel context.CancelCauseFunc
 	}
 	var adv advertisementTap
 	published := make(chan struct{})
+	publish := func(opening []byte, status openingStatus) {
+		if status != openingComplete || !rec.Publish(fetchcache.Key([]byte(key), opening)) {
+			// Nobody can follow it (no whole opening, or an identical
+			// session records already): record no further, or a clone's
+			// whole pack would be written to disk for nothing.
+			rec.Break()
+		}
+	}
 	go func() {
 		defer close(published)
 		opening, status := in.waitOpening(ctx, advertisementHold)
@@ -138,15 +146,11 @@ func (c *Call) leadV0Session(ctx context.Context, cancel context.CancelCauseFunc
 			// A client that takes its time (or never sends) must not hold
 			// up the sessions waiting for the advertisement.
 			p.answers.finish(key, adv.answer())
-			if opening, status = in.waitOpening(ctx, 0); status == openingComplete {
-				rec.Publish(fetchcache.Key([]byte(key), opening))
-			}
+			publish(in.waitOpening(ctx, 0))
 			in.release()
 			return
 		}
-		if status == openingComplete {
-			rec.Publish(fetchcache.Key([]byte(key), opening))
-		}
+		publish(opening, status)
 		in.release()
 		p.answers.finish(key, adv.answer())
 	}()
