@@ -206,3 +206,87 @@ func TestWindowOfFindsTheChannelWindow(t *testing.T) {
 		t.Fatal("windowOf accepted a type that is not x/crypto/ssh's channel")
 	}
 }
+
+// recordingChannel is a session channel whose writes are recorded and
+// counted against a fakeWindow, as x/crypto/ssh's channel does.
+type recordingChannel struct {
+	gossh.Channel
+	w      *channelWindow
+	mu     sync.Mutex
+	writes []int
+}
+
+func (c *recordingChannel) Write(p []byte) (int, error) {
+	c.w.cond.L.Lock()
+	*c.w.win -= uint32(len(p))
+	c.w.cond.L.Unlock()
+	c.mu.Lock()
+	c.writes = append(c.writes, len(p))
+	c.mu.Unlock()
+	return len(p), nil
+}
+
+func (c *recordingChannel) written() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.writes...)
+}
+
+// TestPacedWriterRunsPerHalfLimit: paced output goes out in pieces of half
+// the limit, each once the client has acknowledged that much (not after
+// every window adjust), and never more than the limit unacknowledged.
+func TestPacedWriterRunsPerHalfLimit(t *testing.T) {
+	const window, limit = 2 << 20, 512 << 10
+	w, win := fakeWindow(window)
+	w.rtt.Store(1)                                         // a round trip measured: paced
+	w.rated, w.rateSince = true, time.Now().Add(time.Hour) // rate 0, kept: allowance = limit
+	ch := &recordingChannel{w: w}
+	pw := pacedWriter{Channel: ch, window: w, limit: limit}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := pw.Write(make([]byte, 2*limit))
+		done <- err
+	}()
+	ack := func(n uint32) {
+		w.cond.L.Lock()
+		*win += n
+		w.cond.L.Unlock()
+		w.cond.Broadcast()
+	}
+	waitWrites := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for len(ch.written()) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("writes %v, want %d", ch.written(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitWrites(2) // the limit, in two pieces
+	// A quarter of the limit acknowledged leaves room for a quarter: the
+	// writer waits for half.
+	ack(limit / 4)
+	time.Sleep(50 * time.Millisecond)
+	if got := ch.written(); len(got) != 2 {
+		t.Fatalf("after a quarter of the limit acknowledged: writes %v, want still 2", got)
+	}
+	ack(limit / 4)
+	waitWrites(3)
+	ack(limit / 2)
+	waitWrites(4)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ch.written() {
+		if n != limit/2 {
+			t.Fatalf("writes %v, want pieces of %d", ch.written(), limit/2)
+		}
+	}
+	w.cond.L.Lock()
+	defer w.cond.L.Unlock()
+	if unacked := w.unacked(); unacked > limit {
+		t.Fatalf("%d bytes unacknowledged, want at most %d", unacked, limit)
+	}
+}
