@@ -290,3 +290,21 @@ func TestPacedWriterRunsPerHalfLimit(t *testing.T) {
 		t.Fatalf("%d bytes unacknowledged, want at most %d", unacked, limit)
 	}
 }
+
+// TestPacedWriterPiece: half the limit, unless the writer would then wait
+// while less than adjustFloor is unacknowledged (OpenSSH would never send
+// the window adjust it waits for: TestPacedCloneWithOpenSSH hung so).
+func TestPacedWriterPiece(t *testing.T) {
+	for _, tc := range []struct{ limit, piece uint32 }{
+		{512 << 10, 256 << 10},
+		{256 << 10, 128 << 10},
+		{192 << 10, 64 << 10},
+		{128 << 10, 32 << 10},
+		{4, 1},
+		{1, 1},
+	} {
+		if got := (pacedWriter{limit: tc.limit}).piece(); got != tc.piece {
+			t.Errorf("limit %d: piece %d, want %d", tc.limit, got, tc.piece)
+		}
+	}
+}
