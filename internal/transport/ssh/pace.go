@@ -50,7 +50,7 @@ func newPacedWriter(ch gossh.Channel, limit int) pacedWriter {
 	w := pacedWriter{Channel: ch}
 	if limit > 0 {
 		w.window = windowOf(ch)
-		w.limit = uint32(min(limit, 1<<30))
+		w.limit = uint32(min(max(limit, minLimit), 1<<30))
 	}
 	return w
 }
@@ -73,6 +73,11 @@ func (w pacedWriter) setRTT(rtt time.Duration) {
 // than three packets (96 KiB) are, so a writer that waited below that
 // would wait forever.
 const adjustFloor = 128 << 10
+
+// minLimit is the smallest limit honoured: below it the writer would wait
+// with no more than adjustFloor unacknowledged (--ssh-max-unacked 64K
+// stalled every OpenSSH client); smaller limits are raised to it.
+const minLimit = 2 * adjustFloor
 
 // piece is how much Write sends at a time: half the limit, so that the
 // writer runs once the client has acknowledged half of what it may hold
