@@ -22,7 +22,7 @@ import (
 // onOneCopy are the commands that change a repository on this machine's
 // disk: in a cluster they would change one node's copy only, so they are
 // refused there until the cluster does them on every copy.
-var onOneCopy = map[string]bool{"repo restore": true, "repo rename": true, "repo sync": true, "repo mirror add": true, "repo mirror remove": true}
+var onOneCopy = map[string]bool{"repo sync": true, "repo mirror add": true, "repo mirror remove": true}
 
 // openData parses an admin command's flags (always --data, plus any that
 // extra registers) and opens the data directory.

@@ -138,6 +138,54 @@ func deleteInCluster(ctx context.Context, data *datadir.Data, raw string, stdout
 	return true, nil
 }
 
+// renameInCluster renames a repository in the cluster, if the store is a
+// cluster's: every node answers for the new name at once, moving its copy
+// before it serves it.
+func renameInCluster(ctx context.Context, data *datadir.Data, rawFrom, rawTo string, stdout, stderr io.Writer) (from, to string, renamed bool, err error) {
+	from, clustered, err := clusterRepo(ctx, data, rawFrom)
+	if err != nil || !clustered {
+		return "", "", clustered, err
+	}
+	if to, err = repo.CleanName(rawTo); err != nil {
+		return "", "", true, fmt.Errorf("%q: %w", rawTo, err)
+	}
+	nodes, err := cluster.Rename(ctx, data.Store.DB, from, to)
+	if errors.Is(err, cluster.ErrNotPlaced) {
+		// On this machine's disk only (made before it joined): renamed
+		// there, as on one server.
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", true, err
+	}
+	recordRepoChange(ctx, data, stderr, "repo rename", from, "to "+to+" in the cluster; copies on "+strings.Join(nodes, ", "))
+	fmt.Fprintf(stdout, "renamed %s to %s in the cluster: every node answers for %s; %s move their copies when they next serve it or within a heartbeat\n",
+		from, to, to, strings.Join(nodes, ", "))
+	return from, to, true, nil
+}
+
+// restoreInCluster restores a repository deleted from the cluster, if the
+// store is a cluster's: placed again on the nodes whose trash holds a
+// copy, each of which brings its copy back before it serves it.
+func restoreInCluster(ctx context.Context, data *datadir.Data, raw, at string, stdout, stderr io.Writer) (bool, error) {
+	name, clustered, err := clusterRepo(ctx, data, raw)
+	if err != nil || !clustered {
+		return clustered, err
+	}
+	p, err := cluster.Restore(ctx, data.Store.DB, name, at)
+	if err != nil {
+		return true, err
+	}
+	var nodes []string
+	for _, r := range p.Replicas {
+		nodes = append(nodes, r.Node)
+	}
+	recordRepoChange(ctx, data, stderr, "repo restore", name, "in the cluster, from the trash of "+strings.Join(nodes, ", "))
+	fmt.Fprintf(stdout, "restored %s in the cluster on %s (primary %s): each node brings its copy back from its trash before it serves it\n",
+		name, strings.Join(nodes, ", "), p.Primary)
+	return true, nil
+}
+
 // setInCluster changes a repository's HEAD branch (if not "") or its
 // description (if not nil) on every copy, if the store is a cluster's.
 func setInCluster(ctx context.Context, data *datadir.Data, raw, head string, description *string) (bool, error) {

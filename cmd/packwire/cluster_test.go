@@ -386,8 +386,8 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 		t.Fatalf("cluster verify of the import:\n%s", out)
 	}
 	// Commands that would change one node's copy only are refused.
-	if out, code := packwire(t, "repo", "rename", "team/app", "team/other", "--database", url, "--data", dirs["a"]); code != 2 || !strings.Contains(out, "not supported in a cluster yet") {
-		t.Fatalf("repo rename in a cluster: %d\n%s", code, out)
+	if out, code := packwire(t, "repo", "sync", "team/app", "--database", url, "--data", dirs["a"]); code != 2 || !strings.Contains(out, "not supported in a cluster yet") {
+		t.Fatalf("repo sync in a cluster: %d\n%s", code, out)
 	}
 	text := admin("cluster", "status")
 	if !strings.Contains(text, "team/app") || !strings.Contains(text, newPrimary) {
@@ -586,6 +586,43 @@ func TestClusterRepoCommands(t *testing.T) {
 		t.Fatalf("repo quota after off:\n%s", out)
 	}
 
+	// A rename: the new name answers at once on every node and transport
+	// (each node moves its copy before it serves it), the old one is not
+	// found, and pushes and replication go on under the new name.
+	if out := admin("repo", "rename", "team/first", "team/second"); !strings.Contains(out, "renamed team/first to team/second in the cluster") {
+		t.Fatalf("repo rename in a cluster:\n%s", out)
+	}
+	for name, n := range nodes {
+		for _, base := range []string{"git://" + n.GitAddr.String(), fmt.Sprintf("http://alice:%s@%s", token, n.HTTPAddr)} {
+			out, err := env.Run("", nil, "ls-remote", base+"/team/second")
+			if err != nil || !strings.Contains(out, "refs/heads/dev") {
+				t.Fatalf("node %s, %s/team/second right after the rename: %v\n%s", name, base, err, out)
+			}
+			if out, err := env.Run("", nil, "ls-remote", base+"/team/first"); err == nil || !strings.Contains(out, "not found") {
+				t.Fatalf("node %s, %s/team/first after the rename: %v\n%s", name, base, err, out)
+			}
+		}
+	}
+	env.Git(work, "push", "-q", fmt.Sprintf("http://alice:%s@%s/team/second", token, nodes["b"].HTTPAddr), "main:dev")
+	secondCopy := func(node string) string { return filepath.Join(nodes[node].Data.Dir, "repos", "team", "second.git") }
+	everyCopy("team/second on disk", func(n string) bool {
+		return exists(secondCopy(n)) && !exists(filepath.Join(nodes[n].Data.Dir, "repos", "team", "first.git"))
+	})
+	if out := admin("cluster", "verify", "team/second", "--wait", "15s"); strings.Count(out, " equal") != 3 {
+		t.Fatalf("cluster verify after the rename and a push:\n%s", out)
+	}
+	for name := range nodes {
+		env.Git(secondCopy(name), "fsck", "--strict")
+		if got := env.Git(secondCopy(name), "rev-parse", "dev"); got != env.Git(work, "rev-parse", "main") {
+			t.Fatalf("node %s: team/second's dev is %s after the push", name, got)
+		}
+	}
+	for _, bad := range [][2]string{{"team/second", "team/gone"}, {"team/second", "team/gone/inner"}, {"team/nothing", "team/else"}} {
+		if out, code := packwire(t, "repo", "rename", bad[0], bad[1], "--database", url, "--data", filepath.Join(t.TempDir(), "none")); code == 0 {
+			t.Fatalf("repo rename %s %s was taken:\n%s", bad[0], bad[1], out)
+		}
+	}
+
 	admin("repo", "set-description", "team/gone", "The app that goes")
 	everyCopy("the description", func(n string) bool {
 		b, _ := os.ReadFile(filepath.Join(bare(n), "description"))
@@ -617,6 +654,36 @@ func TestClusterRepoCommands(t *testing.T) {
 	if out := admin("cluster", "status", "--json"); strings.Contains(out, "team/gone") {
 		t.Fatalf("cluster status still lists the deleted repository:\n%s", out)
 	}
+	// The cluster's trash, and a restore: every copy back at once, with
+	// its refs, served and replicated as before.
+	if out := admin("repo", "trash"); !strings.Contains(out, "team/gone") || !strings.Contains(out, "on a, b, c") {
+		t.Fatalf("repo trash in a cluster:\n%s", out)
+	}
+	if out := admin("repo", "restore", "team/gone"); !strings.Contains(out, "restored team/gone in the cluster on a, b, c") {
+		t.Fatalf("repo restore in a cluster:\n%s", out)
+	}
+	pushed := strings.TrimSpace(env.Git(work, "rev-parse", "main~1"))
+	for name, n := range nodes {
+		out, err := env.Run("", nil, "ls-remote", "git://"+n.GitAddr.String()+"/team/gone")
+		if err != nil || !strings.Contains(out, pushed+"\trefs/heads/trunk") {
+			t.Fatalf("node %s right after the restore: %v\n%s", name, err, out)
+		}
+	}
+	env.Git(work, "push", "-q", pushURL, "main:restored")
+	if out := admin("cluster", "verify", "team/gone", "--wait", "15s"); strings.Count(out, " equal") != 3 {
+		t.Fatalf("cluster verify after the restore and a push:\n%s", out)
+	}
+	if out := admin("repo", "trash"); strings.Contains(out, "team/gone") {
+		t.Fatalf("repo trash still lists the restored repository:\n%s", out)
+	}
+	admin("repo", "delete", "team/gone")
+	for name := range nodes {
+		waitUntil("node "+name+" to move its copy into its trash again", func() bool {
+			trashed, _ := nodes[name].Data.Repos.ListTrash()
+			return !exists(bare(name)) && len(trashed) == 1
+		})
+	}
+
 	// The name again: a new, empty repository on every node.
 	admin("repo", "create", "team/gone", "--replicas", "3")
 	waitUntil("every new copy created", func() bool { return exists(bare("a")) && exists(bare("b")) && exists(bare("c")) })
@@ -628,5 +695,8 @@ func TestClusterRepoCommands(t *testing.T) {
 		if refs := env.Git(bare(name), "for-each-ref"); refs != "" {
 			t.Fatalf("node %s: the new repository has refs of the old one:\n%s", name, refs)
 		}
+	}
+	if out, code := packwire(t, "repo", "restore", "team/gone", "--database", url, "--data", filepath.Join(t.TempDir(), "none")); code == 0 || !strings.Contains(out, "exists") {
+		t.Fatalf("restoring over a repository of the same name: %d\n%s", code, out)
 	}
 }

@@ -62,13 +62,8 @@ PostgreSQL: this shows the whole cluster, each record with its node
 	if *database != "" && !store.IsPostgresURL(*database) {
 		return usagef("--database %s: not a postgres:// URL (leave it out for governor.db in the data directory)", store.RedactDatabaseURL(*database))
 	}
-	var gov *governor.Governor
-	if *database != "" {
-		// The cluster's records: no data directory needed.
-		if gov, err = governor.OpenPostgres(ctx, *database); err != nil {
-			return err
-		}
-	} else {
+	if *database == "" {
+		// The cluster's records need no data directory; one server's do.
 		if ok, err := datadir.Exists(*dir); err != nil {
 			return err
 		} else if !ok {
@@ -79,9 +74,10 @@ PostgreSQL: this shows the whole cluster, each record with its node
 		if _, err := os.Stat(path); err != nil {
 			return fmt.Errorf("no request records at %s yet (packwire serve writes them)", path)
 		}
-		if gov, err = governor.Open(ctx, path); err != nil {
-			return err
-		}
+	}
+	gov, err := governor.OpenIn(ctx, *dir, *database)
+	if err != nil {
+		return err
 	}
 	defer gov.Close()
 	filter := governor.Filter{Node: *node}

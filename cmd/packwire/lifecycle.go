@@ -10,12 +10,15 @@ import (
 
 	"packwire/internal/lifecycle"
 	"packwire/internal/repo"
+	"packwire/internal/server/cluster"
 )
 
 const trashNote = `Deleted repositories wait in DATA/repos/.trash/NAME.TIMESTAMP.git, out of
 clients' reach, for the server's --trash-retention (default 7 days); its
 maintenance scheduler (or packwire maintain --trash-retention) then removes
-them for good.`
+them for good. In a cluster (--database with nodes) each node keeps its copy
+in its own trash; repo trash lists the cluster's deletions (and the nodes
+holding a copy) and repo restore brings every copy back at once.`
 
 // cmdRepoDelete moves a repository into the trash.
 func cmdRepoDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -60,6 +63,12 @@ func cmdRepoRestore(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := wantArgs(args, pos, 1, 1, syn); err != nil {
 		return err
 	}
+	if restored, err := restoreInCluster(ctx, data, pos[0], at, stdout, stderr); restored || err != nil {
+		if err != nil {
+			return fmt.Errorf("repo restore %s: %w", pos[0], err)
+		}
+		return nil
+	}
 	r, t, err := lifecycle.Restore(data.Repos, pos[0], at)
 	if err != nil {
 		return fmt.Errorf("repo restore %s: %w", pos[0], err)
@@ -79,6 +88,19 @@ func cmdRepoTrash(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer data.Close()
 	if err := wantArgs(args, pos, 0, 0, "repo trash [--data DIR]"); err != nil {
 		return err
+	}
+	if clustered, err := inCluster(ctx, data); err != nil || clustered {
+		if err != nil {
+			return err
+		}
+		list, err := cluster.Trash(ctx, data.Store.DB)
+		if err != nil {
+			return err
+		}
+		for _, t := range list {
+			fmt.Fprintf(stdout, "%s\t%s\ton %s\n", t.Name, t.Stamp(), strings.Join(t.Nodes, ", "))
+		}
+		return nil
 	}
 	list, err := data.Repos.ListTrash()
 	if err != nil {
@@ -102,7 +124,9 @@ Refused if NEW exists or is inside another repository, and while a push,
 maintenance or backup works in the repository. Grants, ref rules and
 anonymous-read settings are patterns and stay as they are: the command lists
 those that matched OLD and do not match NEW (and the reverse), to fix with
-packwire grant, rule and anonymous-read.`, args, stderr, nil)
+packwire grant, rule and anonymous-read. In a cluster (--database with nodes)
+it is renamed on every node at once: clients find it under NEW on any node,
+and each node moves its copy before it serves NEW.`, args, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -110,24 +134,31 @@ packwire grant, rule and anonymous-read.`, args, stderr, nil)
 	if err := wantArgs(args, pos, 2, 2, syn); err != nil {
 		return err
 	}
-	from, to, err := lifecycle.Rename(data.Repos, pos[0], pos[1])
+	from, to, renamed, err := renameInCluster(ctx, data, pos[0], pos[1], stdout, stderr)
 	if err != nil {
 		return fmt.Errorf("repo rename %s %s: %w", pos[0], pos[1], err)
 	}
-	recordRepoChange(ctx, data, stderr, "repo rename", from.Name, "to "+to.Name)
-	fmt.Fprintf(stdout, "renamed %s to %s\n", from.Name, to.Name)
-	changes, err := lifecycle.AccessChanges(ctx, data.Store, from.Name, to.Name)
+	if !renamed {
+		f, t, err := lifecycle.Rename(data.Repos, pos[0], pos[1])
+		if err != nil {
+			return fmt.Errorf("repo rename %s %s: %w", pos[0], pos[1], err)
+		}
+		from, to = f.Name, t.Name
+		recordRepoChange(ctx, data, stderr, "repo rename", from, "to "+to)
+		fmt.Fprintf(stdout, "renamed %s to %s\n", from, to)
+	}
+	changes, err := lifecycle.AccessChanges(ctx, data.Store, from, to)
 	if err != nil {
 		return fmt.Errorf("renamed, but reading the access model failed: %w", err)
 	}
 	if len(changes) == 0 {
-		fmt.Fprintf(stdout, "every grant, rule and anonymous-read setting applies to %s as it did to %s\n", to.Name, from.Name)
+		fmt.Fprintf(stdout, "every grant, rule and anonymous-read setting applies to %s as it did to %s\n", to, from)
 		return nil
 	}
 	for _, lost := range []bool{true, false} {
-		header := fmt.Sprintf("matched %s, do not match %s:", from.Name, to.Name)
+		header := fmt.Sprintf("matched %s, do not match %s:", from, to)
 		if !lost {
-			header = fmt.Sprintf("match %s, did not match %s:", to.Name, from.Name)
+			header = fmt.Sprintf("match %s, did not match %s:", to, from)
 		}
 		var lines []string
 		for _, c := range changes {

@@ -9,6 +9,9 @@ type Command struct {
 	// not depend on it (serve.c only records it), so clients of different
 	// versions share answers. Everything else is kept in the client's order.
 	Key []byte
+	// Args are the argument packets' payloads (after the delimiter),
+	// without their newline, in order; they point into the body.
+	Args [][]byte
 }
 
 // InspectCommand parses body as exactly one protocol v2 command: a
@@ -61,6 +64,8 @@ func InspectCommand(body []byte) (Command, error) {
 			if bytes.HasPrefix(p.line, []byte("agent=")) {
 				continue // not part of the key
 			}
+		case state == arguments:
+			cmd.Args = append(cmd.Args, p.line)
 		}
 		key = append(key, p.raw...)
 	}

@@ -108,77 +108,29 @@ func nextPacket(body []byte) (packet, []byte, error) {
 }
 
 func inspectV2(body []byte) (Request, error) {
-	const (
-		command = iota
-		capabilities
-		arguments
-		ended
-	)
-	state := command
+	cmd, err := InspectCommand(body)
+	if err != nil {
+		return Request{}, err
+	}
+	if cmd.Name != "fetch" {
+		return Request{}, ErrNotFetch
+	}
 	wants, done := 0, false
-	req := Request{Key: make([]byte, 0, len(body))}
-	for len(body) > 0 {
-		if state == ended {
-			return Request{}, ErrMalformed // a second command, or trailing bytes
+	req := Request{Key: cmd.Key}
+	for _, arg := range cmd.Args {
+		word, _, _ := bytes.Cut(arg, []byte(" "))
+		switch string(word) {
+		case "want", "want-ref":
+			wants++
+		case "have":
+			req.Haves++
+		case "deepen-since", "deepen-not":
+			return Request{}, ErrDeepenBy
+		case "done":
+			done = true
 		}
-		p, rest, err := nextPacket(body)
-		if err != nil {
-			return Request{}, err
-		}
-		body = rest
-		switch {
-		case p.n == 0: // flush: the end of the command
-			if state == command {
-				return Request{}, ErrMalformed
-			}
-			state = ended
-			req.Key = append(req.Key, p.raw...)
-			continue
-		case p.n == 1: // delimiter: arguments follow
-			if state != capabilities {
-				return Request{}, ErrMalformed
-			}
-			state = arguments
-			req.Key = append(req.Key, p.raw...)
-			continue
-		case p.n == 2: // response-end is for servers
-			return Request{}, ErrMalformed
-		}
-		line := p.line
-		switch state {
-		case command:
-			if !bytes.Equal(line, []byte("command=fetch")) {
-				if bytes.HasPrefix(line, []byte("command=")) {
-					return Request{}, ErrNotFetch
-				}
-				return Request{}, ErrMalformed
-			}
-			state = capabilities
-		case capabilities:
-			if bytes.HasPrefix(line, []byte("command=")) {
-				return Request{}, ErrMalformed
-			}
-			if bytes.HasPrefix(line, []byte("agent=")) {
-				continue // not part of the key
-			}
-		case arguments:
-			word, _, _ := bytes.Cut(line, []byte(" "))
-			switch string(word) {
-			case "want", "want-ref":
-				wants++
-			case "have":
-				req.Haves++
-			case "deepen-since", "deepen-not":
-				return Request{}, ErrDeepenBy
-			case "done":
-				done = true
-			}
-		}
-		req.Key = append(req.Key, p.raw...)
 	}
 	switch {
-	case state != ended:
-		return Request{}, ErrMalformed
 	case wants == 0:
 		return Request{}, ErrNoWants
 	case !done && req.Haves == 0:

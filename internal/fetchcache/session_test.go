@@ -123,6 +123,33 @@ func TestSessionPublish(t *testing.T) {
 	rec.Finish(true)
 }
 
+// TestSessionBreakStopsWriting: a recording nobody can follow, broken,
+// writes none of what git sends after (the leader's pipeline breaks an
+// unpublished one: a clone's pack would go to disk for nothing), and is
+// not stored.
+func TestSessionBreakStopsWriting(t *testing.T) {
+	c := newCache(t, 1<<20)
+	rec, err := c.NewSessionRecording()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Output([]byte("ADV0000"))
+	before := rec.w.out.N()
+	if before == 0 {
+		t.Fatal("a recording wrote nothing")
+	}
+	rec.Break()
+	rec.Input([]byte("want"))
+	rec.Output(bytes.Repeat([]byte("pack"), 1<<16))
+	if after := rec.w.out.N(); after != before {
+		t.Fatalf("a broken recording went on writing: %d -> %d bytes", before, after)
+	}
+	rec.Finish(true)
+	if st := c.Stats(); st.Entries != 0 || st.Runs != 0 {
+		t.Fatalf("a broken recording was kept: %+v", st)
+	}
+}
+
 // TestSessionTrailerRoundTrip: a log survives its trailer.
 func TestSessionTrailerRoundTrip(t *testing.T) {
 	l := newSessionLog()

@@ -131,6 +131,14 @@ func (c *Call) leadV0Session(ctx context.Context, cancel context.CancelCauseFunc
 	}
 	var adv advertisementTap
 	published := make(chan struct{})
+	publish := func(opening []byte, status openingStatus) {
+		if status != openingComplete || !rec.Publish(fetchcache.Key([]byte(key), opening)) {
+			// Nobody can follow it (no whole opening, or an identical
+			// session records already): record no further, or a clone's
+			// whole pack would be written to disk for nothing.
+			rec.Break()
+		}
+	}
 	go func() {
 		defer close(published)
 		opening, status := in.waitOpening(ctx, advertisementHold)
@@ -138,15 +146,11 @@ func (c *Call) leadV0Session(ctx context.Context, cancel context.CancelCauseFunc
 			// A client that takes its time (or never sends) must not hold
 			// up the sessions waiting for the advertisement.
 			p.answers.finish(key, adv.answer())
-			if opening, status = in.waitOpening(ctx, 0); status == openingComplete {
-				rec.Publish(fetchcache.Key([]byte(key), opening))
-			}
+			publish(in.waitOpening(ctx, 0))
 			in.release()
 			return
 		}
-		if status == openingComplete {
-			rec.Publish(fetchcache.Key([]byte(key), opening))
-		}
+		publish(opening, status)
 		in.release()
 		p.answers.finish(key, adv.answer())
 	}()
@@ -648,7 +652,7 @@ const (
 	openingIdle                      // the wait's time limit passed
 )
 
-// waitOpening waits for the client's opening (openingLength) and returns
+// waitOpening waits for the client's opening (openingScanner) and returns
 // it. limit > 0 bounds the wait (openingIdle).
 func (b *clientBuffer) waitOpening(ctx context.Context, limit time.Duration) ([]byte, openingStatus) {
 	var timeout <-chan time.Time
@@ -657,9 +661,12 @@ func (b *clientBuffer) waitOpening(ctx context.Context, limit time.Duration) ([]
 		defer t.Stop()
 		timeout = t.C
 	}
+	// One scanner for the whole wait: a client that trickles its opening a
+	// byte at a time costs one pass over it, not one per byte.
+	var scan openingScanner
 	for {
 		data, err, changed := b.snapshot()
-		n, status := openingLength(data)
+		n, status := scan.scan(data)
 		switch {
 		case status == openingComplete:
 			return data[:n], status
@@ -684,41 +691,54 @@ func (b *clientBuffer) waitOpening(ctx context.Context, limit time.Duration) ([]
 	}
 }
 
-// openingLength finds the end of a v0/v1 client's opening in data: all it
-// sends before it needs an answer beyond the advertisement. That is its
-// want section and its first batch of haves, to the second flush (the
-// client sends a second batch before it reads the ACKs of the first), or
-// to done; a flush alone (ls-remote) or a want section that asks for
-// shallow lines (deepen), which the client waits for, ends at its flush.
-// openingGone here means not complete yet.
+// openingLength finds the end of a v0/v1 client's opening in data (see
+// openingScanner).
 func openingLength(data []byte) (int, openingStatus) {
-	flushes, wants, deepen := 0, false, false
-	for pos := 0; ; {
-		if len(data)-pos < 4 {
+	var s openingScanner
+	return s.scan(data)
+}
+
+// openingScanner finds the end of a v0/v1 client's opening: all it sends
+// before it needs an answer beyond the advertisement. That is its want
+// section and its first batch of haves, to the second flush (the client
+// sends a second batch before it reads the ACKs of the first), or to done;
+// a flush alone (ls-remote) or a want section that asks for shallow lines
+// (deepen), which the client waits for, ends at its flush. It is fed the
+// client's stream from its first byte, growing, and resumes after the
+// last whole pkt-line it saw. openingGone from scan means not complete yet.
+type openingScanner struct {
+	pos            int // after the last whole pkt-line seen
+	flushes        int
+	wants, deepens bool
+}
+
+func (s *openingScanner) scan(data []byte) (int, openingStatus) {
+	for {
+		if len(data)-s.pos < 4 {
 			return 0, openingGone
 		}
-		n, err := pktline.ParseLength(data[pos : pos+4])
+		n, err := pktline.ParseLength(data[s.pos : s.pos+4])
 		if err != nil || n == 1 || n == 2 || n == 3 || n > pktline.MaxLength {
 			return 0, openingUncacheable
 		}
 		size := max(n, 4)
-		if len(data)-pos < size {
+		if len(data)-s.pos < size {
 			return 0, openingGone
 		}
-		line := strings.TrimSuffix(string(data[pos+4:pos+size]), "\n")
-		pos += size
+		line := bytes.TrimSuffix(data[s.pos+4:s.pos+size], []byte("\n"))
+		s.pos += size
 		switch {
 		case n == 0:
-			flushes++
-			if flushes == 2 || !wants || deepen {
-				return pos, openingComplete
+			s.flushes++
+			if s.flushes == 2 || !s.wants || s.deepens {
+				return s.pos, openingComplete
 			}
-		case line == "done":
-			return pos, openingComplete
-		case strings.HasPrefix(line, "want "):
-			wants = true
-		case strings.HasPrefix(line, "deepen"):
-			deepen = true
+		case string(line) == "done":
+			return s.pos, openingComplete
+		case bytes.HasPrefix(line, []byte("want ")):
+			s.wants = true
+		case bytes.HasPrefix(line, []byte("deepen")):
+			s.deepens = true
 		}
 	}
 }

@@ -32,6 +32,32 @@ func TestOpeningLength(t *testing.T) {
 	}
 }
 
+// TestOpeningScannerResumes: a scanner fed a stream as it grows resumes
+// after the last whole pkt-line instead of parsing from the first byte
+// again (a client trickling a 1 MiB opening a byte at a time would
+// otherwise cost a quadratic parse), and finds the same end.
+func TestOpeningScannerResumes(t *testing.T) {
+	const h = "have 2222222222222222222222222222222222222222"
+	lines := []string{"want 1111111111111111111111111111111111111111", ""}
+	for range 2000 {
+		lines = append(lines, h)
+	}
+	data := pkts(append(lines, "")...)
+	var s openingScanner
+	for end := 0; end < len(data); end++ {
+		before := s.pos
+		if n, status := s.scan(data[:end]); status != openingGone || n != 0 {
+			t.Fatalf("complete after %d of %d bytes: %d %v", end, len(data), n, status)
+		}
+		if s.pos < before || s.pos > end {
+			t.Fatalf("scanner at %d after %d bytes (was %d)", s.pos, end, before)
+		}
+	}
+	if n, status := s.scan(data); n != len(data) || status != openingComplete {
+		t.Fatalf("whole: %d %v, want %d complete", n, status, len(data))
+	}
+}
+
 // FuzzOpeningLength: any bytes give an opening within them that is whole
 // pkt-lines ending at a flush or done, or none.
 func FuzzOpeningLength(f *testing.F) {
@@ -40,6 +66,15 @@ func FuzzOpeningLength(f *testing.F) {
 	f.Add([]byte("0004000a"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n, status := openingLength(data)
+		// Fed as it grows (a trickling client), the scanner says the same.
+		var s openingScanner
+		tn, tstatus := 0, openingGone
+		for end := 0; end <= len(data) && tstatus == openingGone; end++ {
+			tn, tstatus = s.scan(data[:end])
+		}
+		if tn != n || tstatus != status {
+			t.Fatalf("trickled: %d %v, whole: %d %v", tn, tstatus, n, status)
+		}
 		if status != openingComplete {
 			if n != 0 {
 				t.Fatalf("incomplete opening of %d bytes", n)

@@ -3,6 +3,7 @@ package repostate
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,9 +27,19 @@ import (
 // walked on every call as before.
 
 // watchMask is every change to a directory's entries or to a file in it.
-const watchMask = syscall.IN_CREATE | syscall.IN_DELETE | syscall.IN_MOVED_FROM | syscall.IN_MOVED_TO |
-	syscall.IN_MODIFY | syscall.IN_ATTRIB | syscall.IN_CLOSE_WRITE | syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF |
-	syscall.IN_ONLYDIR
+const watchMask = entriesMask | syscall.IN_MODIFY | syscall.IN_CLOSE_WRITE
+
+// entriesMask is every change to a directory's entries (and to its own or
+// its files' attributes). It is all objects/pack is watched for: the
+// stamp covers that directory's entries only, and a pack being written
+// there (a push, a repack) would otherwise queue an event per write and
+// overflow the queue, which drops every kept stamp.
+const entriesMask = syscall.IN_CREATE | syscall.IN_DELETE | syscall.IN_MOVED_FROM | syscall.IN_MOVED_TO |
+	syscall.IN_ATTRIB | syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF | syscall.IN_ONLYDIR
+
+// errForgotten ends the walk of a stamp evicted meanwhile: its watches
+// would belong to nothing.
+var errForgotten = errors.New("kept stamp evicted during its walk")
 
 // keptLimit bounds the repositories whose stamps are kept (and watched).
 const keptLimit = 1024
@@ -46,10 +57,11 @@ var localFileSystems = map[int64]bool{
 }
 
 type keptStamp struct {
-	walk    sync.Mutex // one walk of the repository at a time
-	wds     []int32    // its watches
-	changes uint64     // events seen for it (or for everything)
-	valid   bool       // stamp is current unless changes moved since
+	walk    sync.Mutex         // one walk of the repository at a time
+	wds     map[int32]struct{} // its watches (those of directories gone are dropped)
+	gone    bool               // evicted (forgetLocked): holds no watches any more
+	changes uint64             // events seen for it (or for everything)
+	valid   bool               // stamp is current unless changes moved since
 	stamp   Stamp
 	newest  time.Time
 	globals string // globalsStat at the walk
@@ -129,25 +141,60 @@ func keptRefs(repoPath string, now time.Time) (Stamp, error) {
 	changes := k.changes + kept.overflow
 	kept.mu.Unlock()
 
+	packDir := filepath.Join(repoPath, "objects", "pack")
 	st, newest, err := walkRefs(repoPath, now, func(dir string) error {
-		wd, err := syscall.InotifyAddWatch(kept.fd, dir, watchMask)
+		kept.mu.Lock()
+		switch {
+		case k.gone:
+			kept.mu.Unlock()
+			return errForgotten
+		case len(kept.byWatch) >= kept.budget:
+			// The budget holds during a walk too: one repository with
+			// thousands of ref directories must not take every watch.
+			kept.mu.Unlock()
+			return syscall.ENOSPC
+		}
+		kept.mu.Unlock()
+		mask := uint32(watchMask)
+		if dir == packDir {
+			mask = entriesMask
+		}
+		wd, err := syscall.InotifyAddWatch(kept.fd, dir, mask)
 		if err != nil {
 			return err
 		}
 		kept.mu.Lock()
-		if kept.byWatch[int32(wd)] != k {
-			kept.byWatch[int32(wd)] = k
-			k.wds = append(k.wds, int32(wd))
+		defer kept.mu.Unlock()
+		owner := kept.byWatch[int32(wd)]
+		if k.gone {
+			if owner == nil {
+				syscall.InotifyRmWatch(kept.fd, uint32(wd))
+			}
+			return errForgotten
 		}
-		kept.mu.Unlock()
+		if owner != k {
+			if owner != nil {
+				delete(owner.wds, int32(wd))
+			}
+			kept.byWatch[int32(wd)] = k
+			if k.wds == nil {
+				k.wds = map[int32]struct{}{}
+			}
+			k.wds[int32(wd)] = struct{}{}
+		}
 		return nil
 	})
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.ENOMEM) {
+	switch {
+	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.ENOMEM):
 		// Out of watches: this repository is walked on every call.
 		kept.mu.Lock()
-		forgetLocked(repoPath, k)
-		kept.repos[repoPath] = &keptStamp{unwatched: true}
+		if kept.repos[repoPath] == k {
+			forgetLocked(repoPath, k)
+			kept.repos[repoPath] = &keptStamp{unwatched: true}
+		}
 		kept.mu.Unlock()
+		st, _, err = walkRefs(repoPath, now, nil)
+	case errors.Is(err, errForgotten):
 		st, _, err = walkRefs(repoPath, now, nil)
 	}
 	if err != nil {
@@ -194,21 +241,26 @@ func drainLocked() {
 			if ev.Mask&syscall.IN_IGNORED != 0 {
 				// The directory is gone (or unwatched): its watch id may be reused.
 				delete(kept.byWatch, ev.Wd)
+				delete(k.wds, ev.Wd)
 			}
 		}
 	}
 }
 
-// forgetLocked stops watching a repository.
+// forgetLocked stops watching a repository. A walk of it in progress
+// adds no watch from then on (gone).
 func forgetLocked(path string, k *keptStamp) {
-	for _, wd := range k.wds {
+	for wd := range k.wds {
 		if kept.byWatch[wd] == k {
 			syscall.InotifyRmWatch(kept.fd, uint32(wd))
 			delete(kept.byWatch, wd)
 		}
 	}
-	k.valid = false
-	delete(kept.repos, path)
+	k.wds = nil
+	k.valid, k.gone = false, true
+	if kept.repos[path] == k {
+		delete(kept.repos, path)
+	}
 }
 
 func localFileSystem(path string) bool {

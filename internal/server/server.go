@@ -254,13 +254,19 @@ type Server struct {
 }
 
 // expireTrash removes the deleted repositories past TrashRetention.
-func (s *Server) expireTrash(context.Context) {
+func (s *Server) expireTrash(ctx context.Context) {
 	if s.Config.TrashRetention <= 0 {
 		return
 	}
 	removed, err := lifecycle.ExpireTrash(s.Data.Repos, s.Config.TrashRetention, time.Now())
 	for _, t := range removed {
 		s.Config.Log.Info("trash: deleted repository removed for good", "repo", t.Name, "deleted", t.Deleted.Format(time.RFC3339), "retention", s.Config.TrashRetention.String())
+		if s.Node != nil {
+			// The cluster's repo restore no longer counts on this copy.
+			if err := cluster.TrashRemoved(ctx, s.Node.DB, t.Name, s.Node.Name, t.Stamp()); err != nil {
+				s.Config.Log.Warn("trash: cluster record of a removed copy", "repo", t.Name, "error", err.Error())
+			}
+		}
 	}
 	if err != nil {
 		s.Config.Log.Error("trash: removing expired repositories", "error", err.Error())

@@ -134,7 +134,39 @@ var migrations = []string{
 	ALTER TABLE cluster_repos ADD COLUMN quota INTEGER;
 	ALTER TABLE cluster_repos ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE replicas ADD COLUMN settings INTEGER NOT NULL DEFAULT 0;`,
-	// 8: what Version reads on PostgreSQL, where other nodes write too:
+	// 8: repositories renamed in the cluster whose copy a node still has
+	// to move to the new name (cluster.Rename), in the order they came;
+	// deleted repositories' copies in the nodes' trash, to restore.
+	`CREATE TABLE cluster_renames (
+		id         INTEGER PRIMARY KEY,
+		from_name  TEXT NOT NULL,
+		to_name    TEXT NOT NULL,
+		node       TEXT NOT NULL,
+		renamed_ms INTEGER NOT NULL
+	);
+	CREATE INDEX cluster_renames_node ON cluster_renames(node);
+	-- What a deleted repository's copy held (cluster.Restore): a deletion
+	-- in progress notes it, and each node's copy in its trash keeps it,
+	-- with the stamp of that node's trash entry.
+	ALTER TABLE cluster_deletions ADD COLUMN generation INTEGER NOT NULL DEFAULT -1;
+	ALTER TABLE cluster_deletions ADD COLUMN was_primary INTEGER NOT NULL DEFAULT 0;
+	CREATE TABLE cluster_trash (
+		repo        TEXT NOT NULL,
+		node        TEXT NOT NULL,
+		stamp       TEXT NOT NULL,
+		deleted_ms  INTEGER NOT NULL, -- the deletion's: the same on every copy
+		generation  INTEGER NOT NULL,
+		was_primary INTEGER NOT NULL,
+		PRIMARY KEY (repo, node, stamp)
+	);
+	-- Copies a node still has to bring back from its trash (cluster.Restore).
+	CREATE TABLE cluster_restores (
+		repo  TEXT NOT NULL,
+		node  TEXT NOT NULL,
+		stamp TEXT NOT NULL,
+		PRIMARY KEY (repo, node)
+	);`,
+	// 9: what Version reads on PostgreSQL, where other nodes write too:
 	// one row whose number a trigger on every table that decides access
 	// moves, in the writing transaction itself (so it commits, or not,
 	// with the change). SQLite has the table but needs no trigger

@@ -14,7 +14,7 @@ type versionWatch struct {
 	conn  *sql.Conn
 	stmt  *sql.Stmt
 	epoch int64 // connections opened: a new one counts data_version afresh
-	// table: PostgreSQL's store has access_version (migration 8).
+	// table: PostgreSQL's store has access_version (migration 9).
 	table bool
 }
 

@@ -37,10 +37,18 @@ func Delete(ctx context.Context, db *store.DB, repo string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range nodes {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO cluster_deletions(repo, node, deleted_ms) VALUES(?, ?, "+dbNowMS+") ON CONFLICT(repo, node) DO NOTHING", repo, n); err != nil {
-			return nil, err
-		}
+	// One time for every copy: what repo restore names the deletion by.
+	var now int64
+	if err := tx.QueryRowContext(ctx, "SELECT "+dbNowMS).Scan(&now); err != nil {
+		return nil, err
+	}
+	// Each copy's generation goes with it into its node's trash, so that a
+	// restore knows which copies are current.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO cluster_deletions(repo, node, deleted_ms, generation, was_primary)
+		SELECT rp.repo, rp.node, ?, rp.generation, CASE WHEN c.primary_node = rp.node THEN 1 ELSE 0 END
+		FROM replicas rp JOIN cluster_repos c ON c.name = rp.repo WHERE rp.repo = ?
+		ON CONFLICT(repo, node) DO NOTHING`, now, repo); err != nil {
+		return nil, err
 	}
 	if _, err := tx.ExecContext(ctx, "DELETE FROM cluster_repos WHERE name = ?", repo); err != nil {
 		return nil, err
@@ -53,18 +61,34 @@ func Deletions(ctx context.Context, db *store.DB, node string) ([]string, error)
 	return queryStrings(ctx, db, "SELECT repo FROM cluster_deletions WHERE node = ? ORDER BY repo", node)
 }
 
-// Deleting tells whether node still has to delete its copy of repo: the
-// copy is on its disk but no longer the cluster's.
-func Deleting(ctx context.Context, db *store.DB, repo, node string) (bool, error) {
+// MovingAway tells whether node still has to move its copy of name away:
+// deleted from the cluster (to its trash) or renamed (to the new name).
+func MovingAway(ctx context.Context, db *store.DB, name, node string) (bool, error) {
 	var n int
-	err := db.QueryRowContext(ctx, "SELECT count(*) FROM cluster_deletions WHERE repo = ? AND node = ?", repo, node).Scan(&n)
+	err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM cluster_deletions WHERE repo = ? AND node = ?)
+		+ (SELECT count(*) FROM cluster_renames WHERE from_name = ? AND node = ?)`, name, node, name, node).Scan(&n)
 	return n > 0, err
 }
 
-// Deleted records that node has moved its copy of repo away.
-func Deleted(ctx context.Context, db *store.DB, repo, node string) error {
-	_, err := db.ExecContext(ctx, "DELETE FROM cluster_deletions WHERE repo = ? AND node = ?", repo, node)
-	return err
+// Deleted records that node has moved its copy of repo away: into its
+// trash as stamp (for a restore), or nowhere ("": it had no copy).
+func Deleted(ctx context.Context, db *store.DB, repo, node, stamp string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if stamp != "" {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO cluster_trash(repo, node, stamp, deleted_ms, generation, was_primary)
+			SELECT repo, node, ?, deleted_ms, generation, was_primary FROM cluster_deletions WHERE repo = ? AND node = ?
+			ON CONFLICT(repo, node, stamp) DO NOTHING`, stamp, repo, node); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "DELETE FROM cluster_deletions WHERE repo = ? AND node = ?", repo, node); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // pendingDeletion refuses to place repo again while a node still has to

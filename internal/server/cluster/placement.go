@@ -81,7 +81,7 @@ func Place(ctx context.Context, db *store.DB, repo, source string, n int, timeou
 		return Placement{}, err
 	}
 	defer tx.Rollback()
-	if err := pendingDeletion(ctx, tx, repo); err != nil {
+	if err := nameFree(ctx, tx, repo, ""); err != nil {
 		return Placement{}, err
 	}
 	nodes, err := queryStrings(ctx, tx, `SELECT nd.name FROM nodes nd WHERE `+healthySQL+`

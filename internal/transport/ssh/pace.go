@@ -50,7 +50,7 @@ func newPacedWriter(ch gossh.Channel, limit int) pacedWriter {
 	w := pacedWriter{Channel: ch}
 	if limit > 0 {
 		w.window = windowOf(ch)
-		w.limit = uint32(min(limit, 1<<30))
+		w.limit = uint32(min(max(limit, minLimit), 1<<30))
 	}
 	return w
 }
@@ -68,13 +68,35 @@ func (w pacedWriter) setRTT(rtt time.Duration) {
 	}
 }
 
-// Write sends p in pieces of at most a quarter of the limit, each once the
-// allowance leaves room for it.
+// adjustFloor is what the writer must always be free to leave
+// unacknowledged: OpenSSH's client sends a window adjust only once more
+// than three packets (96 KiB) are, so a writer that waited below that
+// would wait forever.
+const adjustFloor = 128 << 10
+
+// minLimit is the smallest limit honoured: below it the writer would wait
+// with no more than adjustFloor unacknowledged (--ssh-max-unacked 64K
+// stalled every OpenSSH client); smaller limits are raised to it.
+const minLimit = 2 * adjustFloor
+
+// piece is how much Write sends at a time: half the limit, so that the
+// writer runs once the client has acknowledged half of what it may hold
+// rather than after every window adjust (OpenSSH sends one per ~40 KiB
+// read; each run costs a wake-up of another thread and of the Go
+// runtime's monitor). The writer waits while more than limit - piece is
+// unacknowledged, so that must stay at least adjustFloor; below a limit of
+// 256 KiB pieces are a quarter of it, as they always were.
+func (w pacedWriter) piece() uint32 {
+	return max(min(w.limit/2, max(w.limit/4, w.limit-min(w.limit, adjustFloor))), 1)
+}
+
+// Write sends p in pieces (see piece), each once the allowance leaves
+// room for it.
 func (w pacedWriter) Write(p []byte) (int, error) {
 	if w.window == nil {
 		return w.Channel.Write(p)
 	}
-	piece := max(w.limit/4, 1)
+	piece := w.piece()
 	n := 0
 	for len(p) > 0 {
 		size := min(uint32(len(p)), piece)

@@ -132,11 +132,15 @@ func TestPacingBoundsClientBuffer(t *testing.T) {
 // git, paced at a small cap, is complete (fsck), and keepalives run.
 func TestPacedCloneWithOpenSSH(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(s *Server) { s.MaxUnacked = 128 << 10; s.KeepAlive = 100 * time.Millisecond })
-	bigRepo(t, h, "team/big")
-	dir := filepath.Join(t.TempDir(), "big")
-	h.mustGit("", h.aliceKey, "clone", "--no-checkout", h.url("team/big.git"), dir)
-	h.env.Fsck(dir)
+	// 64 KiB is below what OpenSSH lets stay unacknowledged before it
+	// adjusts its window: it is raised (minLimit) rather than stalling.
+	for _, limit := range []int{64 << 10, 128 << 10} {
+		h := newHarness(t, func(s *Server) { s.MaxUnacked = limit; s.KeepAlive = 100 * time.Millisecond })
+		bigRepo(t, h, "team/big")
+		dir := filepath.Join(t.TempDir(), "big")
+		h.mustGit("", h.aliceKey, "clone", "--no-checkout", h.url("team/big.git"), dir)
+		h.env.Fsck(dir)
+	}
 }
 
 // fakeWindow is a channelWindow over a window of its own.
@@ -204,5 +208,107 @@ func TestWindowOfFindsTheChannelWindow(t *testing.T) {
 	}
 	if windowOf(struct{ gossh.Channel }{ch}) != nil {
 		t.Fatal("windowOf accepted a type that is not x/crypto/ssh's channel")
+	}
+}
+
+// recordingChannel is a session channel whose writes are recorded and
+// counted against a fakeWindow, as x/crypto/ssh's channel does.
+type recordingChannel struct {
+	gossh.Channel
+	w      *channelWindow
+	mu     sync.Mutex
+	writes []int
+}
+
+func (c *recordingChannel) Write(p []byte) (int, error) {
+	c.w.cond.L.Lock()
+	*c.w.win -= uint32(len(p))
+	c.w.cond.L.Unlock()
+	c.mu.Lock()
+	c.writes = append(c.writes, len(p))
+	c.mu.Unlock()
+	return len(p), nil
+}
+
+func (c *recordingChannel) written() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.writes...)
+}
+
+// TestPacedWriterRunsPerHalfLimit: paced output goes out in pieces of half
+// the limit, each once the client has acknowledged that much (not after
+// every window adjust), and never more than the limit unacknowledged.
+func TestPacedWriterRunsPerHalfLimit(t *testing.T) {
+	const window, limit = 2 << 20, 512 << 10
+	w, win := fakeWindow(window)
+	w.rtt.Store(1)                                         // a round trip measured: paced
+	w.rated, w.rateSince = true, time.Now().Add(time.Hour) // rate 0, kept: allowance = limit
+	ch := &recordingChannel{w: w}
+	pw := pacedWriter{Channel: ch, window: w, limit: limit}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := pw.Write(make([]byte, 2*limit))
+		done <- err
+	}()
+	ack := func(n uint32) {
+		w.cond.L.Lock()
+		*win += n
+		w.cond.L.Unlock()
+		w.cond.Broadcast()
+	}
+	waitWrites := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for len(ch.written()) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("writes %v, want %d", ch.written(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitWrites(2) // the limit, in two pieces
+	// A quarter of the limit acknowledged leaves room for a quarter: the
+	// writer waits for half.
+	ack(limit / 4)
+	time.Sleep(50 * time.Millisecond)
+	if got := ch.written(); len(got) != 2 {
+		t.Fatalf("after a quarter of the limit acknowledged: writes %v, want still 2", got)
+	}
+	ack(limit / 4)
+	waitWrites(3)
+	ack(limit / 2)
+	waitWrites(4)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ch.written() {
+		if n != limit/2 {
+			t.Fatalf("writes %v, want pieces of %d", ch.written(), limit/2)
+		}
+	}
+	w.cond.L.Lock()
+	defer w.cond.L.Unlock()
+	if unacked := w.unacked(); unacked > limit {
+		t.Fatalf("%d bytes unacknowledged, want at most %d", unacked, limit)
+	}
+}
+
+// TestPacedWriterPiece: half the limit, unless the writer would then wait
+// while less than adjustFloor is unacknowledged (OpenSSH would never send
+// the window adjust it waits for: TestPacedCloneWithOpenSSH hung so).
+func TestPacedWriterPiece(t *testing.T) {
+	for _, tc := range []struct{ limit, piece uint32 }{
+		{512 << 10, 256 << 10},
+		{256 << 10, 128 << 10},
+		{192 << 10, 64 << 10},
+		{128 << 10, 32 << 10},
+		{4, 1},
+		{1, 1},
+	} {
+		if got := (pacedWriter{limit: tc.limit}).piece(); got != tc.piece {
+			t.Errorf("limit %d: piece %d, want %d", tc.limit, got, tc.piece)
+		}
 	}
 }

@@ -95,7 +95,7 @@ func (s *Server) Serve(l net.Listener) error {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetKeepAliveConfig(tcpKeepAlive)
 		}
-		nc = accept.QuickAck(nc)
+		nc = &readBufferedConn{Conn: accept.QuickAck(nc)}
 		// Add under the lock that Close takes, so that Wait after Close
 		// never races a handler being added.
 		s.mu.Lock()

@@ -33,7 +33,7 @@ type Router struct {
 
 	mu       sync.Mutex
 	catching map[string]chan struct{} // repositories being caught up, closed when done
-	deleting sync.Mutex               // one carryOutDeletions at a time
+	moving   sync.Mutex               // one carryOut of deletions, renames or restores at a time
 
 	// The hooks' socket (ServeHooks) and what is between a push's calls.
 	hookSocket, hookToken string
@@ -59,16 +59,20 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 	pl, err := cluster.Locate(lctx, rt.Node.DB, name, rt.Node.NodeTimeout())
 	cancel()
 	if errors.Is(err, cluster.ErrNotPlaced) {
-		// Deleted from the cluster, its copy here not yet in the trash.
+		// Deleted from the cluster or renamed, its copy here not yet moved.
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		deleting, err := cluster.Deleting(lctx, rt.Node.DB, name, rt.Node.Name)
+		leaving, err := cluster.MovingAway(lctx, rt.Node.DB, name, rt.Node.Name)
 		cancel()
 		if err != nil {
 			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second, Message: "cluster store unreachable, retry later", Err: err}
 		}
 		notFound := &pipeline.Error{Code: pipeline.CodeNotFound, Message: fmt.Sprintf("repository '%s' not found", name)}
-		if deleting {
-			go rt.carryOutDeletions(context.WithoutCancel(ctx))
+		if leaving {
+			go func() {
+				ctx := context.WithoutCancel(ctx)
+				rt.carryOutDeletions(ctx)
+				rt.carryOutRenames(ctx)
+			}()
 			return pipeline.Route{}, notFound
 		}
 		// A deletion carried out since the pipeline found the copy here
@@ -84,9 +88,14 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 		return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second, Message: "cluster store unreachable, retry later", Err: err}
 	}
 	me := rt.Node.Name
+	// A copy renamed in the cluster is moved here before it is served.
+	upToDate := pl.UpToDate(me)
+	if pl.Has(me) && !rt.hasCopy(ctx, name) {
+		upToDate = false
+	}
 	if write {
 		if pl.Primary == me {
-			if !pl.UpToDate(me) && !pl.Committing(me, rt.Node.NodeTimeout()) {
+			if !upToDate && !pl.Committing(me, rt.Node.NodeTimeout()) {
 				// This copy is new (not made yet) or behind: the hook would
 				// refuse. Catch up first, as a read does.
 				if err := rt.catchUpFor(ctx, name); err != nil {
@@ -131,7 +140,7 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 		relay, err := rt.relayTo(ctx, primary, req, name)
 		return pipeline.Route{Relay: relay}, err
 	}
-	if pl.UpToDate(me) {
+	if upToDate {
 		return pipeline.Route{}, nil
 	}
 	if !req.Relayed {
@@ -199,7 +208,7 @@ func (rt *Router) clientURL(pl cluster.Placement, node string) string {
 // fetched from the primary) and catches up stale ones. Run by the
 // node's loop and before a read of a stale copy.
 func (rt *Router) Reconcile(ctx context.Context) error {
-	deletions := rt.carryOutDeletions(ctx)
+	deletions := errors.Join(rt.carryOutDeletions(ctx), rt.carryOutRenames(ctx), rt.carryOutRestores(ctx))
 	rows, err := rt.Node.DB.QueryContext(ctx, `SELECT rp.repo FROM replicas rp JOIN cluster_repos c ON c.name = rp.repo
 		WHERE rp.node = ? AND rp.generation <> c.generation ORDER BY rp.repo`, rt.Node.Name)
 	if err != nil {
@@ -320,7 +329,8 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 	return errors.New("the repository kept moving; will catch up later")
 }
 
-// ensureLocal returns this node's copy, creating an empty one if missing.
+// ensureLocal returns this node's copy, creating an empty one if missing
+// (and no rename is still to bring it here).
 func (rt *Router) ensureLocal(ctx context.Context, name string) (repo.Repo, error) {
 	r, err := rt.Repos.Resolve(name)
 	if err == nil {
@@ -328,6 +338,16 @@ func (rt *Router) ensureLocal(ctx context.Context, name string) (repo.Repo, erro
 	}
 	if !errors.Is(err, repo.ErrNotFound) {
 		return r, err
+	}
+	if !rt.hasCopy(ctx, name) {
+		if arriving, err := cluster.Arriving(ctx, rt.Node.DB, name, rt.Node.Name); err != nil || arriving {
+			if err == nil {
+				err = fmt.Errorf("waiting to move this node's copy to %s (a rename or a restore); retry shortly", name)
+			}
+			return r, err
+		}
+	} else if r, err = rt.Repos.Resolve(name); err == nil {
+		return r, nil
 	}
 	r, err = rt.Repos.Create(ctx, name)
 	if errors.Is(err, repo.ErrExists) {
