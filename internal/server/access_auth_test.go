@@ -340,3 +340,22 @@ func TestTokenConventionalUserNames(t *testing.T) {
 		t.Fatalf("pushes not logged as alice's (%d lines)", n)
 	}
 }
+
+// TestCredentialCheckFailureIsNoAuthFailure: a store that cannot answer a
+// token check (here its tokens table is gone) gets the client a 503 with
+// a retry hint, not a 401: git would say "Authentication failed" and a
+// credential helper would drop good credentials.
+func TestCredentialCheckFailureIsNoAuthFailure(t *testing.T) {
+	s := startAccessServer(t)
+	bare := s.seed(t, "team/app")
+	s.grant(t, "alice", "write", "**")
+	w := s.work(t, bare)
+	if _, err := s.Data.Store.DB.Exec("DROP TABLE tokens"); err != nil {
+		t.Fatal(err)
+	}
+	u := fmt.Sprintf("http://alice:%s@%s/team/app", url.PathEscape(s.alice.token), s.HTTPAddr)
+	out, err := s.env.Run(w, nil, "push", u, "HEAD:refs/heads/other")
+	if err == nil || !strings.Contains(out, "503") || strings.Contains(out, "Authentication failed") {
+		t.Fatalf("token check against a broken store: %v\n%s", err, out)
+	}
+}

@@ -113,13 +113,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if user, token, hasAuth := r.BasicAuth(); hasAuth {
 		p, err := h.Access.PrincipalForToken(r.Context(), user, token)
 		if err != nil {
+			if !errors.Is(err, access.ErrBadCredentials) {
+				// The store could not answer (a database restarting, say):
+				// not the client's credentials, so no 401, which git would
+				// report as "Authentication failed" and credential helpers
+				// would act on.
+				h.log().Warn("checking credentials", "transport", "http", "remote", r.RemoteAddr, "repo", repoPath, "error", err.Error())
+				w.Header().Set("Retry-After", "5")
+				plainError(w, http.StatusServiceUnavailable, "internal error checking credentials, retry later")
+				return
+			}
 			h.log().Info("refused", "transport", "http", "remote", r.RemoteAddr, "repo", repoPath, "reason", err.Error())
 			w.Header().Set("WWW-Authenticate", realm)
-			msg := "invalid credentials: use a packwire token as the password"
-			if !errors.Is(err, access.ErrBadCredentials) {
-				msg = "internal error checking credentials"
-			}
-			plainError(w, http.StatusUnauthorized, msg)
+			plainError(w, http.StatusUnauthorized, "invalid credentials: use a packwire token as the password")
 			return
 		}
 		principal = p
