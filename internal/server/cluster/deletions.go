@@ -19,20 +19,11 @@ func Delete(ctx context.Context, db *store.DB, repo string) ([]string, error) {
 	if db.Engine != store.Postgres {
 		return nil, ErrNotClustered
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := lockRepo(ctx, db, repo)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	// The row lock waits for a push replicating now (its hook holds it).
-	var name string
-	err = tx.QueryRowContext(ctx, "SELECT name FROM cluster_repos WHERE name = ? FOR UPDATE", repo).Scan(&name)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
-	}
-	if err != nil {
-		return nil, err
-	}
 	nodes, err := queryStrings(ctx, tx, "SELECT node FROM replicas WHERE repo = ? ORDER BY node", repo)
 	if err != nil {
 		return nil, err
@@ -54,6 +45,26 @@ func Delete(ctx context.Context, db *store.DB, repo string) ([]string, error) {
 		return nil, err
 	}
 	return nodes, tx.Commit()
+}
+
+// lockRepo begins a transaction holding repo's row lock: it waits for a
+// push replicating now (its hook holds the lock). ErrNotPlaced if the
+// cluster has no such repository.
+func lockRepo(ctx context.Context, db *store.DB, repo string) (*store.Tx, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	var name string
+	err = tx.QueryRowContext(ctx, "SELECT name FROM cluster_repos WHERE name = ? FOR UPDATE", repo).Scan(&name)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
+	}
+	if err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	return tx, nil
 }
 
 // Deletions lists the repositories node still has to move into its trash.

@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -23,20 +21,11 @@ func Rename(ctx context.Context, db *store.DB, from, to string) ([]string, error
 	if from == to {
 		return nil, fmt.Errorf("%s is already its name", to)
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := lockRepo(ctx, db, from)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	// The row lock waits for a push replicating now (its hook holds it).
-	var name string
-	err = tx.QueryRowContext(ctx, "SELECT name FROM cluster_repos WHERE name = ? FOR UPDATE", from).Scan(&name)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("repository %s: %w", from, ErrNotPlaced)
-	}
-	if err != nil {
-		return nil, err
-	}
 	if err := nameFree(ctx, tx, to, from); err != nil {
 		return nil, err
 	}
