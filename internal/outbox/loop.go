@@ -114,8 +114,9 @@ func (l *Loop) Wake() {
 }
 
 // Run delivers until ctx ends, then waits for the attempts in flight,
-// which ctx cancels: they stay pending and are made again at the next
-// start.
+// which ctx cancels: they stay pending and are made again once their
+// claim runs out (the kind's timeout and claimMargin), by this loop's next
+// start or another loop.
 func (l *Loop) Run(ctx context.Context) {
 	l.init()
 	slots := make(chan struct{}, l.Concurrency)
@@ -199,6 +200,19 @@ func (l *Loop) attempt(ctx context.Context, d store.Delivery) bool {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
+	// d was read before this target's previous attempt may have ended
+	// (dispatch reads due deliveries, then finds the target free), and
+	// other loops (every node of a cluster) read the same rows: it is sent
+	// only if it is still as read, and taken for the attempt's time. A
+	// stale copy would send a delivered webhook again, or retry a failed
+	// one at once under the same attempt number.
+	now := time.Now()
+	if taken, err := l.Store.ClaimDelivery(ctx, d, now, now.Add(timeout+claimMargin)); err != nil || !taken {
+		if err != nil && ctx.Err() == nil {
+			l.Log.Warn("outbox: claiming a delivery", "delivery", d.ID, "error", err.Error())
+		}
+		return false
+	}
 	var covers int64
 	if kind.Coalesce {
 		// Read before sending: whatever is queued now was written to the
@@ -250,6 +264,10 @@ func (l *Loop) attempt(ctx context.Context, d store.Delivery) bool {
 	}
 	return true
 }
+
+// claimMargin is how long past its timeout an attempt keeps its delivery
+// from other loops: its outcome is recorded within that.
+const claimMargin = 30 * time.Second
 
 // outcome decides what follows attempt number n.
 func (l *Loop) outcome(d store.Delivery, n int, res Result, now time.Time) store.Outcome {

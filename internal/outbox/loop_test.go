@@ -174,3 +174,93 @@ func TestLoopRetriesSerializesAndCoalesces(t *testing.T) {
 	}
 	t.Fatal("a second loop did not deliver what was queued before it started")
 }
+
+// TestStaleDeliveryIsNotSentAgain: dispatch reads due deliveries before
+// a target's attempt in flight may end; the copy it read must not be
+// sent once that attempt has recorded its outcome (a delivered webhook
+// would go out twice, a failed one be retried at once under the same
+// attempt number: TestLoopRetriesSerializesAndCoalesces saw 4 attempts
+// for 5 sends under -race).
+func TestStaleDeliveryIsNotSentAgain(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	if err := st.EnqueueDeliveries(ctx, []store.NewDelivery{{Kind: store.KindWebhook, Target: "t", Repo: "r", Event: "push", Payload: []byte("{}")}}); err != nil {
+		t.Fatal(err)
+	}
+	due, err := st.DueDeliveries(ctx, time.Now(), 10)
+	if err != nil || len(due) != 1 {
+		t.Fatalf("due: %v %v", due, err)
+	}
+	stale := due[0]
+	var sends atomic.Int32
+	fail := true
+	l := &Loop{Store: st, Log: quiet, MinBackoff: time.Hour, MaxBackoff: time.Hour,
+		Kinds: map[string]Kind{store.KindWebhook: {Sender: SenderFunc(func(context.Context, store.Delivery) Result {
+			sends.Add(1)
+			if fail {
+				return Result{Status: 500, Err: errors.New("HTTP 500")}
+			}
+			return Result{Status: 200}
+		})}}}
+	l.init()
+	if !l.attempt(ctx, stale) {
+		t.Fatal("the first attempt was not recorded")
+	}
+	fail = false
+	// The copy read before the failure: the retry is an hour away.
+	if l.attempt(ctx, stale) || sends.Load() != 1 {
+		t.Fatalf("a stale copy was sent again: %d sends", sends.Load())
+	}
+	d, err := st.GetDelivery(ctx, stale.ID)
+	if err != nil || d.Attempts != 1 || d.State != store.DeliveryPending {
+		t.Fatalf("after one failed attempt: %+v %v", d, err)
+	}
+}
+
+// TestTwoLoopsSendEachDeliveryOnce: two loops over one store (two nodes
+// of a cluster on one database) send every delivery exactly once.
+func TestTwoLoopsSendEachDeliveryOnce(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	var queued []store.NewDelivery
+	for i := range 40 {
+		queued = append(queued, store.NewDelivery{Kind: store.KindWebhook, Target: string(rune('a' + i%5)), Repo: "r", Event: "push", Payload: []byte("{}")})
+	}
+	if err := st.EnqueueDeliveries(ctx, queued); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	sent := map[int64]int{}
+	sender := SenderFunc(func(ctx context.Context, d store.Delivery) Result {
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		sent[d.ID]++
+		mu.Unlock()
+		return Result{Status: 200}
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 2 {
+		l := &Loop{Store: st, Log: quiet, Concurrency: 8, Poll: 2 * time.Millisecond, Kinds: map[string]Kind{store.KindWebhook: {Sender: sender}}}
+		wg.Add(1)
+		go func() { defer wg.Done(); l.Run(runCtx) }()
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(sent)
+		mu.Unlock()
+		if n == len(queued) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d deliveries sent", n, len(queued))
+		}
+	}
+	stop()
+	wg.Wait()
+	for id, n := range sent {
+		if n != 1 {
+			t.Errorf("delivery %d sent %d times", id, n)
+		}
+	}
+}

@@ -286,6 +286,21 @@ func (s *Store) Deliveries(ctx context.Context, f DeliveryFilter) ([]Delivery, e
 	return s.queryDeliveries(ctx, q+" ORDER BY id DESC LIMIT ?", append(args, f.Limit)...)
 }
 
+// ClaimDelivery takes d for one attempt if it is still as read (pending,
+// due, with the same number of attempts): its next attempt moves to until,
+// so that no other loop (another node of a cluster) takes it meanwhile;
+// RecordAttempt then sets what follows. A delivery whose claimer died is
+// due again at until. It reports whether d was taken.
+func (s *Store) ClaimDelivery(ctx context.Context, d Delivery, now, until time.Time) (bool, error) {
+	res, err := s.DB.ExecContext(ctx, "UPDATE deliveries SET next_ms = ? WHERE id = ? AND state = 'pending' AND attempts = ? AND next_ms <= ?",
+		until.UnixMilli(), d.ID, d.Attempts, now.UnixMilli())
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // GetDelivery returns one delivery by id, or ErrNotFound.
 func (s *Store) GetDelivery(ctx context.Context, id int64) (Delivery, error) {
 	d, err := scanDelivery(s.DB.QueryRowContext(ctx, "SELECT "+deliveryColumns+" FROM deliveries WHERE id = ?", id))
