@@ -156,8 +156,10 @@ type Pipeline struct {
 // Router decides whether this node serves a request for a repository of
 // a cluster, and what a push served here needs.
 type Router interface {
-	// Route returns how to serve, or a refusal (an *Error).
-	Route(ctx context.Context, repoName string, write bool, req Request) (Route, error)
+	// Route returns how to serve, or a refusal (an *Error). r is the
+	// repository as this node resolved it: Path "" when its copy is not
+	// on this node's disk.
+	Route(ctx context.Context, r repo.Repo, write bool, req Request) (Route, error)
 }
 
 // Route is how this node serves a request: for a push, what receive-pack
@@ -370,7 +372,7 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 			}
 		}
 		if p.Cluster != nil {
-			route, err := p.Cluster.Route(ctx, r.Name, op == access.Write, req)
+			route, err := p.Cluster.Route(ctx, r, op == access.Write, req)
 			if err != nil {
 				var perr *Error
 				if errors.As(err, &perr) {

@@ -49,7 +49,8 @@ type Router struct {
 // caught up meanwhile). A request another node relayed is served here or
 // refused, never relayed again; another node's own requests (replication,
 // catch-up) are served from what is here.
-func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeline.Request) (pipeline.Route, error) {
+func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeline.Request) (pipeline.Route, error) {
+	name := r.Name
 	if req.Principal.IsCluster() {
 		return pipeline.Route{}, nil
 	}
@@ -90,7 +91,7 @@ func (rt *Router) Route(ctx context.Context, name string, write bool, req pipeli
 	me := rt.Node.Name
 	// A copy renamed in the cluster is moved here before it is served.
 	upToDate := pl.UpToDate(me)
-	if pl.Has(me) && !rt.hasCopy(ctx, name) {
+	if pl.Has(me) && r.Path == "" && !rt.hasCopy(ctx, name) {
 		upToDate = false
 	}
 	if write {
@@ -330,26 +331,19 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 }
 
 // ensureLocal returns this node's copy, creating an empty one if missing
-// (and no rename is still to bring it here).
+// (and no rename or restore is still to bring it here).
 func (rt *Router) ensureLocal(ctx context.Context, name string) (repo.Repo, error) {
-	r, err := rt.Repos.Resolve(name)
-	if err == nil {
-		return r, nil
+	if rt.hasCopy(ctx, name) {
+		return rt.Repos.Resolve(name)
 	}
-	if !errors.Is(err, repo.ErrNotFound) {
-		return r, err
+	arriving, err := cluster.Arriving(ctx, rt.Node.DB, name, rt.Node.Name)
+	if err != nil {
+		return repo.Repo{}, err
 	}
-	if !rt.hasCopy(ctx, name) {
-		if arriving, err := cluster.Arriving(ctx, rt.Node.DB, name, rt.Node.Name); err != nil || arriving {
-			if err == nil {
-				err = fmt.Errorf("waiting to move this node's copy to %s (a rename or a restore); retry shortly", name)
-			}
-			return r, err
-		}
-	} else if r, err = rt.Repos.Resolve(name); err == nil {
-		return r, nil
+	if arriving {
+		return repo.Repo{}, fmt.Errorf("waiting to move this node's copy to %s (a rename or a restore); retry shortly", name)
 	}
-	r, err = rt.Repos.Create(ctx, name)
+	r, err := rt.Repos.Create(ctx, name)
 	if errors.Is(err, repo.ErrExists) {
 		return rt.Repos.Resolve(name)
 	}
