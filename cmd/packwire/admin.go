@@ -19,11 +19,6 @@ import (
 	"packwire/internal/store"
 )
 
-// onOneCopy are the commands that change a repository on this machine's
-// disk: in a cluster they would change one node's copy only, so they are
-// refused there until the cluster does them on every copy.
-var onOneCopy = map[string]bool{"repo sync": true, "repo mirror add": true, "repo mirror remove": true}
-
 // openData parses an admin command's flags (always --data, plus any that
 // extra registers) and opens the data directory.
 func openData(ctx context.Context, name, synopsis, description string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*datadir.Data, []string, error) {
@@ -43,15 +38,6 @@ func openData(ctx context.Context, name, synopsis, description string, args []st
 	data, err := datadir.OpenWith(ctx, *dir, *database)
 	if err != nil {
 		return nil, nil, err
-	}
-	if onOneCopy[name] {
-		if clustered, err := inCluster(ctx, data); err != nil || clustered {
-			data.Close()
-			if err != nil {
-				return nil, nil, err
-			}
-			return nil, nil, usagef("packwire %s: not supported in a cluster yet: it would change one node's copy of a repository, not the others", name)
-		}
 	}
 	return data, pos, nil
 }

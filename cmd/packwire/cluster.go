@@ -82,6 +82,12 @@ func cmdClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 // is a cluster's (PostgreSQL with nodes): the nodes create their copies.
 // It tells whether it did.
 func placeInCluster(ctx context.Context, data *datadir.Data, name, source string, replicas int, stdout io.Writer) (bool, error) {
+	return placeMirrorInCluster(ctx, data, name, source, "", replicas, stdout)
+}
+
+// placeMirrorInCluster is placeInCluster with the repository's mirroring
+// (a mirror.Spec as JSON; "": none).
+func placeMirrorInCluster(ctx context.Context, data *datadir.Data, name, source, spec string, replicas int, stdout io.Writer) (bool, error) {
 	clustered, err := inCluster(ctx, data)
 	if err != nil || !clustered {
 		return false, err
@@ -89,7 +95,7 @@ func placeInCluster(ctx context.Context, data *datadir.Data, name, source string
 	if name, err = repo.CleanName(name); err != nil {
 		return true, err
 	}
-	p, err := cluster.Place(ctx, data.Store.DB, name, source, replicas, cluster.DefaultNodeTimeout)
+	p, err := cluster.PlaceMirror(ctx, data.Store.DB, name, source, spec, replicas, cluster.DefaultNodeTimeout)
 	if err != nil {
 		return true, err
 	}

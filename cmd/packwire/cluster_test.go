@@ -385,9 +385,9 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 	if out := admin("cluster", "verify", "team/imported"); strings.Count(out, " equal") != 3 {
 		t.Fatalf("cluster verify of the import:\n%s", out)
 	}
-	// Commands that would change one node's copy only are refused.
-	if out, code := packwire(t, "repo", "sync", "team/app", "--database", url, "--data", dirs["a"]); code != 2 || !strings.Contains(out, "not supported in a cluster yet") {
-		t.Fatalf("repo sync in a cluster: %d\n%s", code, out)
+	// repo sync asks the cluster, not this node's copy (which is not a mirror).
+	if out, code := packwire(t, "repo", "sync", "team/app", "--database", url, "--data", dirs["a"]); code == 0 || !strings.Contains(out, "not a pull mirror") {
+		t.Fatalf("repo sync of no mirror in a cluster: %d\n%s", code, out)
 	}
 	text := admin("cluster", "status")
 	if !strings.Contains(text, "team/app") || !strings.Contains(text, newPrimary) {
@@ -698,5 +698,204 @@ func TestClusterRepoCommands(t *testing.T) {
 	}
 	if out, code := packwire(t, "repo", "restore", "team/gone", "--database", url, "--data", filepath.Join(t.TempDir(), "none")); code == 0 || !strings.Contains(out, "exists") {
 		t.Fatalf("restoring over a repository of the same name: %d\n%s", code, out)
+	}
+}
+
+// TestClusterMirrors: a read-only pull mirror of a private upstream
+// (another packwire, read with a token) imported into a three-node
+// cluster: the primary imports it with the token its settings keep,
+// every copy refuses pushes, an on-demand sync from an admin machine with
+// no copy (repo sync) and the primary's own scheduled syncs are
+// replicated to every copy as pushes are; a push mirror added in the
+// cluster gets the pushes; the token is in no copy's config and no
+// output.
+func TestClusterMirrors(t *testing.T) {
+	url := pgtest.Start(t).NewDatabase(t)
+	nodes := map[string]*servertest.Server{}
+	for _, name := range []string{"a", "b", "c"} {
+		nodes[name] = servertest.Start(t, func(c *server.Config) {
+			c.Database, c.Node, c.NodeHeartbeat, c.NodeTimeout = url, name, 200*time.Millisecond, time.Second
+			c.MirrorCheck = 200 * time.Millisecond
+		})
+	}
+	env := nodes["a"].Env
+	nowhere := filepath.Join(t.TempDir(), "none")
+	admin := storeAdmin(t, url, nowhere)
+	admin("user", "add", "alice")
+	admin("grant", "alice", "write", "team/*")
+	lines := strings.Split(strings.TrimSpace(admin("token", "create", "alice")), "\n")
+	token := lines[len(lines)-1]
+
+	// The upstream: a packwire of its own, private, read with bob's token.
+	up := servertest.Start(t, nil)
+	upAdmin := storeAdmin(t, "", up.Data.Dir)
+	upAdmin("anonymous-read", "off")
+	upAdmin("user", "add", "bob")
+	upAdmin("grant", "bob", "write", "src")
+	lines = strings.Split(strings.TrimSpace(upAdmin("token", "create", "bob")), "\n")
+	upToken := lines[len(lines)-1]
+	secret := strings.SplitN(upToken, "_", 3)[2]
+	upAdmin("repo", "create", "src")
+	upURL := fmt.Sprintf("http://bob:%s@%s/src", upToken, up.HTTPAddr)
+	work := filepath.Join(t.TempDir(), "work")
+	env.Git("", "init", "-q", "-b", "main", work)
+	commit := func(msg string) string {
+		os.WriteFile(filepath.Join(work, "f.txt"), []byte(msg+"\n"), 0o644)
+		env.Git(work, "add", ".")
+		env.Git(work, "commit", "-qm", msg)
+		env.Git(work, "push", "-q", upURL, "main")
+		return strings.TrimSpace(env.Git(work, "rev-parse", "main"))
+	}
+	first := commit("one")
+
+	out := admin("repo", "import", "team/mirror", "http://"+up.HTTPAddr.String()+"/src", "--mirror", "--token", upToken, "--interval", "1s", "--replicas", "3")
+	if strings.Contains(out, secret) {
+		t.Fatalf("repo import printed the token:\n%s", out)
+	}
+	mainOn := func(node string) string {
+		out, err := env.Run("", nil, "ls-remote", "git://"+nodes[node].GitAddr.String()+"/team/mirror", "refs/heads/main")
+		if err != nil {
+			return ""
+		}
+		id, _, _ := strings.Cut(out, "\t")
+		return strings.TrimSpace(id)
+	}
+	waitEvery := func(what, id string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if mainOn("a") == id && mainOn("b") == id && mainOn("c") == id {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s: main is %q, %q, %q; want %s\n%s", what, mainOn("a"), mainOn("b"), mainOn("c"), id, admin("cluster", "status"))
+			}
+		}
+	}
+	waitEvery("the import on every node", first)
+	// Each sync the primary made is a generation of the cluster (its ref
+	// transaction went through the cluster's hook): not a sync by each
+	// node of its own copy, which would leave the generation as it was.
+	generation := func() int64 {
+		t.Helper()
+		var st cluster.Status
+		if err := json.Unmarshal([]byte(admin("cluster", "status", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range st.Repos {
+			if r.Name == "team/mirror" {
+				return r.Generation
+			}
+		}
+		t.Fatal("team/mirror is not in cluster status")
+		return 0
+	}
+	imported := generation()
+	copyOf := func(node string) string { return filepath.Join(nodes[node].Data.Dir, "repos", "team", "mirror.git") }
+	for name := range nodes {
+		// Every copy knows it is a mirror (any may become primary), and
+		// keeps the token out of its config.
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			cfg, _ := os.ReadFile(filepath.Join(copyOf(name), "config"))
+			if strings.Contains(string(cfg), secret) {
+				t.Fatalf("node %s's copy's config has the token:\n%s", name, cfg)
+			}
+			if strings.Contains(string(cfg), "pullMirror = origin") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s's copy's config is not a mirror's:\n%s", name, cfg)
+			}
+		}
+		pushURL := fmt.Sprintf("http://alice:%s@%s/team/mirror", token, nodes[name].HTTPAddr)
+		if out, err := env.Run(work, nil, "push", pushURL, "main:refs/heads/other"); err == nil || !strings.Contains(out, "read-only mirror") {
+			t.Fatalf("a push to the mirror through node %s: %v\n%s", name, err, out)
+		}
+	}
+	if out := admin("repo", "mirror", "list", "team/mirror"); !strings.Contains(out, "read-only mirror of http://"+up.HTTPAddr.String()+"/src (credentials stored)") || strings.Contains(out, secret) {
+		t.Fatalf("repo mirror list in the cluster:\n%s", out)
+	}
+
+	// The primary's mirror endpoint is the cluster's only: a client's
+	// token, even a writer's, is refused.
+	for _, user := range []string{"alice", ""} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+nodes["a"].HTTPAddr.String()+route.MirrorPath, strings.NewReader(`{"action":"sync","repo":"team/mirror"}`))
+		if user != "" {
+			req.SetBasicAuth(user, token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("%q asked the mirror endpoint: HTTP %d", user, resp.StatusCode)
+		}
+	}
+
+	// On demand, from a machine with no copy: the primary syncs, and the
+	// sync is replicated as a push is (every copy, at once equal).
+	second := commit("two")
+	out = admin("repo", "sync", "team/mirror")
+	if !strings.Contains(out, "synced team/mirror") || !strings.Contains(out, "1 refs changed") {
+		// The scheduled sync may have come first: then nothing changed.
+		if !strings.Contains(out, "0 refs changed") {
+			t.Fatalf("repo sync in the cluster:\n%s", out)
+		}
+	}
+	if out := admin("cluster", "verify", "team/mirror", "--no-repair"); strings.Count(out, " equal") != 3 {
+		t.Fatalf("cluster verify right after the sync:\n%s", out)
+	}
+	waitEvery("the sync on every node", second)
+	if g := generation(); g <= imported {
+		t.Fatalf("the sync left the generation at %d (the import's: %d)", g, imported)
+	}
+	synced := generation()
+
+	// Scheduled: the primary syncs by itself.
+	third := commit("three")
+	waitEvery("the scheduled sync on every node", third)
+	if g := generation(); g <= synced {
+		t.Fatalf("the scheduled sync left the generation at %d", g)
+	}
+	for name := range nodes {
+		env.Git(copyOf(name), "fsck", "--strict")
+	}
+
+	// A push mirror added in the cluster gets the next push, whichever
+	// node takes it.
+	target := filepath.Join(t.TempDir(), "target.git")
+	env.Git("", "init", "-q", "--bare", target)
+	admin("repo", "create", "team/app", "--replicas", "3")
+	if out := admin("repo", "mirror", "add", "team/app", target); !strings.Contains(out, "push mirror 1 of team/app added") || !strings.Contains(out, "its primary applied it") {
+		t.Fatalf("repo mirror add in the cluster:\n%s", out)
+	}
+	for _, via := range []string{"b", "c"} {
+		env.Git(work, "commit", "-q", "--allow-empty", "-m", "to "+via)
+		env.Git(work, "push", "-q", fmt.Sprintf("http://alice:%s@%s/team/app", token, nodes[via].HTTPAddr), "main")
+		want := strings.TrimSpace(env.Git(work, "rev-parse", "main"))
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			got, _ := env.Run(target, nil, "rev-parse", "--verify", "-q", "refs/heads/main")
+			if strings.TrimSpace(got) == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the push mirror has main %q, want %s\n%s", got, want, admin("repo", "mirror", "list", "team/app"))
+			}
+		}
+	}
+	if out := admin("repo", "mirror", "list", "team/app"); !strings.Contains(out, "push mirror 1: "+target) || !strings.Contains(out, "delivered") {
+		t.Fatalf("repo mirror list after the pushes:\n%s", out)
+	}
+	admin("repo", "mirror", "remove", "team/app", "1")
+	for name := range nodes {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			cfg, _ := os.ReadFile(filepath.Join(nodes[name].Data.Dir, "repos", "team", "app.git", "config"))
+			if !strings.Contains(string(cfg), "packwire-push-1") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s still has the removed push mirror:\n%s", name, cfg)
+			}
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"packwire/internal/datadir"
 	"packwire/internal/governor"
 	"packwire/internal/mirror"
 	"packwire/internal/repo"
@@ -24,7 +25,10 @@ renamed, deleted and restored, or backed up. A URL's user and password (or
 --token) are taken out of the URL, never printed or logged, and given to git
 by a credential helper from its environment, so no command line carries
 them. URLs: http(s), ssh (the server user's keys), git, file, user@host:path
-or a local path.`
+or a local path. In a cluster (--database with nodes) the settings and
+credentials are kept in the database and every node applies them to its
+copy; only the repository's primary syncs it and pushes to its push
+mirrors.`
 
 // cmdRepoImport creates a repository from a source, as a one-off copy or a
 // read-only pull mirror.
@@ -59,13 +63,22 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		if o.Mirror || o.Token != "" || mirror.Redact(pos[1]) != pos[1] {
-			return usagef("repo import in a cluster: read-only mirrors and credentials are not supported there yet; import a URL without credentials, or a path every node can read")
+		source, spec := pos[1], ""
+		detail := "from " + mirror.Redact(source)
+		if o.Mirror {
+			pull, shown, err := mirror.NewPullSpec(pos[1], o.Token, o.Interval)
+			if err != nil {
+				return fmt.Errorf("repo import %s: %w", pos[0], err)
+			}
+			source, spec = pull.URL, mirror.Spec{Pull: &pull}.Encode()
+			detail = fmt.Sprintf("read-only mirror of %s, every %s", shown, pull.Interval)
+		} else if o.Token != "" || mirror.Redact(pos[1]) != pos[1] {
+			return usagef("repo import in a cluster: credentials are kept for read-only mirrors only (--mirror); import a URL without credentials, or a path every node can read")
 		}
-		if _, err := placeInCluster(ctx, data, pos[0], pos[1], replicas, stdout); err != nil {
+		if _, err := placeMirrorInCluster(ctx, data, pos[0], source, spec, replicas, stdout); err != nil {
 			return fmt.Errorf("repo import %s: %w", pos[0], err)
 		}
-		recordRepoChange(ctx, data, stderr, "repo import", pos[0], "placed in the cluster, from "+pos[1])
+		recordRepoChange(ctx, data, stderr, "repo import", pos[0], "placed in the cluster, "+detail)
 		return nil
 	}
 	r, shown, err := mirror.Import(ctx, data.Repos, pos[0], pos[1], o)
@@ -95,13 +108,24 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 // cmdRepoSync syncs a pull mirror now, in this process.
 func cmdRepoSync(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	const syn = "repo sync NAME [--data DIR]"
-	data, pos, err := openData(ctx, "repo sync", syn, "Sync a pull mirror with its upstream now: fetch everything into a quarantine,\nmove the new objects in, then set every ref to upstream's (new, moved and\ndeleted refs) in one transaction. Recorded in the governor (kind\nmirror-sync: bytes, CPU, wall, result); webhooks and push mirrors hear of the\nrefs it changed.", args, stderr, nil)
+	data, pos, err := openData(ctx, "repo sync", syn, "Sync a pull mirror with its upstream now: fetch everything into a quarantine,\nmove the new objects in, then set every ref to upstream's (new, moved and\ndeleted refs) in one transaction. Recorded in the governor (kind\nmirror-sync: bytes, CPU, wall, result); webhooks and push mirrors hear of the\nrefs it changed. In a cluster (--database with nodes) the repository's\nprimary syncs, asked over the cluster, and its ref transaction is replicated\nas a push's is.", args, stderr, nil)
 	if err != nil {
 		return err
 	}
 	defer data.Close()
 	if err := wantArgs(args, pos, 1, 1, syn); err != nil {
 		return err
+	}
+	if name, clustered, err := clusterRepo(ctx, data, pos[0]); err != nil || clustered {
+		if err != nil {
+			return err
+		}
+		res, err := syncInCluster(ctx, data, name)
+		if err != nil {
+			return fmt.Errorf("repo sync %s: %w", name, err)
+		}
+		printSync(stdout, name+" (on its primary, replicated)", res)
+		return nil
 	}
 	r, err := data.Repos.Resolve(pos[0])
 	if err != nil {
@@ -118,17 +142,7 @@ func cmdRepoSync(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("repo sync %s: %w", r.Name, err)
 	}
-	fmt.Fprintf(stdout, "synced %s: %d refs changed, %s fetched, wall %s, git CPU %s\n", r.Name, len(res.Changed), units.Bytes(res.Bytes), ms(res.Wall), ms(res.UserCPU+res.SysCPU))
-	for _, u := range res.Changed {
-		switch {
-		case u.Deleted():
-			fmt.Fprintf(stdout, "  - %s (deleted)\n", u.Ref)
-		case u.Created():
-			fmt.Fprintf(stdout, "  * %s %s (new)\n", u.Ref, u.New[:min(12, len(u.New))])
-		default:
-			fmt.Fprintf(stdout, "    %s %s..%s\n", u.Ref, u.Old[:min(12, len(u.Old))], u.New[:min(12, len(u.New))])
-		}
-	}
+	printSync(stdout, r.Name, res)
 	return nil
 }
 
@@ -151,6 +165,17 @@ func cmdRepoMirrorAdd(ctx context.Context, args []string, stdout, stderr io.Writ
 		if token, err = readFirstLine(tokenFile); err != nil {
 			return err
 		}
+	}
+	if name, clustered, err := clusterRepo(ctx, data, pos[0]); err != nil || clustered {
+		if err != nil {
+			return err
+		}
+		pm, err := addPushInCluster(ctx, data, name, pos[1], token, stdout)
+		if err != nil {
+			return fmt.Errorf("repo mirror add %s: %w", name, err)
+		}
+		recordRepoChange(ctx, data, stderr, "repo mirror add", name, fmt.Sprintf("push mirror %d: %s", pm.ID, mirror.Redact(pm.URL)))
+		return nil
 	}
 	r, err := data.Repos.Resolve(pos[0])
 	if err != nil {
@@ -179,19 +204,29 @@ func cmdRepoMirrorRemove(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return usagef("repo mirror remove: %q is not a push mirror id (packwire repo mirror list %s)", pos[1], pos[0])
 	}
-	r, err := data.Repos.Resolve(pos[0])
+	name, clustered, err := clusterRepo(ctx, data, pos[0])
 	if err != nil {
-		return fmt.Errorf("repo mirror remove %s: %w", pos[0], err)
+		return err
 	}
-	pm, err := mirror.RemovePush(ctx, r, id)
+	var pm mirror.PushMirror
+	if clustered {
+		pm, err = removePushInCluster(ctx, data, name, id)
+	} else {
+		var r repo.Repo
+		if r, err = data.Repos.Resolve(pos[0]); err != nil {
+			return fmt.Errorf("repo mirror remove %s: %w", pos[0], err)
+		}
+		name = r.Name
+		pm, err = mirror.RemovePush(ctx, r, id)
+	}
 	if err != nil {
 		return fmt.Errorf("repo mirror remove: %w", err)
 	}
-	if err := data.Store.AbandonDeliveries(ctx, store.KindPushMirror, mirror.PushTarget(r.Name, id), "push mirror removed"); err != nil {
+	if err := abandonPushDeliveries(ctx, data, name, id); err != nil {
 		return err
 	}
-	recordRepoChange(ctx, data, stderr, "repo mirror remove", r.Name, fmt.Sprintf("push mirror %d: %s", id, mirror.Redact(pm.URL)))
-	fmt.Fprintf(stdout, "push mirror %d of %s removed (%s)\n", id, r.Name, mirror.Redact(pm.URL))
+	recordRepoChange(ctx, data, stderr, "repo mirror remove", name, fmt.Sprintf("push mirror %d: %s", id, mirror.Redact(pm.URL)))
+	fmt.Fprintf(stdout, "push mirror %d of %s removed (%s)\n", id, name, mirror.Redact(pm.URL))
 	return nil
 }
 
@@ -205,6 +240,12 @@ func cmdRepoMirrorList(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err := wantArgs(args, pos, 1, 1, syn); err != nil {
 		return err
 	}
+	if name, clustered, err := clusterRepo(ctx, data, pos[0]); err != nil || clustered {
+		if err != nil {
+			return err
+		}
+		return listClusterMirrors(ctx, data, name, stdout)
+	}
 	r, err := data.Repos.Resolve(pos[0])
 	if err != nil {
 		return fmt.Errorf("repo mirror list %s: %w", pos[0], err)
@@ -213,9 +254,23 @@ func cmdRepoMirrorList(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
+	return printMirrors(ctx, data, r.Name, cfg, func(remote string) bool { return mirror.HasCredentials(r, remote) },
+		func() (mirror.State, error) { return mirror.ReadState(r) }, stdout)
+}
+
+// printMirrors shows a repository's mirroring: cfg, whether a remote has
+// credentials stored, the pull mirror's last sync, push mirrors' last
+// deliveries.
+func printMirrors(ctx context.Context, data *datadir.Data, name string, cfg mirror.Config, hasCreds func(remote string) bool, state func() (mirror.State, error), stdout io.Writer) error {
+	credsText := func(remote string) string {
+		if hasCreds(remote) {
+			return " (credentials stored)"
+		}
+		return ""
+	}
 	if cfg.IsPullMirror() {
-		fmt.Fprintf(stdout, "read-only mirror of %s%s, synced every %s\n", mirror.Redact(cfg.PullURL), credentialsText(r, cfg.PullRemote), cfg.Interval)
-		st, err := mirror.ReadState(r)
+		fmt.Fprintf(stdout, "read-only mirror of %s%s, synced every %s\n", mirror.Redact(cfg.PullURL), credsText(cfg.PullRemote), cfg.Interval)
+		st, err := state()
 		switch {
 		case err != nil:
 			fmt.Fprintf(stdout, "  last sync: unreadable (%v)\n", err)
@@ -233,8 +288,8 @@ func cmdRepoMirrorList(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 	}
 	for _, pm := range cfg.Pushes {
-		fmt.Fprintf(stdout, "push mirror %d: %s%s\n", pm.ID, mirror.Redact(pm.URL), credentialsText(r, pm.Remote))
-		ds, err := data.Store.Deliveries(ctx, store.DeliveryFilter{Kind: store.KindPushMirror, Target: mirror.PushTarget(r.Name, pm.ID), Limit: 1})
+		fmt.Fprintf(stdout, "push mirror %d: %s%s\n", pm.ID, mirror.Redact(pm.URL), credsText(pm.Remote))
+		ds, err := data.Store.Deliveries(ctx, store.DeliveryFilter{Kind: store.KindPushMirror, Target: mirror.PushTarget(name, pm.ID), Limit: 1})
 		switch {
 		case err != nil:
 			return err
@@ -250,9 +305,24 @@ func cmdRepoMirrorList(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 	}
 	if !cfg.IsPullMirror() && len(cfg.Pushes) == 0 {
-		fmt.Fprintf(stdout, "%s mirrors nothing and has no push mirrors\n", r.Name)
+		fmt.Fprintf(stdout, "%s mirrors nothing and has no push mirrors\n", name)
 	}
 	return nil
+}
+
+// printSync says what a sync did.
+func printSync(stdout io.Writer, name string, res mirror.SyncResult) {
+	fmt.Fprintf(stdout, "synced %s: %d refs changed, %s fetched, wall %s, git CPU %s\n", name, len(res.Changed), units.Bytes(res.Bytes), ms(res.Wall), ms(res.UserCPU+res.SysCPU))
+	for _, u := range res.Changed {
+		switch {
+		case u.Deleted():
+			fmt.Fprintf(stdout, "  - %s (deleted)\n", u.Ref)
+		case u.Created():
+			fmt.Fprintf(stdout, "  * %s %s (new)\n", u.Ref, u.New[:min(12, len(u.New))])
+		default:
+			fmt.Fprintf(stdout, "    %s %s..%s\n", u.Ref, u.Old[:min(12, len(u.Old))], u.New[:min(12, len(u.New))])
+		}
+	}
 }
 
 // credentialsText says whether credentials are stored, never what they are.

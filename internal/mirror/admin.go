@@ -16,6 +16,9 @@ type ImportOptions struct {
 	Mirror   bool          // keep it a read-only pull mirror of its source
 	Interval time.Duration // a pull mirror's sync interval (0: DefaultInterval)
 	Token    string        // upstream's token, when the URL carries no credentials
+	// Credentials, if not empty, are upstream's (a cluster's primary
+	// imports with those its settings keep).
+	Credentials Credentials
 }
 
 // Import creates a repository from source, authenticating with the
@@ -29,6 +32,9 @@ func Import(ctx context.Context, root repo.Root, name, source string, o ImportOp
 		return repo.Repo{}, "", err
 	}
 	creds = withToken(creds, o.Token)
+	if !o.Credentials.Empty() {
+		creds = o.Credentials
+	}
 	shown := Redact(clean)
 	interval := o.Interval
 	if interval <= 0 {

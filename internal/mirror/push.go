@@ -22,6 +22,12 @@ const DefaultPushTimeout = 10 * time.Minute
 // PushTarget names a push mirror as an outbox target: "REPO#ID".
 func PushTarget(repoName string, id int) string { return repoName + "#" + strconv.Itoa(id) }
 
+// TargetRepo is the repository of a push mirror target.
+func TargetRepo(target string) string {
+	name, _, _ := parseTarget(target)
+	return name
+}
+
 // parseTarget splits a push mirror target.
 func parseTarget(target string) (repoName string, id int, err error) {
 	i := strings.LastIndexByte(target, '#')

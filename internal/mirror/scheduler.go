@@ -85,6 +85,7 @@ func (s *Scheduler) Pass(ctx context.Context) int {
 		go func(r repo.Repo) {
 			defer wg.Done()
 			defer func() { <-slots }()
+			// ErrElsewhere (another node of a cluster syncs it) is no failure.
 			if _, err := s.Syncer.Sync(ctx, r, "interval"); err == nil {
 				mu.Lock()
 				synced++

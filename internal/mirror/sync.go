@@ -29,6 +29,10 @@ const (
 // ErrNotMirror is returned by Sync for a repository that is no pull mirror.
 var ErrNotMirror = errors.New("not a pull mirror")
 
+// ErrElsewhere is Transaction's answer on a cluster node that is not the
+// repository's primary: the primary syncs it.
+var ErrElsewhere = errors.New("synced by the repository's primary, another node")
+
 // Syncer brings pull mirrors up to date with their upstream.
 type Syncer struct {
 	// Record, if set, gets one governor record per sync (kind mirror-sync).
@@ -37,6 +41,12 @@ type Syncer struct {
 	// mirrors of the mirror).
 	Publish func(context.Context, outbox.Event) error
 	Log     *slog.Logger
+	// Transaction, if set, is asked before a sync fetches anything: the
+	// git config ("key=value") and environment its ref transaction runs
+	// with (on a cluster's primary: replicated before git commits it), or
+	// ErrElsewhere, when another node syncs the repository (nothing is
+	// done or recorded), or another error (the sync fails).
+	Transaction func(ctx context.Context, r repo.Repo) (config, env []string, err error)
 }
 
 // SyncResult is what one sync did and cost.
@@ -69,12 +79,28 @@ func (s *Syncer) Sync(ctx context.Context, r repo.Repo, reason string) (SyncResu
 	if !cfg.IsPullMirror() {
 		return res, fmt.Errorf("%s: %w", r.Name, ErrNotMirror)
 	}
-	creds, err := credentialsOf(r, cfg.PullRemote)
-	if err != nil {
-		return res, err
+	var txn refTransaction
+	if s.Transaction != nil {
+		// First: on a cluster's primary it also applies the repository's
+		// settings, upstream's URL and credentials among them.
+		if txn.config, txn.env, err = s.Transaction(ctx, r); errors.Is(err, ErrElsewhere) {
+			return res, err
+		}
+		if err == nil {
+			cfg, err = ReadConfig(r)
+		}
+		if err == nil && !cfg.IsPullMirror() {
+			return res, fmt.Errorf("%s: %w", r.Name, ErrNotMirror)
+		}
+	}
+	var creds Credentials
+	if err == nil {
+		creds, err = credentialsOf(r, cfg.PullRemote)
 	}
 	var c cost
-	err = s.sync(ctx, r, cfg, creds, &res, &c)
+	if err == nil {
+		err = s.sync(ctx, r, cfg, creds, txn, &res, &c)
+	}
 	res.Wall = time.Since(res.Start)
 	res.UserCPU, res.SysCPU = c.userCPU, c.sysCPU
 	if err != nil && ctx.Err() == nil {
@@ -84,7 +110,12 @@ func (s *Syncer) Sync(ctx context.Context, r repo.Repo, reason string) (SyncResu
 	return res, err
 }
 
-func (s *Syncer) sync(ctx context.Context, r repo.Repo, cfg Config, creds Credentials, res *SyncResult, c *cost) error {
+// refTransaction is how a sync's ref transaction runs (Syncer.Transaction).
+type refTransaction struct {
+	config, env []string
+}
+
+func (s *Syncer) sync(ctx context.Context, r repo.Repo, cfg Config, creds Credentials, txn refTransaction, res *SyncResult, c *cost) error {
 	removeStaleScratch(r.Path)
 	// The quarantine: a scratch repository inside the served one (a name
 	// starting with '.': never served, left out of backups) whose objects
@@ -144,7 +175,12 @@ func (s *Syncer) sync(ctx context.Context, r repo.Repo, cfg Config, creds Creden
 			fmt.Fprintf(&in, "update %s %s %s\n", u.Ref, u.New, u.Old)
 		}
 	}
-	run, err = gitIn(ctx, "", nil, strings.NewReader(in.String()), "--git-dir="+r.Path, "update-ref", "--stdin")
+	var update []string
+	for _, kv := range txn.config {
+		update = append(update, "-c", kv)
+	}
+	update = append(update, "--git-dir="+r.Path, "update-ref", "--stdin")
+	run, err = gitIn(ctx, "", txn.env, strings.NewReader(in.String()), update...)
 	c.add(run)
 	if err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"packwire/internal/mirror"
+	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
 	"packwire/internal/server/cluster/route"
 	"packwire/internal/store"
@@ -46,6 +48,19 @@ func (s *Server) openCluster(ctx context.Context) error {
 	s.Node = &cluster.Node{DB: s.Data.Store.DB, Name: cfg.Node, URL: cfg.NodeURL, Heartbeat: cfg.NodeHeartbeat, Timeout: cfg.NodeTimeout, Log: cfg.Log}
 	s.Router = &route.Router{Node: s.Node, Secret: secret, HooksDir: hooks, Repos: s.Data.Repos}
 	s.Pipeline.Cluster = s.Router
+	// Mirrors: only a repository's primary syncs it (its ref transaction
+	// replicated as a push's) or pushes it to a push mirror; other nodes
+	// ask it (route.MirrorPath).
+	s.Mirrors.Transaction = s.Router.RefTransaction
+	kind := s.Outbox.Kinds[store.KindPushMirror]
+	local := kind.Sender.(*mirror.Pusher)
+	kind.Sender = &route.MirrorPusher{Router: s.Router, Local: local}
+	s.Outbox.Kinds[store.KindPushMirror] = kind
+	s.mirrorCalls = route.MirrorHandler(s.Router, s.Data.Access,
+		func(ctx context.Context, r repo.Repo) (mirror.SyncResult, error) {
+			return s.Mirrors.Sync(ctx, r, "on demand")
+		},
+		local.Send)
 	return nil
 }
 

@@ -228,6 +228,8 @@ type Server struct {
 	Outbox    *outbox.Loop
 	Publisher *outbox.Publisher
 	Mirrors   *mirror.Syncer
+	// mirrorCalls serves route.MirrorPath on a cluster node.
+	mirrorCalls nethttp.Handler
 
 	// Listening addresses, set by Start for the listeners that are on.
 	GitAddr, HTTPAddr, SSHAddr, MetricsAddr net.Addr
@@ -512,6 +514,9 @@ func (s *Server) Start() error {
 					return
 				case route.ReplicatePath:
 					replicate.ServeHTTP(w, r)
+					return
+				case route.MirrorPath:
+					s.mirrorCalls.ServeHTTP(w, r)
 					return
 				}
 				next.ServeHTTP(w, r)

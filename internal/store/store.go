@@ -181,6 +181,9 @@ var migrations = []string{
 		UPDATE access_version SET version = version + 1 WHERE id = 1;
 		RETURN NULL;
 	END $$;` + accessTriggers("users", "ssh_keys", "tokens", "grants", "settings", "anonymous_read", "ref_rules"),
+	// 10: a cluster repository's mirroring with its credentials (a
+	// mirror.Spec as JSON; NULL: none set), one of its numbered settings.
+	`ALTER TABLE cluster_repos ADD COLUMN mirror TEXT;`,
 }
 
 // postgresOnly splits a migration: what follows it is applied on

@@ -70,6 +70,13 @@ func (p Placement) Has(node string) bool {
 // source, if not empty, is what the primary imports the repository from
 // (repo import); the other replicas then catch up from the primary.
 func Place(ctx context.Context, db *store.DB, repo, source string, n int, timeout time.Duration) (Placement, error) {
+	return PlaceMirror(ctx, db, repo, source, "", n, timeout)
+}
+
+// PlaceMirror is Place with the repository's mirroring set from the start
+// (a mirror.Spec as JSON; "": none), so that the primary's import already
+// knows the upstream's credentials and makes it read-only.
+func PlaceMirror(ctx context.Context, db *store.DB, repo, source, mirror string, n int, timeout time.Duration) (Placement, error) {
 	if db.Engine != store.Postgres {
 		return Placement{}, ErrNotClustered
 	}
@@ -92,7 +99,13 @@ func Place(ctx context.Context, db *store.DB, repo, source string, n int, timeou
 	if len(nodes) == 0 {
 		return Placement{}, errors.New("no healthy node to place it on (packwire cluster status)")
 	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms, committed_ms, source) VALUES(?, ?, "+dbNowMS+", "+dbNowMS+", ?)", repo, nodes[0], source)
+	var mirrorArg any
+	settings := 0
+	if mirror != "" {
+		mirrorArg, settings = mirror, 1
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms, committed_ms, source, mirror, settings) VALUES(?, ?, "+dbNowMS+", "+dbNowMS+", ?, ?, ?)",
+		repo, nodes[0], source, mirrorArg, settings)
 	if store.IsUnique(err) {
 		return Placement{}, fmt.Errorf("repository %s: %w", repo, store.ErrExists)
 	}

@@ -14,13 +14,15 @@ import (
 // Settings are a repository's settings kept in git's own files on each
 // copy rather than in refs, so that replication does not carry them: the
 // branch HEAD names, the description, the quota (packwire.quota in its
-// config). The cluster keeps them in its row with a number that each
-// change increments; every node applies them to its copy when its number
+// config), the mirroring with its credentials (a mirror.Spec as JSON).
+// The cluster keeps them in its row with a number that each change
+// increments; every node applies them to its copy when its number
 // is behind (route's Reconcile).
 type Settings struct {
 	Head        string  // "": as the copy was created
 	Description *string // nil: as the copy was created
 	Quota       *int64  // nil: as the copy was created; 0: none
+	Mirror      *string // nil: as the copy was created; else a mirror.Spec
 	Number      int64
 }
 
@@ -29,6 +31,7 @@ type Change struct {
 	Head        string
 	Description *string
 	Quota       *int64
+	Mirror      *string
 }
 
 // SetSettings applies a change to a repository's settings for every copy,
@@ -45,14 +48,15 @@ func SetSettings(ctx context.Context, db *store.DB, repo string, change Change) 
 	var st Settings
 	var desc sql.NullString
 	var quota sql.NullInt64
-	err = tx.QueryRowContext(ctx, "SELECT head, description, quota, settings FROM cluster_repos WHERE name = ? FOR UPDATE", repo).Scan(&st.Head, &desc, &quota, &st.Number)
+	var mirror sql.NullString
+	err = tx.QueryRowContext(ctx, "SELECT head, description, quota, mirror, settings FROM cluster_repos WHERE name = ? FOR UPDATE", repo).Scan(&st.Head, &desc, &quota, &mirror, &st.Number)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
 	}
 	if err != nil {
 		return st, err
 	}
-	st.Description, st.Quota = nullString(desc), nullInt(quota)
+	st.Description, st.Quota, st.Mirror = nullString(desc), nullInt(quota), nullString(mirror)
 	if change.Head != "" {
 		st.Head = change.Head
 	}
@@ -62,16 +66,22 @@ func SetSettings(ctx context.Context, db *store.DB, repo string, change Change) 
 	if change.Quota != nil {
 		st.Quota = change.Quota
 	}
+	if change.Mirror != nil {
+		st.Mirror = change.Mirror
+	}
 	st.Number++
-	var descArg, quotaArg any
+	var descArg, quotaArg, mirrorArg any
 	if st.Description != nil {
 		descArg = *st.Description
 	}
 	if st.Quota != nil {
 		quotaArg = *st.Quota
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET head = ?, description = ?, quota = ?, settings = ? WHERE name = ?",
-		st.Head, descArg, quotaArg, st.Number, repo); err != nil {
+	if st.Mirror != nil {
+		mirrorArg = *st.Mirror
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET head = ?, description = ?, quota = ?, mirror = ?, settings = ? WHERE name = ?",
+		st.Head, descArg, quotaArg, mirrorArg, st.Number, repo); err != nil {
 		return st, err
 	}
 	return st, tx.Commit()
@@ -82,11 +92,12 @@ func RepoSettings(ctx context.Context, db *store.DB, repo string) (Settings, err
 	var st Settings
 	var desc sql.NullString
 	var quota sql.NullInt64
-	err := db.QueryRowContext(ctx, "SELECT head, description, quota, settings FROM cluster_repos WHERE name = ?", repo).Scan(&st.Head, &desc, &quota, &st.Number)
+	var mirror sql.NullString
+	err := db.QueryRowContext(ctx, "SELECT head, description, quota, mirror, settings FROM cluster_repos WHERE name = ?", repo).Scan(&st.Head, &desc, &quota, &mirror, &st.Number)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
 	}
-	st.Description, st.Quota = nullString(desc), nullInt(quota)
+	st.Description, st.Quota, st.Mirror = nullString(desc), nullInt(quota), nullString(mirror)
 	return st, err
 }
 
@@ -107,7 +118,7 @@ func nullInt(v sql.NullInt64) *int64 {
 // StaleSettings lists node's copies whose settings are behind, with the
 // settings to apply.
 func StaleSettings(ctx context.Context, db *store.DB, node string) (map[string]Settings, error) {
-	rows, err := db.QueryContext(ctx, `SELECT c.name, c.head, c.description, c.quota, c.settings FROM replicas rp
+	rows, err := db.QueryContext(ctx, `SELECT c.name, c.head, c.description, c.quota, c.mirror, c.settings FROM replicas rp
 		JOIN cluster_repos c ON c.name = rp.repo WHERE rp.node = ? AND rp.generation >= 0 AND rp.settings <> c.settings`, node)
 	if err != nil {
 		return nil, err
@@ -119,10 +130,11 @@ func StaleSettings(ctx context.Context, db *store.DB, node string) (map[string]S
 		var st Settings
 		var desc sql.NullString
 		var quota sql.NullInt64
-		if err := rows.Scan(&name, &st.Head, &desc, &quota, &st.Number); err != nil {
+		var mirror sql.NullString
+		if err := rows.Scan(&name, &st.Head, &desc, &quota, &mirror, &st.Number); err != nil {
 			return nil, err
 		}
-		st.Description, st.Quota = nullString(desc), nullInt(quota)
+		st.Description, st.Quota, st.Mirror = nullString(desc), nullInt(quota), nullString(mirror)
 		stale[name] = st
 	}
 	return stale, rows.Err()
@@ -156,4 +168,16 @@ func PrimaryBranches(ctx context.Context, db *store.DB, secret, repo string, tim
 		}
 	}
 	return branches, nil
+}
+
+// PrimaryApplied tells whether repo's primary copy has applied settings
+// number n (or a later one).
+func PrimaryApplied(ctx context.Context, db *store.DB, repo string, n int64) (bool, error) {
+	var applied bool
+	err := db.QueryRowContext(ctx, `SELECT rp.settings >= ? FROM cluster_repos c JOIN replicas rp ON rp.repo = c.name AND rp.node = c.primary_node
+		WHERE c.name = ?`, n, repo).Scan(&applied)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
+	}
+	return applied, err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"packwire/internal/lifecycle"
+	"packwire/internal/mirror"
 	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
 )
@@ -127,7 +128,8 @@ func (rt *Router) hasCopy(ctx context.Context, name string) bool {
 }
 
 // applySettings brings this node's copies up to their repositories'
-// settings (HEAD's branch, the description, the quota: cluster.Settings).
+// settings (HEAD's branch, the description, the quota, the mirroring:
+// cluster.Settings).
 func (rt *Router) applySettings(ctx context.Context) error {
 	stale, err := cluster.StaleSettings(ctx, rt.Node.DB, rt.Node.Name)
 	if err != nil {
@@ -158,6 +160,16 @@ func (rt *Router) applySettings(ctx context.Context) error {
 					errs = append(errs, fmt.Errorf("%s: %w", name, err))
 					continue
 				}
+			}
+		}
+		if st.Mirror != nil {
+			spec, err := mirror.ParseSpec(*st.Mirror)
+			if err == nil {
+				err = mirror.ApplySpec(ctx, r, spec)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: mirroring: %w", name, err))
+				continue
 			}
 		}
 		if err := cluster.SettingsApplied(ctx, rt.Node.DB, name, rt.Node.Name, st.Number); err != nil {

@@ -124,8 +124,7 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 				// not flushed either, and a flush here cost milliseconds per
 				// push, and stalls on a busy disk.
 				Config: []string{"core.hooksPath=" + rt.HooksDir, "receive.unpackLimit=1", "core.fsync=-pack,-pack-metadata"},
-				Env: []string{"PACKWIRE_HOOK=" + cluster.HookName, cluster.EnvRepo + "=" + name,
-					cluster.EnvSocket + "=" + socket, cluster.EnvToken + "=" + token},
+				Env:    rt.hookEnv(name, socket, token),
 				// A hooks directory of the push's own, when git commits it in
 				// one transaction: the hook runs once, not twice (pushdir.go).
 				Push: func(kept []push.Command, guarded bool) ([]string, []string, func()) {
@@ -284,7 +283,7 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 		if pl.Primary == rt.Node.Name && pl.Source != "" && pl.Generation == 0 {
 			// A repository imported into the cluster: the primary imports it,
 			// as its first generation; the other copies catch up from it.
-			if _, err := rt.Repos.Import(ctx, name, pl.Source); err != nil && !errors.Is(err, repo.ErrExists) {
+			if err := rt.importSource(ctx, name, pl.Source); err != nil && !errors.Is(err, repo.ErrExists) {
 				return fmt.Errorf("importing from %s: %w", pl.Source, err)
 			}
 			if err := cluster.Imported(ctx, rt.Node.DB, name, rt.Node.Name); err != nil {
