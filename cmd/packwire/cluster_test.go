@@ -16,11 +16,14 @@ import (
 
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
+	"packwire/internal/mirror"
 	"packwire/internal/pgtest"
+	"packwire/internal/repo"
 	"packwire/internal/server"
 	"packwire/internal/server/cluster"
 	"packwire/internal/server/cluster/route"
 	"packwire/internal/servertest"
+	"packwire/internal/store"
 )
 
 // TestClusterReplicatesAndFailsOver: four nodes on one PostgreSQL. A
@@ -885,6 +888,28 @@ func TestClusterMirrors(t *testing.T) {
 	}
 	if out := admin("repo", "mirror", "list", "team/app"); !strings.Contains(out, "push mirror 1: "+target) || !strings.Contains(out, "delivered") {
 		t.Fatalf("repo mirror list after the pushes:\n%s", out)
+	}
+	// A node that is not the primary and took a delivery has the primary
+	// push: its own sender (here one with no repositories at all, which
+	// would fail for good) is not used.
+	var st cluster.Status
+	if err := json.Unmarshal([]byte(admin("cluster", "status", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	appPrimary := ""
+	for _, r := range st.Repos {
+		if r.Name == "team/app" {
+			appPrimary = r.Primary
+		}
+	}
+	other := map[string]string{"a": "b", "b": "c", "c": "a"}[appPrimary]
+	env.Git(target, "update-ref", "refs/heads/main", "HEAD~1") // the mirror behind
+	pusher := &route.MirrorPusher{Router: nodes[other].Router, Local: &mirror.Pusher{Root: repo.Root{Dir: t.TempDir()}}}
+	if res := pusher.Send(context.Background(), store.Delivery{Kind: store.KindPushMirror, Target: mirror.PushTarget("team/app", 1), Repo: "team/app"}); res.Err != nil {
+		t.Fatalf("a delivery taken by node %s (primary %s): %v", other, appPrimary, res.Err)
+	}
+	if got := env.Git(target, "rev-parse", "refs/heads/main"); got != env.Git(work, "rev-parse", "main") {
+		t.Fatalf("the push mirror has main %s after the primary's push", got)
 	}
 	admin("repo", "mirror", "remove", "team/app", "1")
 	for name := range nodes {
