@@ -103,7 +103,23 @@ func placeMirrorInCluster(ctx context.Context, data *datadir.Data, name, source,
 	for _, r := range p.Replicas {
 		names = append(names, r.Node)
 	}
-	fmt.Fprintf(stdout, "placed %s on %s (primary %s); each node creates its copy within a heartbeat\n", name, strings.Join(names, ", "), p.Primary)
+	if source != "" {
+		fmt.Fprintf(stdout, "placed %s on %s (primary %s); the primary imports it, then the others copy it\n", name, strings.Join(names, ", "), p.Primary)
+		return true, nil
+	}
+	// A new repository takes pushes once a majority of its copies are
+	// made: wait for them (nodes make theirs within a heartbeat), so that
+	// a script's push right after repo create is not refused.
+	made, err := cluster.AwaitCopies(ctx, data.Store.DB, name, 10*time.Second)
+	if err != nil {
+		return true, err
+	}
+	if made == len(p.Replicas) {
+		fmt.Fprintf(stdout, "placed %s on %s (primary %s); every copy is made\n", name, strings.Join(names, ", "), p.Primary)
+	} else {
+		fmt.Fprintf(stdout, "placed %s on %s (primary %s); %d of %d copies made so far, the others when their nodes next reconcile (packwire cluster status)\n",
+			name, strings.Join(names, ", "), p.Primary, made, len(p.Replicas))
+	}
 	return true, nil
 }
 

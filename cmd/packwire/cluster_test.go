@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"packwire/internal/datadir"
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
 	"packwire/internal/mirror"
@@ -862,6 +863,49 @@ func TestClusterMirrors(t *testing.T) {
 	}
 	for name := range nodes {
 		env.Git(copyOf(name), "fsck", "--strict")
+	}
+
+	// A one-off import with credentials: the primary imports with them,
+	// then the database forgets them; the copies are writable.
+	out = admin("repo", "import", "team/once", upURL, "--replicas", "3")
+	if strings.Contains(out, secret) {
+		t.Fatalf("repo import printed the token:\n%s", out)
+	}
+	data, err := datadir.OpenWith(context.Background(), filepath.Join(t.TempDir(), "probe"), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		st, err := cluster.RepoSettings(context.Background(), data.Store.DB, "team/once")
+		if err == nil && st.Mirror != nil && !strings.Contains(*st.Mirror, secret) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the one-off import's credentials are still in the database (%v)", err)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var st cluster.Status
+		json.Unmarshal([]byte(admin("cluster", "status", "--json")), &st)
+		current := 0
+		for _, r := range st.Repos {
+			for _, rp := range r.Replicas {
+				if r.Name == "team/once" && r.Generation > 0 && rp.Generation == r.Generation {
+					current++
+				}
+			}
+		}
+		if current == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the one-off import on every node")
+		}
+	}
+	env.Git(work, "push", "-q", fmt.Sprintf("http://alice:%s@%s/team/once", token, nodes["b"].HTTPAddr), "main:refs/heads/mine")
+	if out := admin("cluster", "verify", "team/once", "--wait", "15s"); strings.Count(out, " equal") != 3 {
+		t.Fatalf("cluster verify of the one-off import:\n%s", out)
 	}
 
 	// A push mirror added in the cluster gets the next push, whichever

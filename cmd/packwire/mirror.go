@@ -63,17 +63,20 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		source, spec := pos[1], ""
-		detail := "from " + mirror.Redact(source)
-		if o.Mirror {
-			pull, shown, err := mirror.NewPullSpec(pos[1], o.Token, o.Interval)
-			if err != nil {
-				return fmt.Errorf("repo import %s: %w", pos[0], err)
-			}
-			source, spec = pull.URL, mirror.Spec{Pull: &pull}.Encode()
-			detail = fmt.Sprintf("read-only mirror of %s, every %s", shown, pull.Interval)
-		} else if o.Token != "" || mirror.Redact(pos[1]) != pos[1] {
-			return usagef("repo import in a cluster: credentials are kept for read-only mirrors only (--mirror); import a URL without credentials, or a path every node can read")
+		// Checked as on one server (no remote helpers), credentials taken
+		// out: a mirror keeps them; a one-off import's are kept in the
+		// database until the primary has imported it.
+		src, shown, err := mirror.NewPullSpec(pos[1], o.Token, o.Interval)
+		if err != nil {
+			return fmt.Errorf("repo import %s: %w", pos[0], err)
+		}
+		source, spec, detail := src.URL, "", "from "+shown
+		switch {
+		case o.Mirror:
+			spec = mirror.Spec{Pull: &src}.Encode()
+			detail = fmt.Sprintf("read-only mirror of %s, every %s", shown, src.Interval)
+		case !src.Credentials.Empty():
+			spec = mirror.Spec{Source: &src.Credentials}.Encode()
 		}
 		if _, err := placeMirrorInCluster(ctx, data, pos[0], source, spec, replicas, stdout); err != nil {
 			return fmt.Errorf("repo import %s: %w", pos[0], err)

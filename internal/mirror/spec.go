@@ -18,6 +18,10 @@ import (
 type Spec struct {
 	Pull   *PullSpec  `json:"pull,omitempty"`
 	Pushes []PushSpec `json:"pushes,omitempty"`
+	// Source is the credentials of a one-off import's source (no pull
+	// mirror): a cluster's primary imports with them, then drops them.
+	// Never applied to a copy.
+	Source *Credentials `json:"source,omitempty"`
 }
 
 // PullSpec is the upstream of a read-only pull mirror.
@@ -141,6 +145,7 @@ func ApplySpec(ctx context.Context, r repo.Repo, s Spec) error {
 	if err != nil {
 		return err
 	}
+	s.Source = nil
 	if have.Encode() == s.Encode() {
 		return nil
 	}

@@ -279,3 +279,21 @@ func Imported(ctx context.Context, db *store.DB, repo, node string) error {
 	}
 	return tx.Commit()
 }
+
+// AwaitCopies waits, at most wait, for every copy of a new repository to
+// be made (generation 0 or more), and returns how many are.
+func AwaitCopies(ctx context.Context, db *store.DB, repo string, wait time.Duration) (int, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		var made, total int
+		err := db.QueryRowContext(ctx, "SELECT count(*) FILTER (WHERE generation >= 0), count(*) FROM replicas WHERE repo = ?", repo).Scan(&made, &total)
+		if err != nil || made == total || time.Now().After(deadline) {
+			return made, err
+		}
+		select {
+		case <-ctx.Done():
+			return made, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -234,7 +234,8 @@ func MirrorHandler(rt *Router, acc *access.Controller, sync func(context.Context
 
 // importSource is the primary's import of a repository placed with a
 // source: a read-only pull mirror with its upstream's credentials when
-// its settings say so, a plain copy otherwise.
+// its settings say so, a plain copy otherwise (with the source's
+// credentials, if the settings hold some, dropped once used).
 func (rt *Router) importSource(ctx context.Context, name, source string) error {
 	st, err := cluster.RepoSettings(ctx, rt.Node.DB, name)
 	if err != nil {
@@ -245,6 +246,16 @@ func (rt *Router) importSource(ctx context.Context, name, source string) error {
 		if spec, err = mirror.ParseSpec(*st.Mirror); err != nil {
 			return err
 		}
+	}
+	if spec.Pull == nil && spec.Source != nil {
+		// A one-off import with credentials: used once, then dropped.
+		if _, _, err := mirror.Import(ctx, rt.Repos, name, source, mirror.ImportOptions{Credentials: *spec.Source}); err != nil {
+			return err
+		}
+		spec.Source = nil
+		text := spec.Encode()
+		_, err = cluster.SetSettings(ctx, rt.Node.DB, name, cluster.Change{Mirror: &text})
+		return err
 	}
 	if spec.Pull == nil {
 		_, err = rt.Repos.Import(ctx, name, source)
