@@ -703,6 +703,18 @@ func TestClusterRepoCommands(t *testing.T) {
 	if out, code := packwire(t, "repo", "restore", "team/gone", "--database", url, "--data", filepath.Join(t.TempDir(), "none")); code == 0 || !strings.Contains(out, "exists") {
 		t.Fatalf("restoring over a repository of the same name: %d\n%s", code, out)
 	}
+	// A copy of a repository no push ever reached that has a ref (a push
+	// failed after the copy took it) is repaired by cluster verify: the
+	// ref is dropped, as a fetch from the empty primary would.
+	tree := strings.TrimSpace(env.Git(bare("b"), "mktree"))
+	stray := strings.TrimSpace(env.Git(bare("b"), "commit-tree", "-m", "stray", tree))
+	env.Git(bare("b"), "update-ref", "refs/heads/stray", stray)
+	if out := admin("cluster", "verify", "team/gone", "--wait", "15s"); strings.Count(out, " equal") != 3 {
+		t.Fatalf("cluster verify of a stray ref at generation 0:\n%s", out)
+	}
+	if refs := env.Git(bare("b"), "for-each-ref"); refs != "" {
+		t.Fatalf("node b kept refs the repository never had:\n%s", refs)
+	}
 }
 
 // TestClusterMirrors: a read-only pull mirror of a private upstream

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -298,6 +299,14 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
+		if pl.Generation == 0 {
+			// No push was ever committed: the repository has no refs, and a
+			// copy that has some (a push that failed after this copy took
+			// it, then marked stale) drops them.
+			if err := dropRefs(ctx, r.Path); err != nil {
+				return err
+			}
+		}
 		if pl.Generation > 0 {
 			// From the primary, or, when this node is a primary left behind
 			// (killed between a push's commit in PostgreSQL and in git), from
@@ -327,6 +336,30 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 		}
 	}
 	return errors.New("the repository kept moving; will catch up later")
+}
+
+// dropRefs deletes every ref of a copy but this node's own (LocalRefs),
+// in one transaction.
+func dropRefs(ctx context.Context, gitDir string) error {
+	out, err := exec.CommandContext(ctx, "git", "--git-dir", gitDir, "for-each-ref", "--format=delete %(refname) %(objectname)").Output()
+	if err != nil {
+		return fmt.Errorf("listing refs: %w", err)
+	}
+	var in strings.Builder
+	for _, line := range strings.Split(string(out), "\n") {
+		if line != "" && !strings.HasPrefix(line, "delete "+cluster.LocalRefs) {
+			in.WriteString(line + "\n")
+		}
+	}
+	if in.Len() == 0 {
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, "git", "--git-dir", gitDir, "update-ref", "--stdin")
+	cmd.Stdin = strings.NewReader(in.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("deleting refs: %v: %s", err, cluster.LastLines(string(out), 3))
+	}
+	return nil
 }
 
 // ensureLocal returns this node's copy, creating an empty one if missing
