@@ -264,3 +264,67 @@ func TestTwoLoopsSendEachDeliveryOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoLoopsPushOneMirrorAtATime: two delivery loops (two nodes of a
+// cluster) on one store never push to the same push mirror at once, though
+// each holds a delivery of it: the newer one waits while the older one is
+// claimed, and is covered by its push.
+func TestTwoLoopsPushOneMirrorAtATime(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	var queued []store.NewDelivery
+	for range 6 {
+		queued = append(queued, store.NewDelivery{Kind: store.KindPushMirror, Target: "app#1", Repo: "app", Event: "push", Payload: []byte("{}")})
+	}
+	if err := st.EnqueueDeliveries(ctx, queued); err != nil {
+		t.Fatal(err)
+	}
+	var inFlight, most, sends atomic.Int32
+	sender := SenderFunc(func(ctx context.Context, d store.Delivery) Result {
+		n := inFlight.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		inFlight.Add(-1)
+		sends.Add(1)
+		return Result{}
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 2 {
+		l := &Loop{Store: st, Log: quiet, Concurrency: 4, Poll: time.Millisecond,
+			Kinds: map[string]Kind{store.KindPushMirror: {Sender: sender, Coalesce: true}}}
+		wg.Add(1)
+		go func() { defer wg.Done(); l.Run(runCtx) }()
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		all, err := st.Deliveries(ctx, store.DeliveryFilter{Kind: store.KindPushMirror})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending := 0
+		for _, d := range all {
+			if d.State == store.DeliveryPending {
+				pending++
+			}
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries still pending", pending)
+		}
+	}
+	stop()
+	wg.Wait()
+	if most.Load() != 1 {
+		t.Fatalf("%d pushes to one mirror at once", most.Load())
+	}
+	if sends.Load() == 0 {
+		t.Fatal("nothing was sent")
+	}
+}

@@ -182,10 +182,19 @@ func (s *Store) queryDeliveries(ctx context.Context, q string, args ...any) ([]D
 // DueDeliveries returns, for each target with a delivery due at now, its
 // oldest due one, soonest due first: a target with a backlog never hides
 // the others.
+//
+// A push mirror's candidate is its oldest pending delivery, due or not:
+// while one is claimed (an attempt in flight on any node of a cluster,
+// its next attempt moved past the claim's end) or waiting for its retry,
+// none of the target's newer ones is due, so two nodes never push to one
+// mirror at once (the attempt sends the whole repository and covers the
+// newer ones). A webhook's newer delivery does not wait behind an older
+// one's retry.
 func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]Delivery, error) {
+	ms := now.UnixMilli()
 	return s.queryDeliveries(ctx, `SELECT `+deliveryColumns+` FROM deliveries WHERE id IN (
-		SELECT min(id) FROM deliveries WHERE state = 'pending' AND next_ms <= ? GROUP BY kind, target)
-		ORDER BY next_ms, id LIMIT ?`, now.UnixMilli(), limit)
+		SELECT min(id) FROM deliveries WHERE state = 'pending' AND (next_ms <= ? OR kind = ?) GROUP BY kind, target)
+		AND next_ms <= ? ORDER BY next_ms, id LIMIT ?`, ms, KindPushMirror, ms, limit)
 }
 
 // NextDue is when the next pending delivery is due (zero: none pending).
