@@ -673,6 +673,16 @@ func TestClusterRepoCommands(t *testing.T) {
 			t.Fatalf("node %s right after the restore: %v\n%s", name, err, out)
 		}
 	}
+	// The settings came back with the copies: a copy fetched again would
+	// get them, and the next change starts from them.
+	probe, err := datadir.OpenWith(context.Background(), filepath.Join(t.TempDir(), "probe"), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if st, err := cluster.RepoSettings(context.Background(), probe.Store.DB, "team/gone"); err != nil || st.Head != "main" || st.Description == nil || *st.Description != "The app that goes" {
+		t.Fatalf("team/gone's settings after the restore: %+v %v", st, err)
+	}
 	env.Git(work, "push", "-q", pushURL, "main:restored")
 	if out := admin("cluster", "verify", "team/gone", "--wait", "15s"); strings.Count(out, " equal") != 3 {
 		t.Fatalf("cluster verify after the restore and a push:\n%s", out)
@@ -875,6 +885,12 @@ func TestClusterMirrors(t *testing.T) {
 	}
 	for name := range nodes {
 		env.Git(copyOf(name), "fsck", "--strict")
+	}
+
+	// A rename keeps the mirroring.
+	admin("repo", "rename", "team/mirror", "team/mirrored")
+	if out := admin("repo", "mirror", "list", "team/mirrored"); !strings.Contains(out, "read-only mirror of http://"+up.HTTPAddr.String()+"/src (credentials stored)") {
+		t.Fatalf("repo mirror list after a rename:\n%s", out)
 	}
 
 	// A one-off import with credentials: the primary imports with them,

@@ -182,8 +182,18 @@ var migrations = []string{
 		RETURN NULL;
 	END $$;` + accessTriggers("users", "ssh_keys", "tokens", "grants", "settings", "anonymous_read", "ref_rules"),
 	// 10: a cluster repository's mirroring with its credentials (a
-	// mirror.Spec as JSON; NULL: none set), one of its numbered settings.
-	`ALTER TABLE cluster_repos ADD COLUMN mirror TEXT;`,
+	// mirror.Spec as JSON; NULL: none set), one of its numbered settings;
+	// a deleted repository's settings kept with its copies in the trash,
+	// for a restore.
+	`ALTER TABLE cluster_repos ADD COLUMN mirror TEXT;
+	ALTER TABLE cluster_deletions ADD COLUMN head TEXT NOT NULL DEFAULT '';
+	ALTER TABLE cluster_deletions ADD COLUMN description TEXT;
+	ALTER TABLE cluster_deletions ADD COLUMN quota INTEGER;
+	ALTER TABLE cluster_deletions ADD COLUMN mirror TEXT;
+	ALTER TABLE cluster_trash ADD COLUMN head TEXT NOT NULL DEFAULT '';
+	ALTER TABLE cluster_trash ADD COLUMN description TEXT;
+	ALTER TABLE cluster_trash ADD COLUMN quota INTEGER;
+	ALTER TABLE cluster_trash ADD COLUMN mirror TEXT;`,
 }
 
 // postgresOnly splits a migration: what follows it is applied on

@@ -34,9 +34,10 @@ func Delete(ctx context.Context, db *store.DB, repo string) ([]string, error) {
 		return nil, err
 	}
 	// Each copy's generation goes with it into its node's trash, so that a
-	// restore knows which copies are current.
-	if _, err := tx.ExecContext(ctx, `INSERT INTO cluster_deletions(repo, node, deleted_ms, generation, was_primary)
-		SELECT rp.repo, rp.node, ?, rp.generation, CASE WHEN c.primary_node = rp.node THEN 1 ELSE 0 END
+	// restore knows which copies are current, and so do the repository's
+	// settings (a copy fetched again after its trash expired gets them).
+	if _, err := tx.ExecContext(ctx, `INSERT INTO cluster_deletions(repo, node, deleted_ms, generation, was_primary, head, description, quota, mirror)
+		SELECT rp.repo, rp.node, ?, rp.generation, CASE WHEN c.primary_node = rp.node THEN 1 ELSE 0 END, c.head, c.description, c.quota, c.mirror
 		FROM replicas rp JOIN cluster_repos c ON c.name = rp.repo WHERE rp.repo = ?
 		ON CONFLICT(repo, node) DO NOTHING`, now, repo); err != nil {
 		return nil, err
@@ -90,8 +91,8 @@ func Deleted(ctx context.Context, db *store.DB, repo, node, stamp string) error 
 	}
 	defer tx.Rollback()
 	if stamp != "" {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO cluster_trash(repo, node, stamp, deleted_ms, generation, was_primary)
-			SELECT repo, node, ?, deleted_ms, generation, was_primary FROM cluster_deletions WHERE repo = ? AND node = ?
+		if _, err := tx.ExecContext(ctx, `INSERT INTO cluster_trash(repo, node, stamp, deleted_ms, generation, was_primary, head, description, quota, mirror)
+			SELECT repo, node, ?, deleted_ms, generation, was_primary, head, description, quota, mirror FROM cluster_deletions WHERE repo = ? AND node = ?
 			ON CONFLICT(repo, node, stamp) DO NOTHING`, stamp, repo, node); err != nil {
 			return err
 		}

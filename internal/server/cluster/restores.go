@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,6 +29,9 @@ type trashedCopy struct {
 	deletedMS   int64
 	generation  int64
 	wasPrimary  bool
+	// The repository's settings when it was deleted.
+	head                      string
+	description, quota, mirror any
 }
 
 // Trash lists the deletions whose copies are still in a node's trash
@@ -74,7 +79,8 @@ func Restore(ctx context.Context, db *store.DB, name, stamp string) (Placement, 
 	if err := nameFree(ctx, tx, name, ""); err != nil {
 		return Placement{}, fmt.Errorf("%w (rename one of them)", err)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT t.node, t.stamp, t.deleted_ms, t.generation, t.was_primary FROM cluster_trash t JOIN nodes n ON n.name = t.node
+	rows, err := tx.QueryContext(ctx, `SELECT t.node, t.stamp, t.deleted_ms, t.generation, t.was_primary, t.head, t.description, t.quota, t.mirror
+		FROM cluster_trash t JOIN nodes n ON n.name = t.node
 		WHERE t.repo = ? ORDER BY t.deleted_ms DESC, t.node`, name)
 	if err != nil {
 		return Placement{}, err
@@ -84,11 +90,14 @@ func Restore(ctx context.Context, db *store.DB, name, stamp string) (Placement, 
 	for rows.Next() {
 		var c trashedCopy
 		var primary int
-		if err := rows.Scan(&c.node, &c.stamp, &c.deletedMS, &c.generation, &primary); err != nil {
+		var desc, mirror sql.NullString
+		var quota sql.NullInt64
+		if err := rows.Scan(&c.node, &c.stamp, &c.deletedMS, &c.generation, &primary, &c.head, &desc, &quota, &mirror); err != nil {
 			rows.Close()
 			return Placement{}, err
 		}
 		c.wasPrimary = primary != 0
+		c.description, c.quota, c.mirror = nullable(desc), nullable(quota), nullable(mirror)
 		deletion := TrashedRepo{Deleted: time.UnixMilli(c.deletedMS)}.Stamp()
 		if !slices.Contains(stamps, deletion) {
 			stamps = append(stamps, deletion)
@@ -118,8 +127,11 @@ func Restore(ctx context.Context, db *store.DB, name, stamp string) (Placement, 
 	}
 	// committed_ms 0: no push of the primary is landing (Committing), so
 	// a primary whose copy was behind catches up from a current one.
-	if _, err := tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, generation, created_ms, committed_ms) VALUES(?, ?, ?, "+dbNowMS+", 0)",
-		name, primary.node, gen); err != nil {
+	// The settings come back numbered 1 (the copies' 0): each copy applies
+	// them, a copy fetched again after its trash expired included.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO cluster_repos(name, primary_node, generation, created_ms, committed_ms, head, description, quota, mirror, settings)
+		VALUES(?, ?, ?, `+dbNowMS+`, 0, ?, ?, ?, ?, 1)`,
+		name, primary.node, gen, primary.head, primary.description, primary.quota, primary.mirror); err != nil {
 		return Placement{}, err
 	}
 	p := Placement{Repo: name, Primary: primary.node, Generation: gen}
@@ -196,4 +208,10 @@ func Arriving(ctx context.Context, db *store.DB, name, node string) (bool, error
 	err := db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM cluster_renames WHERE node = ? AND to_name = ?)
 		+ (SELECT count(*) FROM cluster_restores WHERE node = ? AND repo = ?)`, node, name, node, name).Scan(&n)
 	return n > 0, err
+}
+
+// nullable is a scanned column's value (nil for NULL), for writing back.
+func nullable(v driver.Valuer) any {
+	x, _ := v.Value()
+	return x
 }
