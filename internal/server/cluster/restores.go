@@ -30,7 +30,7 @@ type trashedCopy struct {
 	generation  int64
 	wasPrimary  bool
 	// The repository's settings when it was deleted.
-	head                      string
+	head                       string
 	description, quota, mirror any
 }
 
