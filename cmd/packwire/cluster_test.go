@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -621,6 +622,30 @@ func TestClusterRepoCommands(t *testing.T) {
 			t.Fatalf("node %s: team/second's dev is %s after the push", name, got)
 		}
 	}
+	// dulwich, a second git implementation, through every node: pushes
+	// relayed to the primary or served there, clones from each copy.
+	dwork := filepath.Join(t.TempDir(), "dulwich-work")
+	env.Git("", "clone", "-q", work, dwork)
+	for name, n := range nodes {
+		os.WriteFile(filepath.Join(dwork, "d.txt"), []byte("dulwich via "+name+"\n"), 0o644)
+		env.Git(dwork, "add", ".")
+		env.Git(dwork, "commit", "-qm", "for dulwich via "+name)
+		want := strings.TrimSpace(env.Git(dwork, "rev-parse", "HEAD"))
+		url := fmt.Sprintf("http://alice:%s@%s/team/second", token, n.HTTPAddr)
+		dulwich(t, `
+import sys
+from dulwich import porcelain
+porcelain.push(sys.argv[1], sys.argv[2], [b"HEAD:refs/heads/dulwich"], errstream=sys.stderr.buffer)
+porcelain.clone(sys.argv[3], sys.argv[4], bare=True, errstream=sys.stderr.buffer)
+`, dwork, url, "git://"+nodes[map[string]string{"a": "b", "b": "c", "c": "a"}[name]].GitAddr.String()+"/team/second", filepath.Join(t.TempDir(), "dulwich-clone"))
+		for other := range nodes {
+			waitUntil("dulwich's push via "+name+" on node "+other, func() bool {
+				got, _ := env.Run(secondCopy(other), nil, "rev-parse", "--verify", "-q", "refs/heads/dulwich")
+				return strings.TrimSpace(got) == want
+			})
+			env.Git(secondCopy(other), "fsck", "--strict")
+		}
+	}
 	for _, bad := range [][2]string{{"team/second", "team/gone"}, {"team/second", "team/gone/inner"}, {"team/nothing", "team/else"}} {
 		if out, code := packwire(t, "repo", "rename", bad[0], bad[1], "--database", url, "--data", filepath.Join(t.TempDir(), "none")); code == 0 {
 			t.Fatalf("repo rename %s %s was taken:\n%s", bad[0], bad[1], out)
@@ -995,4 +1020,24 @@ func TestClusterMirrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// dulwich runs a Python script with dulwich, a second git implementation
+// (Debian's python3-dulwich, which scripts/install-deps installs), and
+// fails the test if it fails or hangs.
+func dulwich(t *testing.T, script string, args ...string) string {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	if out, err := exec.Command(python, "-c", "import dulwich").CombinedOutput(); err != nil {
+		t.Fatalf("dulwich is not installed (Debian python3-dulwich; scripts/install-deps installs it): %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, append([]string{"-c", script}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("dulwich: %v\n%s", err, out)
+	}
+	return string(out)
 }
