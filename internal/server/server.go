@@ -797,6 +797,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.stopOutgoing() // attempts in flight are cut and stay pending for the next start
 	}
 	s.wg.Wait()
+	if s.Node != nil && s.Node.Membership != nil {
+		s.Node.Membership.Close()
+	}
 	s.Governor.Close()
 	s.Data.Close()
 	s.errMu.Lock()
