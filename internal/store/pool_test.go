@@ -59,3 +59,49 @@ func TestPostgresPoolIsBounded(t *testing.T) {
 		t.Fatalf("SQLite's pool bounded to %d", got)
 	}
 }
+
+// TestBeginDetached: a detached transaction outlives its context and
+// gives its connection back when it ends; its wait for a connection is
+// bounded by the context.
+func TestBeginDetached(t *testing.T) {
+	ctx := context.Background()
+	st, err := OpenPostgres(ctx, pgtest.Start(t).NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.DB.SetMaxConns(1)
+	tctx, cancel := context.WithCancel(ctx)
+	tx, err := st.DB.BeginDetached(tctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	time.Sleep(50 * time.Millisecond)
+	if _, err := tx.ExecContext(ctx, "INSERT INTO settings(key, value) VALUES('k', 'v')"); err != nil {
+		t.Fatalf("after its context ended: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	if _, err := st.DB.BeginDetached(short); err == nil {
+		t.Fatal("a second transaction began on a pool of one")
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if s := st.DB.Stats(); s.InUse != 0 {
+		t.Fatalf("%d connections still in use after the commit", s.InUse)
+	}
+	tx, err = st.DB.BeginDetached(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.Rollback()
+	tx.Rollback() // twice: harmless
+	if s := st.DB.Stats(); s.InUse != 0 {
+		t.Fatalf("%d connections still in use after the rollback", s.InUse)
+	}
+	if v, err := st.Setting(ctx, "k", ""); err != nil || v != "v" {
+		t.Fatalf("setting %q %v", v, err)
+	}
+}

@@ -187,3 +187,88 @@ func TestSlowTickDoesNotHoldHeartbeatsUp(t *testing.T) {
 		t.Fatalf("%d ticks ran, want 1 (the first, still running)", ran)
 	}
 }
+
+// TestPushesToOneRepositoryTakeTurnsWithoutConnections: pushes waiting
+// for the one before them to the same repository hold no connection of
+// the store's pool: the node's other queries still get one.
+func TestPushesToOneRepositoryTakeTurnsWithoutConnections(t *testing.T) {
+	ctx := context.Background()
+	st, url := openStoreURL(t)
+	pool, err := store.OpenPostgresPool(url, "", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	const timeout = 2 * time.Second
+	join(t, st.DB, "a")
+	placeOn(t, st.DB, "app", 1, timeout)
+	first, err := BeginPush(ctx, pool, "app", "a", timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback() // on failure: the waiting pushes go on, the pool can close
+	var wg sync.WaitGroup
+	order := make(chan int, 4)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := BeginPush(ctx, pool, "app", "a", timeout)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			if err := p.Commit(ctx, nil); err != nil {
+				t.Error(err)
+			}
+			// The next push waits for this copy's record (a primary's
+			// own, once git wrote its refs).
+			if err := RecordCopy(ctx, pool, "app", "a", p.Generation+1); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // the four are waiting
+	for range 3 {
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		var one int
+		err := pool.QueryRowContext(short, "SELECT 1").Scan(&one)
+		cancel()
+		if err != nil {
+			t.Fatalf("a query of the node while pushes wait their turn: %v (pool %+v)", err, pool.Stats())
+		}
+	}
+	if err := first.Commit(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := RecordCopy(ctx, pool, "app", "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	if n := len(order); n != 4 {
+		t.Fatalf("%d of 4 waiting pushes went through", n)
+	}
+	var gen int64
+	if err := pool.QueryRow("SELECT generation FROM cluster_repos WHERE name = 'app'").Scan(&gen); err != nil || gen != 5 {
+		t.Fatalf("generation %d %v, want 5", gen, err)
+	}
+	if n := len(pushTurns.m); n != 0 {
+		t.Fatalf("%d turn entries left", n)
+	}
+	// A push given up on while waiting leaves its turn.
+	held, err := BeginPush(ctx, pool, "app", "a", timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	if _, err := BeginPush(short, pool, "app", "a", timeout); err == nil {
+		t.Fatal("a push began while another held the repository")
+	}
+	cancel()
+	held.Rollback()
+	if n := len(pushTurns.m); n != 0 {
+		t.Fatalf("%d turn entries left after a push given up on", n)
+	}
+}
