@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"packwire/internal/server"
+	"packwire/internal/store"
 )
 
 func writeConfig(t *testing.T, text string) string {
@@ -141,5 +142,25 @@ func TestServeConfigFileEndToEnd(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); err == nil {
 		t.Fatal("serve with a bad config created its data directory")
+	}
+}
+
+// TestServeDatabaseMaxConns: --database-max-conns bounds the store's pool
+// (store.DefaultMaxConns without it), from the command line or the config
+// file; below 1 is a usage error.
+func TestServeDatabaseMaxConns(t *testing.T) {
+	cfg, _, err := parseServe(nil, io.Discard)
+	if err != nil || cfg.DatabaseMaxConns != store.DefaultMaxConns {
+		t.Fatalf("default: %d %v, want %d", cfg.DatabaseMaxConns, err, store.DefaultMaxConns)
+	}
+	if cfg, _, err = parseServe([]string{"--database-max-conns", "5"}, io.Discard); err != nil || cfg.DatabaseMaxConns != 5 {
+		t.Fatalf("--database-max-conns 5: %d %v", cfg.DatabaseMaxConns, err)
+	}
+	path := writeConfig(t, "database-max-conns = 7\n")
+	if cfg, _, err = parseServe([]string{"--config", path}, io.Discard); err != nil || cfg.DatabaseMaxConns != 7 {
+		t.Fatalf("database-max-conns = 7 in the file: %d %v", cfg.DatabaseMaxConns, err)
+	}
+	if _, _, err := parseServe([]string{"--database-max-conns", "0"}, io.Discard); err == nil {
+		t.Fatal("--database-max-conns 0 accepted")
 	}
 }

@@ -39,6 +39,7 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 	configFile := fs.String("config", os.Getenv(envConfig), "read flags from this TOML file (keys: the flag names); the command line overrides it")
 	fs.StringVar(&cfg.DataDir, "data", datadir.Dir(), "data directory, created on first start; $PACKWIRE_DATA sets the default")
 	fs.StringVar(&cfg.Database, "database", datadir.Database(), "keep the store (users, keys, tokens, grants, rules, settings, audit, webhooks) and the request records in PostgreSQL: postgres://USER@HOST/DB; default: the SQLite file in --data ($"+datadir.EnvDatabase+" sets the default)")
+	fs.IntVar(&cfg.DatabaseMaxConns, "database-max-conns", d.DatabaseMaxConns, "with a postgres:// --database: connections the store's pool opens at most; more queries wait for one. The server holds at most this many, plus 4 for request records, plus 1 for a --node's heartbeat: size PostgreSQL's max_connections for every node and admin command (see README)")
 	fs.StringVar(&cfg.Node, "node", "", "join the cluster whose store --database names, as this node (a short name); needs --http, which nodes use with each other. Pushes on a primary run packwire-hook from packwire's directory when it is there (go install ./cmd/packwire-hook), else packwire itself")
 	fs.StringVar(&cfg.NodeURL, "node-url", "", "with --node: the URL other nodes reach this one at (default: http://the --http address)")
 	fs.DurationVar(&cfg.NodeHeartbeat, "node-heartbeat", d.NodeHeartbeat, "with --node: time between heartbeats (and failover checks)")
@@ -109,6 +110,9 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 	}
 	if cfg.TrustedProxies, err = forwarded.Parse(*trusted); err != nil {
 		return cfg, 0, usagef("--trusted-proxies: %v", err)
+	}
+	if cfg.DatabaseMaxConns < 1 {
+		return cfg, 0, usagef("--database-max-conns %d: at least 1", cfg.DatabaseMaxConns)
 	}
 	if err := checkTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
 		return cfg, 0, err

@@ -127,14 +127,20 @@ func Open(ctx context.Context, path string) (*Governor, error) {
 	return open(ctx, db)
 }
 
+// MaxConns bounds the governor's own pool of PostgreSQL connections: its
+// one batch writer, the retention loop and the dashboard's and the API's
+// queries; more wait their turn. A node holds these besides its store's.
+const MaxConns = 4
+
 // OpenPostgres opens (creating) the governor's tables in the PostgreSQL
 // database at databaseURL, in their own Schema: the records of every node
-// of a cluster in one place.
+// of a cluster in one place. Its pool holds at most MaxConns connections.
 func OpenPostgres(ctx context.Context, databaseURL string) (*Governor, error) {
 	db, err := store.OpenPostgresSchema(ctx, databaseURL, Schema, migrations)
 	if err != nil {
 		return nil, err
 	}
+	db.DB.SetMaxConns(MaxConns)
 	return open(ctx, db)
 }
 

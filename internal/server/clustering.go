@@ -99,15 +99,24 @@ func (s *Server) startCluster() error {
 		s.Node.URL = defaultNodeURL(s.HTTPAddr, s.Config.TLSCert != "")
 	}
 	s.Node.Listeners = fmt.Sprintf("git=%v http=%v ssh=%v", s.GitAddr, s.HTTPAddr, s.SSHAddr)
+	// The heartbeat's own connection: requests filling the store's pool
+	// (pushes waiting for a row lock) must not make this node look dead.
+	membership, err := store.OpenPostgresPool(s.Data.Database, "", 1)
+	if err != nil {
+		return err
+	}
+	s.Node.Membership = membership
 	ctx, cancel := context.WithCancel(context.Background())
 	// The hooks of pushes on this node's primaries ask the server over a
 	// socket only this user can reach (they hold the server's token too).
 	if err := s.Router.ServeHooks(ctx, filepath.Join(s.Data.Dir, "run", "cluster", "hook.sock")); err != nil {
 		cancel()
+		membership.Close()
 		return err
 	}
 	if err := s.Node.Join(ctx); err != nil {
 		cancel()
+		membership.Close()
 		return err
 	}
 	s.Node.OnTick = func(ctx context.Context) {

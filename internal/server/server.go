@@ -41,6 +41,7 @@ import (
 	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
 	"packwire/internal/server/cluster/route"
+	"packwire/internal/store"
 	"packwire/internal/transport/accept"
 	"packwire/internal/transport/daemon"
 	"packwire/internal/transport/forwarded"
@@ -52,6 +53,10 @@ import (
 type Config struct {
 	DataDir  string
 	Database string // "" (SQLite in DataDir) or a postgres:// URL for the store
+	// DatabaseMaxConns bounds the store's pool of PostgreSQL connections
+	// (0: store.DefaultMaxConns); the request records and a cluster
+	// node's membership have pools of their own (governor.MaxConns, 1).
+	DatabaseMaxConns int
 	// Node makes this server a node of the cluster in Database (see
 	// internal/server/cluster); "": a single server.
 	Node          string
@@ -153,20 +158,21 @@ type Config struct {
 
 // Defaults are the values `packwire serve` uses when no flag is given.
 var Defaults = Config{
-	DataDir:         datadir.DefaultDir,
-	GitAddr:         ":9418",
-	HTTPAddr:        ":8080",
-	SSHAddr:         ":2222",
-	InitTimeout:     30 * time.Second,
-	IdleTimeout:     10 * time.Minute,
-	MaxConnections:  1024,
-	MaxRequestBody:  httptransport.DefaultMaxRequestBody,
-	SSHKeepAlive:    30 * time.Second,
-	SSHIdleTimeout:  10 * time.Minute,
-	SSHMaxSessions:  10,
-	SSHMaxUnacked:   sshtransport.DefaultMaxUnacked,
-	RecordsMaxAge:   30 * 24 * time.Hour,
-	RecordsMaxCount: 1_000_000,
+	DataDir:          datadir.DefaultDir,
+	DatabaseMaxConns: store.DefaultMaxConns,
+	GitAddr:          ":9418",
+	HTTPAddr:         ":8080",
+	SSHAddr:          ":2222",
+	InitTimeout:      30 * time.Second,
+	IdleTimeout:      10 * time.Minute,
+	MaxConnections:   1024,
+	MaxRequestBody:   httptransport.DefaultMaxRequestBody,
+	SSHKeepAlive:     30 * time.Second,
+	SSHIdleTimeout:   10 * time.Minute,
+	SSHMaxSessions:   10,
+	SSHMaxUnacked:    sshtransport.DefaultMaxUnacked,
+	RecordsMaxAge:    30 * 24 * time.Hour,
+	RecordsMaxCount:  1_000_000,
 
 	MaxPackJobs:        max(4, 2*runtime.NumCPU()),
 	MaxPackJobsPerRepo: max(2, runtime.NumCPU()),
@@ -289,6 +295,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	data.Store.DB.SetMaxConns(cfg.DatabaseMaxConns)
 	gov, err := governor.OpenIn(ctx, data.Dir, data.Database)
 	if err != nil {
 		data.Close()
@@ -795,6 +802,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.stopOutgoing() // attempts in flight are cut and stay pending for the next start
 	}
 	s.wg.Wait()
+	if s.Node != nil && s.Node.Membership != nil {
+		s.Node.Membership.Close()
+	}
 	s.Governor.Close()
 	s.Data.Close()
 	s.errMu.Lock()

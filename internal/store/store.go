@@ -242,9 +242,24 @@ func OpenWith(ctx context.Context, path string, migrations []string) (*Store, er
 	return s, nil
 }
 
+// DefaultMaxConns bounds a PostgreSQL store's pool of connections unless
+// SetMaxConns says otherwise (packwire serve --database-max-conns). Every
+// node of a cluster and every admin command opens its own pool, and
+// PostgreSQL refuses clients past its max_connections (100 by default):
+// 16 leaves three nodes (21 each: 16, 4 for the request records, 1 for
+// membership) and a dozen admin commands room under it. Requests queue
+// for a connection past the bound instead of failing "too many clients".
+const DefaultMaxConns = 16
+
+// connMaxIdle closes a pooled PostgreSQL connection left idle this long:
+// a bounded pool keeps every connection it opened (no reconnect per
+// query under load), and a quiet node gives them back.
+const connMaxIdle = time.Minute
+
 // OpenPostgres opens packwire's main database in PostgreSQL (a cluster's
 // shared state) and brings its schema up to date: the same migrations as
-// SQLite's, adapted (DB.ddl).
+// SQLite's, adapted (DB.ddl). Its pool holds at most DefaultMaxConns
+// connections (SetMaxConns).
 func OpenPostgres(ctx context.Context, databaseURL string) (*Store, error) {
 	s, err := OpenPostgresSchema(ctx, databaseURL, "", migrations)
 	if err == nil {
@@ -261,27 +276,51 @@ func OpenPostgres(ctx context.Context, databaseURL string) (*Store, error) {
 // schema alone, so the queries name tables as they do in SQLite. "" is
 // the database's default schema (public).
 func OpenPostgresSchema(ctx context.Context, databaseURL, schema string, migrations []string) (*Store, error) {
-	var db *sql.DB
-	if schema == "" {
-		var err error
-		if db, err = sql.Open("pgx", databaseURL); err != nil {
-			return nil, err
-		}
-	} else {
-		cfg, err := pgx.ParseConfig(databaseURL)
-		if err != nil {
-			return nil, fmt.Errorf("store %s: %w", RedactDatabaseURL(databaseURL), err)
-		}
-		cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
-		db = stdlib.OpenDB(*cfg)
+	db, err := OpenPostgresPool(databaseURL, schema, DefaultMaxConns)
+	if err != nil {
+		return nil, err
 	}
-	db.SetMaxIdleConns(4)
-	s := &Store{DB: &DB{DB: db, Engine: Postgres}}
+	s := &Store{DB: db}
 	if err := s.migratePostgres(ctx, schema, migrations); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store %s: %w", RedactDatabaseURL(databaseURL), err)
 	}
 	return s, nil
+}
+
+// OpenPostgresPool opens a pool of at most maxConns connections (<= 0:
+// DefaultMaxConns) to the PostgreSQL database at databaseURL, in schema
+// ("": the default), without touching the schema: a pool apart from a
+// store's for work that must never wait behind its requests (a cluster
+// node's heartbeat). database/sql replaces a connection found broken (a
+// PostgreSQL restart) by itself.
+func OpenPostgresPool(databaseURL, schema string, maxConns int) (*DB, error) {
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", RedactDatabaseURL(databaseURL), err)
+	}
+	if schema != "" {
+		cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	}
+	d := &DB{DB: stdlib.OpenDB(*cfg), Engine: Postgres}
+	d.SetMaxConns(maxConns)
+	return d, nil
+}
+
+// SetMaxConns bounds the connections a PostgreSQL pool opens (n <= 0:
+// DefaultMaxConns); a caller past the bound waits for one to be given
+// back, within its context. It keeps as many idle, for at most
+// connMaxIdle each. SQLite's pool is left as it is.
+func (d *DB) SetMaxConns(n int) {
+	if d.Engine != Postgres {
+		return
+	}
+	if n <= 0 {
+		n = DefaultMaxConns
+	}
+	d.SetMaxOpenConns(n)
+	d.SetMaxIdleConns(n)
+	d.SetConnMaxIdleTime(connMaxIdle)
 }
 
 // RedactDatabaseURL is a database URL fit for messages: no password.

@@ -40,16 +40,32 @@ var ErrNotClustered = errors.New("not a cluster: the store is not in PostgreSQL 
 // Node is this process's membership: it registers, heartbeats and runs
 // the failover monitor until its context ends.
 type Node struct {
-	DB        *store.DB
-	Name      string
-	URL       string // how other nodes reach this one (its internal HTTP base URL)
-	Listeners string // what clients reach: "git=...,http=...,ssh=..."
-	Heartbeat time.Duration
-	Timeout   time.Duration // a node whose heartbeat is older is unhealthy
-	Log       *slog.Logger
-	// OnTick, if set, runs after each heartbeat (the node's catch-up of
-	// its copies), in the loop's goroutine.
+	DB *store.DB // the store's pool, which requests share
+	// Membership, if set, is the pool of the heartbeat and the failover
+	// monitor (Join, Run): a connection of their own (the server's holds
+	// one), which requests never take, so that a node whose store pool is
+	// full (pushes waiting for a repository's row lock) still heartbeats
+	// rather than be failed over alive. nil: DB.
+	Membership *store.DB
+	Name       string
+	URL        string // how other nodes reach this one (its internal HTTP base URL)
+	Listeners  string // what clients reach: "git=...,http=...,ssh=..."
+	Heartbeat  time.Duration
+	Timeout    time.Duration // a node whose heartbeat is older is unhealthy
+	Log        *slog.Logger
+	// OnTick, if set, runs after heartbeats (the node's catch-up of its
+	// copies), in a goroutine of its own: once per heartbeat at most, and
+	// never holding the next heartbeat up (a catch-up may fetch for long,
+	// or wait for a connection of the store's pool).
 	OnTick func(context.Context)
+}
+
+// membership is the pool of the heartbeat and the monitor.
+func (n *Node) membership() *store.DB {
+	if n.Membership != nil {
+		return n.Membership
+	}
+	return n.DB
 }
 
 // Join registers the node (or updates its row after a restart) with a
@@ -61,7 +77,7 @@ func (n *Node) Join(ctx context.Context) error {
 	if err := ValidName(n.Name); err != nil {
 		return err
 	}
-	_, err := n.DB.ExecContext(ctx, `INSERT INTO nodes(name, url, listeners, started_ms, heartbeat_ms)
+	_, err := n.membership().ExecContext(ctx, `INSERT INTO nodes(name, url, listeners, started_ms, heartbeat_ms)
 		VALUES(?, ?, ?, `+dbNowMS+`, `+dbNowMS+`)
 		ON CONFLICT(name) DO UPDATE SET url = excluded.url, listeners = excluded.listeners,
 			started_ms = excluded.started_ms, heartbeat_ms = excluded.heartbeat_ms`, n.Name, n.URL, n.Listeners)
@@ -93,9 +109,30 @@ func ValidName(name string) error {
 // node's heartbeat is stale, and the first node back would otherwise
 // promote replicas away from primaries that are alive and about to
 // heartbeat again. A node really gone is still stale a Timeout later.
+//
+// Each step is bounded by the timeout: a heartbeat later than that is
+// worth nothing, and a connection cut without a word (PostgreSQL
+// restarted, a network gone) is dropped and replaced at the next one.
 func (n *Node) Run(ctx context.Context) {
 	t := time.NewTicker(n.heartbeat())
 	defer t.Stop()
+	var tick chan struct{}
+	if n.OnTick != nil {
+		tick = make(chan struct{}, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick:
+					n.OnTick(ctx)
+				}
+			}
+		}()
+		defer func() { <-done }()
+	}
 	var connectedSince time.Time
 	for {
 		select {
@@ -103,7 +140,10 @@ func (n *Node) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := n.beat(ctx); err != nil && ctx.Err() == nil {
+		stepCtx, cancel := context.WithTimeout(ctx, n.NodeTimeout())
+		err := n.beat(stepCtx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			n.Log.Warn("cluster: heartbeat failed", "node", n.Name, "error", err.Error())
 			connectedSince = time.Time{}
 			continue
@@ -112,9 +152,10 @@ func (n *Node) Run(ctx context.Context) {
 			connectedSince = time.Now()
 		}
 		var promoted []Promotion
-		var err error
 		if time.Since(connectedSince) >= n.NodeTimeout() {
-			promoted, err = Failover(ctx, n.DB, n.NodeTimeout())
+			stepCtx, cancel := context.WithTimeout(ctx, n.NodeTimeout())
+			promoted, err = Failover(stepCtx, n.membership(), n.NodeTimeout())
+			cancel()
 		}
 		if err != nil && ctx.Err() == nil {
 			n.Log.Warn("cluster: failover check failed", "node", n.Name, "error", err.Error())
@@ -122,14 +163,15 @@ func (n *Node) Run(ctx context.Context) {
 		for _, p := range promoted {
 			n.Log.Info("cluster: primary promoted", "repo", p.Repo, "from", p.From, "to", p.To, "generation", p.Generation)
 		}
-		if n.OnTick != nil {
-			n.OnTick(ctx)
+		select {
+		case tick <- struct{}{}:
+		default: // the last one is still running or pending: it will do
 		}
 	}
 }
 
 func (n *Node) beat(ctx context.Context) error {
-	res, err := n.DB.ExecContext(ctx, "UPDATE nodes SET heartbeat_ms = "+dbNowMS+" WHERE name = ?", n.Name)
+	res, err := n.membership().ExecContext(ctx, "UPDATE nodes SET heartbeat_ms = "+dbNowMS+" WHERE name = ?", n.Name)
 	if err != nil {
 		return err
 	}
@@ -173,7 +215,9 @@ type Promotion struct {
 // and epoch it saw, so nodes running the monitor at once promote each
 // repository once, and never make two primaries. A repository with no
 // up-to-date healthy replica keeps its primary (writes wait for it rather
-// than lose acknowledged pushes).
+// than lose acknowledged pushes). A repository whose row is locked (a
+// push replicating, a deletion) is skipped until the next check rather
+// than waited for: the monitor shares its connection with the heartbeat.
 func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promotion, error) {
 	ms := timeout.Milliseconds()
 	rows, err := db.QueryContext(ctx, `SELECT r.name, r.primary_node, r.epoch, r.generation FROM cluster_repos r
@@ -214,7 +258,8 @@ func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promo
 			return done, err
 		}
 		res, err := db.ExecContext(ctx, `UPDATE cluster_repos SET primary_node = ?, epoch = epoch + 1
-			WHERE name = ? AND primary_node = ? AND epoch = ?`, candidate, o.name, o.primary, o.epoch)
+			WHERE name = (SELECT name FROM cluster_repos WHERE name = ? AND primary_node = ? AND epoch = ? FOR UPDATE SKIP LOCKED)`,
+			candidate, o.name, o.primary, o.epoch)
 		if err != nil {
 			return done, err
 		}

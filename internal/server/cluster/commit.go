@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"packwire/internal/store"
@@ -15,6 +16,7 @@ import (
 // state the previous one committed.
 type PushTxn struct {
 	tx         *store.Tx
+	endTurn    func()
 	repo, node string
 	epoch      int64
 	// Generation is the repository's generation before this push.
@@ -35,14 +37,38 @@ func (p *PushTxn) Need() int { return p.Total/2 + 1 }
 // its own copy at the repository's generation (waiting a little for the
 // previous push's record of it, without holding the lock meanwhile), and
 // lists the replicas to send to.
+//
+// The node's pushes to one repository take turns in the process before
+// they take a connection: the row lock orders them anyway, and each one
+// waiting for it in PostgreSQL would hold a connection of the store's
+// bounded pool meanwhile, so that a storm of pushes to one repository
+// would starve every other request of the node.
 func BeginPush(ctx context.Context, db *store.DB, repo, node string, timeout time.Duration) (*PushTxn, error) {
+	endTurn, err := pushTurns.take(ctx, db, repo)
+	if err != nil {
+		return nil, err
+	}
+	p, err := beginPush(ctx, db, repo, node, timeout)
+	if err != nil {
+		endTurn()
+		return nil, err
+	}
+	p.endTurn = sync.OnceFunc(endTurn)
+	return p, nil
+}
+
+func beginPush(ctx context.Context, db *store.DB, repo, node string, timeout time.Duration) (*PushTxn, error) {
 	deadline := time.Now().Add(ownRecordWait)
 	for {
 		// Not ended by ctx (database/sql would roll it back at once): a
 		// push given up on still records what MarkStale found, with a
-		// bounded context of its own; each statement has ctx.
-		tx, err := db.BeginTx(context.WithoutCancel(ctx), nil)
+		// bounded context of its own; each statement has ctx, and so has
+		// the wait for a connection.
+		tx, err := db.BeginDetached(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("cluster: no connection to the store in time, nothing was written: %w", err)
+			}
 			return nil, fmt.Errorf("cluster: the store is unreachable, nothing was written: %w", err)
 		}
 		p := &PushTxn{tx: tx, repo: repo, node: node}
@@ -121,7 +147,7 @@ func (p *PushTxn) begin(ctx context.Context, timeout time.Duration) (mine int64,
 // voters' (the other replicas that hold it). The primary's own copy is
 // recorded once git has written its refs (RecordCopy).
 func (p *PushTxn) Commit(ctx context.Context, voters []string) error {
-	defer p.tx.Rollback()
+	defer p.end()
 	// One statement (one round trip on the push's path): the voters are
 	// recorded only if the repository's row moved, which it does only
 	// while this node is the primary of this epoch.
@@ -169,12 +195,71 @@ func (p *PushTxn) MarkStale(ctx context.Context, nodes []string) error {
 
 // Close ends a push that failed, recording only what MarkStale marked.
 func (p *PushTxn) Close() error {
-	defer p.tx.Rollback()
+	defer p.end()
 	return p.tx.Commit()
 }
 
 // Rollback gives the transaction up: nothing is recorded.
-func (p *PushTxn) Rollback() { p.tx.Rollback() }
+func (p *PushTxn) Rollback() { p.end() }
+
+// end rolls back what was not committed and lets the repository's next
+// push take its turn.
+func (p *PushTxn) end() {
+	p.tx.Rollback()
+	if p.endTurn != nil {
+		p.endTurn()
+	}
+}
+
+// pushTurns are the turns of a process's pushes, by store and repository.
+var pushTurns = &turns{}
+
+type turnKey struct {
+	db   *store.DB
+	repo string
+}
+
+// turns is a queue per key: one holder at a time, the others waiting in
+// the order they came (a channel's senders), each within its context.
+type turns struct {
+	mu sync.Mutex
+	m  map[turnKey]*turn
+}
+
+type turn struct {
+	ch    chan struct{} // holds a value while taken
+	users int           // holders and waiters: the entry goes with the last
+}
+
+// take waits for key's turn; the function returned ends it.
+func (ts *turns) take(ctx context.Context, db *store.DB, repo string) (func(), error) {
+	key := turnKey{db, repo}
+	ts.mu.Lock()
+	if ts.m == nil {
+		ts.m = map[turnKey]*turn{}
+	}
+	t := ts.m[key]
+	if t == nil {
+		t = &turn{ch: make(chan struct{}, 1)}
+		ts.m[key] = t
+	}
+	t.users++
+	ts.mu.Unlock()
+	leave := func() {
+		ts.mu.Lock()
+		if t.users--; t.users == 0 {
+			delete(ts.m, key)
+		}
+		ts.mu.Unlock()
+	}
+	select {
+	case t.ch <- struct{}{}:
+		return func() { <-t.ch; leave() }, nil
+	case <-ctx.Done():
+		leave()
+		return nil, fmt.Errorf("cluster: waiting for the pushes to %s before this one: %w", repo, ctx.Err())
+	}
+}
 
 // RecordCopy records that node's copy of repo holds generation gen, if it
 // was at the one before (a primary after git committed its refs; a
