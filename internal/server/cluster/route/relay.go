@@ -198,7 +198,11 @@ func (r *openRelay) Relay(ctx context.Context, req pipeline.Request, repoName st
 		if ctx.Err() != nil || isWriteErr(err) {
 			return res, gitexec.ErrClientGone
 		}
-		return res, fmt.Errorf("relay from node %s: %w", r.node, err)
+		// The serving node failed mid-request (killed, cut off): the
+		// client is told so and may retry, not that its request was bad.
+		return res, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+			Message: fmt.Sprintf("node %s, which served '%s', failed during the request; retry shortly", r.node, repoName),
+			Err:     fmt.Errorf("relay from node %s: %w", r.node, err)}
 	}
 	res.ExitCode, _ = strconv.Atoi(r.resp.Trailer.Get(trlExit))
 	if msg, _ := base64.StdEncoding.DecodeString(r.resp.Trailer.Get(trlStderr)); len(msg) > 0 {

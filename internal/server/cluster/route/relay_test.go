@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +42,30 @@ func TestRelayEndsWhenTheNodeFailsBeforeAnswering(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the relay still waits 10 s after the serving node closed its connection")
+	}
+}
+
+// TestRelayCutMidAnswerIsUnavailable: a serving node that accepted the
+// relay and then died before its answer ended (killed while git ran)
+// fails the relay as unavailable, which the client's transport words as
+// such (HTTP 503), not as a bad request.
+func TestRelayCutMidAnswerIsUnavailable(t *testing.T) {
+	url := fakeNode(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c))
+		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"))
+		time.Sleep(50 * time.Millisecond)
+		c.Close()
+	})
+	rt := &Router{Secret: "s"}
+	req := pipeline.Request{Transport: "http", Service: gitexec.ReceivePack}
+	relay, err := rt.relayTo(context.Background(), cluster.Replica{Node: "b", URL: url}, req, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = relay.Relay(context.Background(), req, "app", strings.NewReader(""), io.Discard, nil)
+	var perr *pipeline.Error
+	if !errors.As(err, &perr) || perr.Code != pipeline.CodeUnavailable {
+		t.Fatalf("a relay cut mid-answer: %v, want unavailable", err)
 	}
 }
 
