@@ -45,12 +45,8 @@ func (rt *Router) startPush(name string, kept []push.Command, guarded bool) (env
 	if guarded || len(kept) == 0 {
 		return nil, nil, func() {}
 	}
-	dir, err := os.MkdirTemp(rt.HooksDir, "push-")
+	dir, err := rt.takeDir()
 	if err != nil {
-		return nil, nil, func() {}
-	}
-	if err := os.Symlink(filepath.Join(rt.HooksDir, cluster.HookName), filepath.Join(dir, cluster.HookName)); err != nil {
-		os.RemoveAll(dir)
 		return nil, nil, func() {}
 	}
 	lp := &livePush{repo: name, dir: dir, refs: map[string]bool{}}
@@ -75,7 +71,7 @@ func (rt *Router) startPush(name string, kept []push.Command, guarded bool) (env
 			}
 		}
 		rt.mu.Unlock()
-		os.RemoveAll(dir)
+		rt.dropDir(dir)
 		if ok {
 			gitDir := ""
 			if r, err := rt.Repos.Resolve(name); err == nil {
@@ -86,6 +82,65 @@ func (rt *Router) startPush(name string, kept []push.Command, guarded bool) (env
 		}
 	}
 	return []string{cluster.EnvPush + "=" + id}, []string{"core.hooksPath=" + dir}, done
+}
+
+// spareDirs is how many push directories are kept made ahead.
+const spareDirs = 2
+
+// takeDir returns a push directory with its hook link: one made ahead if
+// there is one, else a new one. Making a directory and a link, and
+// removing them, took a few hundred microseconds each on a busy disk: on
+// a push's path, before git starts and before its report.
+func (rt *Router) takeDir() (string, error) {
+	rt.mu.Lock()
+	if n := len(rt.spareDirs); n > 0 {
+		dir := rt.spareDirs[n-1]
+		rt.spareDirs = rt.spareDirs[:n-1]
+		rt.mu.Unlock()
+		return dir, nil
+	}
+	rt.mu.Unlock()
+	return rt.makeDir()
+}
+
+// makeDir makes a push directory (a new name each: a push's is its id).
+func (rt *Router) makeDir() (string, error) {
+	dir, err := os.MkdirTemp(rt.HooksDir, "push-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Symlink(filepath.Join(rt.HooksDir, cluster.HookName), filepath.Join(dir, cluster.HookName)); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// dropDir removes a push's directory, and makes one for a push to come,
+// in the background: after the push, off its answer's path. Those left
+// when the server stops are removed at its next start (InstallHooks).
+func (rt *Router) dropDir(dir string) {
+	go func() {
+		os.RemoveAll(dir)
+		rt.mu.Lock()
+		short := len(rt.spareDirs) < spareDirs
+		rt.mu.Unlock()
+		if !short {
+			return
+		}
+		next, err := rt.makeDir()
+		if err != nil {
+			return
+		}
+		rt.mu.Lock()
+		if len(rt.spareDirs) < spareDirs {
+			rt.spareDirs, next = append(rt.spareDirs, next), ""
+		}
+		rt.mu.Unlock()
+		if next != "" {
+			os.RemoveAll(next)
+		}
+	}()
 }
 
 // unlinkHook is called under rt.mu as a "prepared" call of the push id

@@ -40,6 +40,7 @@ type Router struct {
 	pending               map[string]pendingPush   // repo NUL receive-pack pid
 	pushes                map[string]*livePush     // pushes with a hooks directory of their own, by id
 	recording             map[string]chan struct{} // repo -> the record of the primary's copy in progress
+	spareDirs             []string                 // pushes' hooks directories made ahead (pushdir.go)
 }
 
 // Route serves here what this node can: reads from an up-to-date copy,
