@@ -120,7 +120,7 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader, max
 	// reads the updates while the objects come.
 	kit := kits.take(rp.Path)
 	if kit == nil {
-		if kit, err = startKit(rp.Path); err != nil {
+		if kit, err = startKit(rp.Path, ""); err != nil {
 			return http.StatusInternalServerError, err
 		}
 	}
@@ -167,9 +167,9 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader, max
 		return http.StatusConflict, err
 	}
 	// The refs are written: the answer need not wait for update-ref's
-	// exit, nor for the (empty) quarantine's removal.
+	// exit; the emptied quarantine serves the next replication.
 	ended = true
-	go kit.end()
+	go kit.finish(kits)
 	var created []string
 	for _, u := range updates {
 		if cluster.IsZero(u.Old) && strings.HasPrefix(u.Ref, "refs/heads/") {

@@ -474,9 +474,9 @@ func TestReplicateSkipsProcessesOfAnotherRepository(t *testing.T) {
 }
 
 // TestReplicateQuarantineMadeAhead: the processes started for the next
-// replication come with its quarantine made (off its path), and a
-// replication whose quarantine went meanwhile (maintenance removes old
-// ones) makes it again.
+// replication come with its quarantine made (off its path), a replication
+// whose quarantine went meanwhile (maintenance removes old ones) makes it
+// again, and the emptied quarantine serves the next replication.
 func TestReplicateQuarantineMadeAhead(t *testing.T) {
 	r := newReplication(t)
 	c1 := r.commit("")
@@ -499,4 +499,12 @@ func TestReplicateQuarantineMadeAhead(t *testing.T) {
 		t.Fatal("the started processes were not used")
 	}
 	r.same()
+	// The replication's quarantine, emptied, is the next one's.
+	r.waitKit()
+	r.h.kits.mu.Lock()
+	next := r.h.kits.kits[r.replica.Path].quarantine
+	r.h.kits.mu.Unlock()
+	if next != q {
+		t.Fatalf("the next replication's quarantine is %s, not the emptied %s", next, q)
+	}
 }
