@@ -2,6 +2,8 @@ package route
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"os"
@@ -53,7 +55,11 @@ func (rt *Router) startPush(name string, kept []push.Command, guarded bool) (env
 	for _, c := range kept {
 		lp.refs[c.Ref] = true
 	}
-	id := filepath.Base(dir)
+	// The push's id, not its directory's name: a directory serves one
+	// push after another.
+	b := make([]byte, 12)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
 	rt.mu.Lock()
 	if rt.pushes == nil {
 		rt.pushes = map[string]*livePush{}
@@ -84,13 +90,14 @@ func (rt *Router) startPush(name string, kept []push.Command, guarded bool) (env
 	return []string{cluster.EnvPush + "=" + id}, []string{"core.hooksPath=" + dir}, done
 }
 
-// spareDirs is how many push directories are kept made ahead.
+// spareDirs is how many push directories are kept for the next pushes.
 const spareDirs = 2
 
-// takeDir returns a push directory with its hook link: one made ahead if
-// there is one, else a new one. Making a directory and a link, and
-// removing them, took a few hundred microseconds each on a busy disk: on
-// a push's path, before git starts and before its report.
+// takeDir returns a push directory with its hook link: one a push before
+// used if there is one, else a new one. Making a directory and a link,
+// and removing them, took a few hundred microseconds of CPU each on this
+// machine's disk: on every push's path, before git started and before
+// its report.
 func (rt *Router) takeDir() (string, error) {
 	rt.mu.Lock()
 	if n := len(rt.spareDirs); n > 0 {
@@ -100,45 +107,42 @@ func (rt *Router) takeDir() (string, error) {
 		return dir, nil
 	}
 	rt.mu.Unlock()
-	return rt.makeDir()
-}
-
-// makeDir makes a push directory (a new name each: a push's is its id).
-func (rt *Router) makeDir() (string, error) {
 	dir, err := os.MkdirTemp(rt.HooksDir, "push-")
 	if err != nil {
 		return "", err
 	}
-	if err := os.Symlink(filepath.Join(rt.HooksDir, cluster.HookName), filepath.Join(dir, cluster.HookName)); err != nil {
+	if err := os.Symlink(rt.hookLinkTarget(), filepath.Join(dir, cluster.HookName)); err != nil {
 		os.RemoveAll(dir)
 		return "", err
 	}
 	return dir, nil
 }
 
-// dropDir removes a push's directory, and makes one for a push to come,
-// in the background: after the push, off its answer's path. Those left
-// when the server stops are removed at its next start (InstallHooks).
+func (rt *Router) hookLinkTarget() string { return filepath.Join(rt.HooksDir, cluster.HookName) }
+
+// dropDir gives back a push's directory once receive-pack has exited, in
+// the background, off the push's answer: its hook link made again if the
+// push removed it, it serves a next push (a few are kept; the others are
+// removed). Those left when the server stops are removed at its next
+// start (InstallHooks).
 func (rt *Router) dropDir(dir string) {
 	go func() {
-		os.RemoveAll(dir)
-		rt.mu.Lock()
-		short := len(rt.spareDirs) < spareDirs
-		rt.mu.Unlock()
-		if !short {
-			return
-		}
-		next, err := rt.makeDir()
-		if err != nil {
-			return
+		link := filepath.Join(dir, cluster.HookName)
+		if target, err := os.Readlink(link); err != nil || target != rt.hookLinkTarget() {
+			os.Remove(link)
+			if err := os.Symlink(rt.hookLinkTarget(), link); err != nil {
+				os.RemoveAll(dir)
+				return
+			}
 		}
 		rt.mu.Lock()
-		if len(rt.spareDirs) < spareDirs {
-			rt.spareDirs, next = append(rt.spareDirs, next), ""
+		kept := len(rt.spareDirs) < spareDirs
+		if kept {
+			rt.spareDirs = append(rt.spareDirs, dir)
 		}
 		rt.mu.Unlock()
-		if next != "" {
-			os.RemoveAll(next)
+		if !kept {
+			os.RemoveAll(dir)
 		}
 	}()
 }

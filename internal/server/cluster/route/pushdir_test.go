@@ -11,54 +11,58 @@ import (
 	"packwire/internal/server/cluster"
 )
 
-// TestPushDirMadeAhead: a push's hooks directory is removed after the
-// push, and the next push's made meanwhile, both in the background: the
-// next push finds its directory, with the hook's link, made.
-func TestPushDirMadeAhead(t *testing.T) {
+// TestPushDirServesTheNextPush: a push's hooks directory, given back once
+// receive-pack exited, serves the next push, its hook link made again
+// (the first push's "prepared" call removed it), under another push id;
+// nothing is made or removed on a push's path.
+func TestPushDirServesTheNextPush(t *testing.T) {
 	rt := &Router{HooksDir: t.TempDir()}
 	kept := []push.Command{{Ref: "refs/heads/main"}}
-	hooksPath := func(config []string) string {
-		for _, c := range config {
-			if dir, ok := strings.CutPrefix(c, "core.hooksPath="); ok {
-				return dir
-			}
-		}
-		t.Fatalf("no hooks directory in %v", config)
-		return ""
-	}
-	_, config, done := rt.startPush("app", kept, false)
-	first := hooksPath(config)
-	done()
-	var ahead []string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		rt.mu.Lock()
-		n := len(rt.spareDirs)
-		rt.mu.Unlock()
-		ahead, _ = filepath.Glob(filepath.Join(rt.HooksDir, "push-*"))
-		if n == 1 && len(ahead) == 1 && ahead[0] != first {
-			break
-		}
-	}
-	if len(ahead) != 1 || ahead[0] == first {
-		t.Fatalf("after a push, its directory and one made ahead: %v (the push's was %s)", ahead, first)
-	}
-	_, config, done = rt.startPush("app", kept, false)
-	defer func() {
-		// The background work done before the test's directory goes.
-		done()
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	settled := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 			rt.mu.Lock()
-			n := len(rt.spareDirs)
+			k := len(rt.spareDirs)
 			rt.mu.Unlock()
-			if n == 1 {
+			if k == n {
 				return
 			}
 		}
-	}()
-	if next := hooksPath(config); next != ahead[0] {
-		t.Fatalf("the next push's directory is %s, not the one made ahead (%s)", next, ahead[0])
+		t.Fatalf("no %d directories kept for the next pushes", n)
 	}
-	if target, err := os.Readlink(filepath.Join(ahead[0], cluster.HookName)); err != nil || target != filepath.Join(rt.HooksDir, cluster.HookName) {
-		t.Fatalf("the hook's link in the directory made ahead: %q, %v", target, err)
+	start := func() (id, dir string, done func()) {
+		env, config, done := rt.startPush("app", kept, false)
+		for _, c := range config {
+			dir, _ = strings.CutPrefix(c, "core.hooksPath=")
+		}
+		for _, e := range env {
+			id, _ = strings.CutPrefix(e, cluster.EnvPush+"=")
+		}
+		if dir == "" || id == "" {
+			t.Fatalf("no push directory or id: %v %v", env, config)
+		}
+		return id, dir, done
+	}
+	id1, dir1, done := start()
+	// The "prepared" call named every ref: the link goes.
+	rt.mu.Lock()
+	rt.unlinkHook(id1, "app", "key", []cluster.Update{{Ref: "refs/heads/main"}})
+	rt.mu.Unlock()
+	if _, err := os.Lstat(filepath.Join(dir1, cluster.HookName)); err == nil {
+		t.Fatal("the hook link is still there after the prepared call")
+	}
+	done()
+	settled(1)
+	id2, dir2, done := start()
+	if dir2 != dir1 || id2 == id1 {
+		t.Fatalf("the next push got %s as %s; want the first's directory (%s) under another id than %s", dir2, id2, dir1, id1)
+	}
+	if target, err := os.Readlink(filepath.Join(dir2, cluster.HookName)); err != nil || target != filepath.Join(rt.HooksDir, cluster.HookName) {
+		t.Fatalf("the hook link of the next push's directory: %q, %v", target, err)
+	}
+	done()
+	settled(1)
+	if dirs, _ := filepath.Glob(filepath.Join(rt.HooksDir, "push-*")); len(dirs) != 1 {
+		t.Fatalf("push directories after two pushes in turn: %v, want one", dirs)
 	}
 }
