@@ -46,7 +46,6 @@ type DB struct {
 type Tx struct {
 	*sql.Tx
 	engine Engine
-	conn   *sql.Conn // BeginDetached's: given back when the transaction ends
 }
 
 func (d *DB) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
@@ -82,43 +81,6 @@ func (d *DB) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) {
 		return nil, err
 	}
 	return &Tx{Tx: tx, engine: d.Engine}, nil
-}
-
-// BeginDetached starts a transaction that lives until it commits or rolls
-// back, whatever ctx does afterwards (BeginTx's ends with its context):
-// ctx bounds only the wait for a connection, which a bounded pool may
-// make long.
-func (d *DB) BeginDetached(ctx context.Context) (*Tx, error) {
-	conn, err := d.DB.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return &Tx{Tx: tx, engine: d.Engine, conn: conn}, nil
-}
-
-// Commit commits, and gives a detached transaction's connection back.
-func (t *Tx) Commit() error {
-	err := t.Tx.Commit()
-	t.release()
-	return err
-}
-
-// Rollback rolls back, and gives a detached transaction's connection back.
-func (t *Tx) Rollback() error {
-	err := t.Tx.Rollback()
-	t.release()
-	return err
-}
-
-func (t *Tx) release() {
-	if t.conn != nil {
-		t.conn.Close() // ErrConnDone when already given back: nothing to do
-	}
 }
 
 func (t *Tx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,10 +17,11 @@ import (
 // row lock orders pushes to one repository, each replicating from the
 // state the previous one committed.
 type PushTxn struct {
-	tx         *store.Tx
-	endTurn    func()
+	conn       *store.Conn // in the transaction, until Commit, Close or Rollback
+	endTurn    func()      // lets the repository's next push on this node begin
 	repo, node string
 	epoch      int64
+	marked     bool // MarkStale wrote in the transaction
 	// Generation is the repository's generation before this push.
 	Generation int64
 	// Total counts the repository's replicas, the primary's included.
@@ -37,12 +40,6 @@ func (p *PushTxn) Need() int { return p.Total/2 + 1 }
 // its own copy at the repository's generation (waiting a little for the
 // previous push's record of it, without holding the lock meanwhile), and
 // lists the replicas to send to.
-//
-// The node's pushes to one repository take turns in the process before
-// they take a connection: the row lock orders them anyway, and each one
-// waiting for it in PostgreSQL would hold a connection of the store's
-// bounded pool meanwhile, so that a storm of pushes to one repository
-// would starve every other request of the node.
 func BeginPush(ctx context.Context, db *store.DB, repo, node string, timeout time.Duration) (*PushTxn, error) {
 	endTurn, err := pushTurns.take(ctx, db, repo)
 	if err != nil {
@@ -60,23 +57,25 @@ func BeginPush(ctx context.Context, db *store.DB, repo, node string, timeout tim
 func beginPush(ctx context.Context, db *store.DB, repo, node string, timeout time.Duration) (*PushTxn, error) {
 	deadline := time.Now().Add(ownRecordWait)
 	for {
-		// Not ended by ctx (database/sql would roll it back at once): a
-		// push given up on still records what MarkStale found, with a
-		// bounded context of its own; each statement has ctx, and so has
-		// the wait for a connection.
-		tx, err := db.BeginDetached(ctx)
+		// A connection of its own, the transaction driven by hand so that
+		// BEGIN, the lock and the read go in one round trip (the push
+		// waits for each). The wait for the connection ends with ctx (the
+		// pool is bounded); the transaction does not: a push given up on
+		// still records what MarkStale found, with a bounded context of
+		// its own; each batch has ctx.
+		conn, err := db.Pin(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("cluster: no connection to the store in time, nothing was written: %w", err)
 			}
 			return nil, fmt.Errorf("cluster: the store is unreachable, nothing was written: %w", err)
 		}
-		p := &PushTxn{tx: tx, repo: repo, node: node}
+		p := &PushTxn{conn: conn, repo: repo, node: node}
 		mine, err := p.begin(ctx, timeout)
 		if err == nil && mine == p.Generation {
 			return p, nil
 		}
-		tx.Rollback()
+		p.Rollback()
 		if err != nil {
 			return nil, err
 		}
@@ -99,45 +98,48 @@ func beginPush(ctx context.Context, db *store.DB, repo, node string, timeout tim
 // own copy after the previous push.
 const ownRecordWait = 5 * time.Second
 
-// begin locks the repository's row and reads its replicas (this node's
-// generation, mine, among them), in two statements: the replicas are read
-// after the lock is granted, so they are as the previous push committed
-// them.
+// begin opens the transaction, locks the repository's row and reads its
+// replicas (this node's generation, mine, among them): three statements in
+// one round trip, run in order, each with a snapshot of its own, so the
+// replicas are read once the lock is granted, as the previous push
+// committed them.
 func (p *PushTxn) begin(ctx context.Context, timeout time.Duration) (mine int64, err error) {
-	tx := p.tx
 	var primary string
-	if err := tx.QueryRowContext(ctx, "SELECT primary_node, generation, epoch FROM cluster_repos WHERE name = ? FOR UPDATE", p.repo).Scan(&primary, &p.Generation, &p.epoch); err != nil {
+	locked, own := false, false
+	err = p.conn.Batch(ctx,
+		store.Statement{Query: "BEGIN"},
+		store.Statement{Query: "SELECT primary_node, generation, epoch FROM cluster_repos WHERE name = ? FOR UPDATE", Args: []any{p.repo},
+			Row: func(scan func(...any) error) error {
+				locked = true
+				return scan(&primary, &p.Generation, &p.epoch)
+			}},
+		store.Statement{Query: `SELECT rp.node, nd.url, rp.generation, ` + healthySQL + ` FROM replicas rp
+		JOIN nodes nd ON nd.name = rp.node WHERE rp.repo = ? ORDER BY rp.node`, Args: []any{timeout.Milliseconds(), p.repo},
+			Row: func(scan func(...any) error) error {
+				var r Replica
+				if err := scan(&r.Node, &r.URL, &r.Generation, &r.Healthy); err != nil {
+					return err
+				}
+				p.Total++
+				switch {
+				case r.Node == p.node:
+					mine, own = r.Generation, true
+				case !r.Healthy || r.Generation != p.Generation:
+					p.Skipped = append(p.Skipped, r.Node+": not up to date or unhealthy")
+				default:
+					p.Targets = append(p.Targets, r)
+				}
+				return nil
+			}},
+	)
+	switch {
+	case err != nil:
 		return 0, fmt.Errorf("cluster: reading %s's placement: %w", p.repo, err)
-	}
-	if primary != p.node {
+	case !locked:
+		return 0, fmt.Errorf("cluster: reading %s's placement: %w", p.repo, sql.ErrNoRows)
+	case primary != p.node:
 		return 0, fmt.Errorf("cluster: this node is no longer %s's primary (%s is); nothing was written, push again", p.repo, primary)
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT rp.node, nd.url, rp.generation, `+healthySQL+` FROM replicas rp
-		JOIN nodes nd ON nd.name = rp.node WHERE rp.repo = ? ORDER BY rp.node`, timeout.Milliseconds(), p.repo)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	own := false
-	for rows.Next() {
-		var r Replica
-		if err := rows.Scan(&r.Node, &r.URL, &r.Generation, &r.Healthy); err != nil {
-			return 0, err
-		}
-		p.Total++
-		switch {
-		case r.Node == p.node:
-			mine, own = r.Generation, true
-		case !r.Healthy || r.Generation != p.Generation:
-			p.Skipped = append(p.Skipped, r.Node+": not up to date or unhealthy")
-		default:
-			p.Targets = append(p.Targets, r)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	if !own {
+	case !own:
 		return 0, fmt.Errorf("cluster: this node holds no copy of %s; nothing was written", p.repo)
 	}
 	return mine, nil
@@ -147,10 +149,10 @@ func (p *PushTxn) begin(ctx context.Context, timeout time.Duration) (mine int64,
 // voters' (the other replicas that hold it). The primary's own copy is
 // recorded once git has written its refs (RecordCopy).
 func (p *PushTxn) Commit(ctx context.Context, voters []string) error {
-	defer p.end()
-	// One statement (one round trip on the push's path): the voters are
-	// recorded only if the repository's row moved, which it does only
-	// while this node is the primary of this epoch.
+	defer p.Rollback()
+	// One statement: the voters are recorded only if the repository's row
+	// moved, which it does only while this node is the primary of this
+	// epoch.
 	args := []any{p.repo, p.node, p.epoch, p.Generation + 1, p.repo}
 	marks := make([]string, len(voters))
 	for i, v := range voters {
@@ -163,20 +165,34 @@ func (p *PushTxn) Commit(ctx context.Context, voters []string) error {
 	} else {
 		args = args[:3]
 	}
-	var bumped int
-	err := p.tx.QueryRowContext(ctx, `WITH bumped AS (
-		UPDATE cluster_repos SET generation = generation + 1, committed_ms = `+dbNowMS+` WHERE name = ? AND primary_node = ? AND epoch = ? RETURNING 1
-	), voted AS (`+voted+`)
-	SELECT (SELECT count(*) FROM bumped)`, args...).Scan(&bumped)
-	if err != nil {
+	bumped := -1
+	commit := store.Statement{Query: `WITH bumped AS (
+		UPDATE cluster_repos SET generation = generation + 1, committed_ms = ` + dbNowMS + ` WHERE name = ? AND primary_node = ? AND epoch = ? RETURNING 1
+	), voted AS (` + voted + `)
+	SELECT (SELECT count(*) FROM bumped)`, Args: args, Row: func(scan func(...any) error) error { return scan(&bumped) }}
+	stmts := []store.Statement{commit}
+	if !p.marked {
+		// With COMMIT, in the same round trip: the statement is the
+		// transaction's only write, and writes nothing unless the row
+		// moved. After MarkStale, COMMIT waits for the check below, so
+		// that nothing is recorded for a primary that changed.
+		stmts = append(stmts, store.Statement{Query: "COMMIT"})
+	}
+	if err := p.conn.Batch(ctx, stmts...); err != nil {
 		return fmt.Errorf("cluster: committing the push: %w", err)
+	}
+	if !p.marked {
+		p.release() // COMMIT ran
 	}
 	if bumped != 1 {
 		return fmt.Errorf("cluster: %s's primary changed during the push; nothing was written, push again", p.repo)
 	}
-	if err := p.tx.Commit(); err != nil {
-		return fmt.Errorf("cluster: committing the push: %w", err)
+	if p.marked {
+		if err := p.conn.Batch(ctx, store.Statement{Query: "COMMIT"}); err != nil {
+			return fmt.Errorf("cluster: committing the push: %w", err)
+		}
 	}
+	p.release()
 	return nil
 }
 
@@ -185,33 +201,61 @@ func (p *PushTxn) Commit(ctx context.Context, voters []string) error {
 // generation: their nodes catch them up from the primary, which repairs
 // them. Part of the transaction: Commit or Close records it.
 func (p *PushTxn) MarkStale(ctx context.Context, nodes []string) error {
-	for _, n := range nodes {
-		if _, err := p.tx.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node = ? AND generation = ?", p.Generation-1, p.repo, n, p.Generation); err != nil {
-			return err
-		}
+	if p.conn == nil {
+		return errors.New("cluster: the push's transaction has ended")
 	}
-	return nil
+	p.marked = true
+	stmts := make([]store.Statement, len(nodes))
+	for i, n := range nodes {
+		stmts[i] = store.Statement{Query: "UPDATE replicas SET generation = ? WHERE repo = ? AND node = ? AND generation = ?", Args: []any{p.Generation - 1, p.repo, n, p.Generation}}
+	}
+	return p.conn.Batch(ctx, stmts...)
 }
 
 // Close ends a push that failed, recording only what MarkStale marked.
 func (p *PushTxn) Close() error {
-	defer p.end()
-	return p.tx.Commit()
+	if p.conn == nil {
+		return errors.New("cluster: the push's transaction has ended")
+	}
+	defer p.Rollback()
+	if err := p.conn.Batch(context.Background(), store.Statement{Query: "COMMIT"}); err != nil {
+		return err
+	}
+	p.release()
+	return nil
 }
 
-// Rollback gives the transaction up: nothing is recorded.
-func (p *PushTxn) Rollback() { p.end() }
+// Rollback gives the transaction up, if still open: nothing is recorded.
+func (p *PushTxn) Rollback() {
+	if p.conn == nil {
+		return
+	}
+	// A connection whose ROLLBACK failed is left in its transaction: the
+	// pool discards it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p.conn.Batch(ctx, store.Statement{Query: "ROLLBACK"})
+	p.release()
+}
 
-// end rolls back what was not committed and lets the repository's next
-// push take its turn.
-func (p *PushTxn) end() {
-	p.tx.Rollback()
+// release gives the connection back, its transaction ended, and lets the
+// repository's next push take its turn.
+func (p *PushTxn) release() {
+	if p.conn != nil {
+		p.conn.Close()
+		p.conn = nil
+	}
 	if p.endTurn != nil {
 		p.endTurn()
 	}
 }
 
 // pushTurns are the turns of a process's pushes, by store and repository.
+// The node's pushes to one repository take turns in the process before
+// they take a connection: the row lock orders them anyway, and each one
+// waiting for it in PostgreSQL would hold a connection of the store's
+// bounded pool meanwhile, so that a storm of pushes to one repository
+// would starve every other request of the node.
 var pushTurns = &turns{}
 
 type turnKey struct {

@@ -41,7 +41,41 @@ const (
 	// hdrAccessVersion: the store version the relaying node checked the
 	// client's token at (access.Principal.CheckedVersion).
 	hdrAccessVersion = "X-Packwire-Access-Version"
+	// hdrPlacement: the repository's placement as the relaying node read
+	// it (base64 of its JSON), which the serving node routes by instead
+	// of reading it again.
+	hdrPlacement = "X-Packwire-Placement"
 )
+
+// carriedKey is the context key of a relayed request's placement.
+type carriedKey struct{}
+
+// withPlacement carries a relayed request's placement to Route.
+func withPlacement(ctx context.Context, pl cluster.Placement) context.Context {
+	return context.WithValue(ctx, carriedKey{}, pl)
+}
+
+// carried is the placement of repo the relaying node sent with this
+// request, if any.
+func carried(ctx context.Context, repo string) (cluster.Placement, bool) {
+	pl, ok := ctx.Value(carriedKey{}).(cluster.Placement)
+	return pl, ok && pl.Repo == repo
+}
+
+// encodePlacement and decodePlacement are hdrPlacement's value.
+func encodePlacement(pl cluster.Placement) string {
+	b, _ := json.Marshal(pl)
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+func decodePlacement(v string) (cluster.Placement, bool) {
+	var pl cluster.Placement
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || v == "" || json.Unmarshal(b, &pl) != nil || pl.Repo == "" {
+		return cluster.Placement{}, false
+	}
+	return pl, true
+}
 
 // relayHeaderWait bounds how long a relay waits for the serving node's
 // decision (its Prepare; a stale copy's catch-up waits at most
@@ -91,8 +125,9 @@ type refusal struct {
 // that node's decision (its Prepare): a refusal there is this request's
 // refusal, in the client's transport's framing, before anything is
 // written to the client (an HTTP status, an ERR line). The streams flow
-// in Relay.
-func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.Request, repoName string) (pipeline.Relayer, error) {
+// in Relay. pl, the placement this node routed by, goes with the request
+// (see hdrPlacement).
+func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.Request, repoName string, pl cluster.Placement) (pipeline.Relayer, error) {
 	body, bodyW := io.Pipe()
 	// Go's Transport returns from a failed round trip only once it has
 	// stopped writing the request's body, and this body is a pipe that
@@ -138,6 +173,9 @@ func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.
 	// node decides as of the same moment, without reading it again.
 	if v, ok := req.Principal.CheckedVersion(); ok {
 		h.Set(hdrAccessVersion, strconv.FormatInt(v, 10))
+	}
+	if pl.Repo == repoName {
+		h.Set(hdrPlacement, encodePlacement(pl))
 	}
 	hreq.SetBasicAuth(access.ClusterUser, rt.Secret)
 	resp, err := (&http.Client{Transport: relayTransport(fail)}).Do(hreq)
@@ -260,7 +298,11 @@ func Handler(p *pipeline.Pipeline, acc *access.Controller) http.Handler {
 			http.Error(w, "a relay carries a client's request", http.StatusBadRequest)
 			return
 		}
-		call, err := p.Prepare(r.Context(), req)
+		ctx := r.Context()
+		if pl, ok := decodePlacement(r.Header.Get(hdrPlacement)); ok {
+			ctx = withPlacement(ctx, pl)
+		}
+		call, err := p.Prepare(ctx, req)
 		if err != nil {
 			var perr *pipeline.Error
 			if !errors.As(err, &perr) {
@@ -282,7 +324,7 @@ func Handler(p *pipeline.Pipeline, acc *access.Controller) http.Handler {
 		w.WriteHeader(http.StatusOK)
 		rc.Flush()
 		var stderr strings.Builder
-		res, _ := call.Run(r.Context(), r.Body, flushWriter{w, rc}, &limitedWriter{w: &stderr, n: 64 * 1024})
+		res, _ := call.Run(ctx, r.Body, flushWriter{w, rc}, &limitedWriter{w: &stderr, n: 64 * 1024})
 		w.Header().Set(trlExit, strconv.Itoa(res.ExitCode))
 		w.Header().Set(trlStderr, base64.StdEncoding.EncodeToString([]byte(stderr.String())))
 	})

@@ -31,7 +31,7 @@ func TestRelayEndsWhenTheNodeFailsBeforeAnswering(t *testing.T) {
 	req := pipeline.Request{Transport: "http", Service: gitexec.ReceivePack}
 	done := make(chan error, 1)
 	go func() {
-		_, err := rt.relayTo(context.Background(), cluster.Replica{Node: "b", URL: url}, req, "app")
+		_, err := rt.relayTo(context.Background(), cluster.Replica{Node: "b", URL: url}, req, "app", cluster.Placement{})
 		done <- err
 	}()
 	select {
@@ -58,7 +58,7 @@ func TestRelayCutMidAnswerIsUnavailable(t *testing.T) {
 	})
 	rt := &Router{Secret: "s"}
 	req := pipeline.Request{Transport: "http", Service: gitexec.ReceivePack}
-	relay, err := rt.relayTo(context.Background(), cluster.Replica{Node: "b", URL: url}, req, "app")
+	relay, err := rt.relayTo(context.Background(), cluster.Replica{Node: "b", URL: url}, req, "app", cluster.Placement{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestRelayEndsWhenTheClientLeaves(t *testing.T) {
 	rt := &Router{Secret: "s"}
 	done := make(chan error, 1)
 	go func() {
-		_, err := rt.relayTo(ctx, cluster.Replica{Node: "b", URL: url}, pipeline.Request{Transport: "http", Service: gitexec.UploadPack}, "app")
+		_, err := rt.relayTo(ctx, cluster.Replica{Node: "b", URL: url}, pipeline.Request{Transport: "http", Service: gitexec.UploadPack}, "app", cluster.Placement{})
 		done <- err
 	}()
 	select {

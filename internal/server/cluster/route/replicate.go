@@ -120,7 +120,7 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader, max
 	// reads the updates while the objects come.
 	kit := kits.take(rp.Path)
 	if kit == nil {
-		if kit, err = startKit(rp.Path); err != nil {
+		if kit, err = startKit(rp.Path, ""); err != nil {
 			return http.StatusInternalServerError, err
 		}
 	}
@@ -135,12 +135,10 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader, max
 	txn := kit.refs
 	txn.send(updates)
 	// The new objects wait in a quarantine (as receive-pack's do) until
-	// the refs are prepared.
+	// the refs are prepared: made with the kit (here, a look that it is
+	// still there).
 	objects := filepath.Join(rp.Path, "objects")
-	if err := os.Mkdir(kit.quarantine, 0o755); err != nil {
-		return http.StatusInternalServerError, err
-	}
-	if err := os.Mkdir(filepath.Join(kit.quarantine, "pack"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(kit.quarantine, "pack"), 0o755); err != nil {
 		return http.StatusInternalServerError, err
 	}
 	if _, err := body.Peek(1); err == nil {
@@ -168,10 +166,10 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader, max
 	if err := txn.commit(); err != nil {
 		return http.StatusConflict, err
 	}
-	// The refs are written: the answer need not wait for update-ref's exit.
-	os.RemoveAll(kit.quarantine)
+	// The refs are written: the answer need not wait for update-ref's
+	// exit; the emptied quarantine serves the next replication.
 	ended = true
-	go kit.end()
+	go kit.finish(kits)
 	var created []string
 	for _, u := range updates {
 		if cluster.IsZero(u.Old) && strings.HasPrefix(u.Ref, "refs/heads/") {

@@ -118,13 +118,34 @@ func (r *replication) same() {
 	r.noLeftovers()
 }
 
-// noLeftovers: no quarantine or temporary pack left in the replica.
+// noLeftovers: no quarantine or temporary pack left in the replica, but
+// the empty quarantine of the processes started for the next replication.
+// A replication's own quarantine is removed once it answered: waited for.
 func (r *replication) noLeftovers() {
 	r.t.Helper()
-	for _, pattern := range []string{"objects/incoming-*", "objects/pack/tmp_*", "objects/tmp_*"} {
-		if m, _ := filepath.Glob(filepath.Join(r.replica.Path, pattern)); len(m) > 0 {
-			r.t.Fatalf("left in the replica: %v", m)
+	var left []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		left = left[:0]
+		r.h.kits.mu.Lock()
+		kit := r.h.kits.kits[r.replica.Path]
+		r.h.kits.mu.Unlock()
+		for _, pattern := range []string{"objects/incoming-*", "objects/pack/tmp_*", "objects/tmp_*"} {
+			m, _ := filepath.Glob(filepath.Join(r.replica.Path, pattern))
+			for _, f := range m {
+				if kit != nil && f == kit.quarantine {
+					if files, _ := filepath.Glob(filepath.Join(f, "pack", "*")); len(files) == 0 {
+						continue
+					}
+				}
+				left = append(left, f)
+			}
 		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(left) > 0 {
+		r.t.Fatalf("left in the replica: %v", left)
 	}
 }
 
@@ -450,4 +471,40 @@ func TestReplicateSkipsProcessesOfAnotherRepository(t *testing.T) {
 		t.Fatal("processes started in the repository moved away were used for the new one")
 	}
 	r.same()
+}
+
+// TestReplicateQuarantineMadeAhead: the processes started for the next
+// replication come with its quarantine made (off its path), a replication
+// whose quarantine went meanwhile (maintenance removes old ones) makes it
+// again, and the emptied quarantine serves the next replication.
+func TestReplicateQuarantineMadeAhead(t *testing.T) {
+	r := newReplication(t)
+	c1 := r.commit("")
+	if err := r.send(cluster.Update{Old: zero, New: c1, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	used := r.waitKit()
+	r.h.kits.mu.Lock()
+	q := r.h.kits.kits[r.replica.Path].quarantine
+	r.h.kits.mu.Unlock()
+	if info, err := os.Stat(filepath.Join(q, "pack")); err != nil || !info.IsDir() {
+		t.Fatalf("the next replication's quarantine was not made ahead: %v", err)
+	}
+	os.RemoveAll(q)
+	c2 := r.commit(c1)
+	if err := r.send(cluster.Update{Old: c1, New: c2, Ref: "refs/heads/main"}); err != nil {
+		t.Fatalf("a replication whose quarantine went: %v", err)
+	}
+	if r.kitsUsed() != used+1 {
+		t.Fatal("the started processes were not used")
+	}
+	r.same()
+	// The replication's quarantine, emptied, is the next one's.
+	r.waitKit()
+	r.h.kits.mu.Lock()
+	next := r.h.kits.kits[r.replica.Path].quarantine
+	r.h.kits.mu.Unlock()
+	if next != q {
+		t.Fatalf("the next replication's quarantine is %s, not the emptied %s", next, q)
+	}
 }

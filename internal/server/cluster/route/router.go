@@ -41,6 +41,7 @@ type Router struct {
 	pending               map[string]pendingPush   // repo NUL receive-pack pid
 	pushes                map[string]*livePush     // pushes with a hooks directory of their own, by id
 	recording             map[string]chan struct{} // repo -> the record of the primary's copy in progress
+	spareDirs             []string                 // pushes' hooks directories made ahead (pushdir.go)
 }
 
 // Route serves here what this node can: reads from an up-to-date copy,
@@ -55,11 +56,7 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 	if req.Principal.IsCluster() {
 		return pipeline.Route{}, nil
 	}
-	// The store is asked with a deadline: a PostgreSQL that does not answer
-	// (restarting, cut off) refuses the request instead of holding it.
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	pl, err := cluster.Locate(lctx, rt.Node.DB, name, rt.Node.NodeTimeout())
-	cancel()
+	pl, err := rt.locate(ctx, name, req)
 	if errors.Is(err, cluster.ErrNotPlaced) {
 		// Deleted from the cluster or renamed, its copy here not yet moved.
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -138,7 +135,7 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
 				Message: fmt.Sprintf("'%s' has no reachable primary right now (node %s), retry shortly", name, pl.Primary)}
 		}
-		relay, err := rt.relayTo(ctx, primary, req, name)
+		relay, err := rt.relayTo(ctx, primary, req, name, pl)
 		return pipeline.Route{Relay: relay}, err
 	}
 	if upToDate {
@@ -149,7 +146,7 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 			if pl.Has(me) {
 				go rt.catchUp(context.WithoutCancel(ctx), name) // for the next read
 			}
-			relay, err := rt.relayTo(ctx, to, req, name)
+			relay, err := rt.relayTo(ctx, to, req, name, pl)
 			return pipeline.Route{Relay: relay}, err
 		}
 	}
@@ -162,6 +159,26 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 		return pipeline.Route{}, err
 	}
 	return pipeline.Route{}, nil
+}
+
+// locate reads the repository's placement for a request. A request
+// another node relayed here comes with the placement that node routed it
+// by, read moments before: it is used as it is (a round trip to
+// PostgreSQL less on the relay's path). It is as current as a read here
+// would be, since neither holds anything: a push still checks, with the
+// repository's row locked, that this node is its primary (BeginPush),
+// and commits only in the epoch it read there.
+func (rt *Router) locate(ctx context.Context, name string, req pipeline.Request) (cluster.Placement, error) {
+	if req.Relayed {
+		if pl, ok := carried(ctx, name); ok {
+			return pl, nil
+		}
+	}
+	// The store is asked with a deadline: a PostgreSQL that does not answer
+	// (restarting, cut off) refuses the request instead of holding it.
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return cluster.Locate(lctx, rt.Node.DB, name, rt.Node.NodeTimeout())
 }
 
 // catchUpFor catches this node's copy up for a request, within

@@ -75,8 +75,11 @@ func (p *proc) alive() bool {
 // warmKit is one replication's processes, started before it comes.
 type warmKit struct {
 	gitDir string
-	// quarantine is where the replication's pack is written, made only
-	// when it comes (objects/incoming-*, as receive-pack's quarantine).
+	// quarantine is where the replication's pack is written
+	// (objects/incoming-*, as receive-pack's quarantine): made with the
+	// kit, empty until the replication comes. Making a directory (and
+	// removing one) takes a few hundred microseconds on a busy disk: not
+	// on the replication's path.
 	quarantine string
 	refs       *refTxn
 	check      *proc
@@ -87,18 +90,26 @@ type warmKit struct {
 	dirInfo    os.FileInfo // the repository directory when the kit started
 }
 
-// startKit starts a replication's processes in the repository at gitDir.
-func startKit(gitDir string) (*warmKit, error) {
-	b := make([]byte, 8)
-	rand.Read(b)
+// startKit starts a replication's processes in the repository at gitDir,
+// with quarantine as its quarantine ("": a new one).
+func startKit(gitDir, quarantine string) (*warmKit, error) {
 	info, err := os.Stat(gitDir)
 	if err != nil {
 		return nil, err
 	}
-	k := &warmKit{gitDir: gitDir, quarantine: filepath.Join(gitDir, "objects", "incoming-"+hex.EncodeToString(b)), made: time.Now(), dirInfo: info}
+	if quarantine == "" {
+		b := make([]byte, 8)
+		rand.Read(b)
+		quarantine = filepath.Join(gitDir, "objects", "incoming-"+hex.EncodeToString(b))
+	}
+	k := &warmKit{gitDir: gitDir, quarantine: quarantine, made: time.Now(), dirInfo: info}
+	if err := os.MkdirAll(filepath.Join(k.quarantine, "pack"), 0o755); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	k.cancel = cancel
 	if k.refs, err = spawnRefs(ctx, gitDir, k.quarantine); err != nil {
+		os.RemoveAll(k.quarantine)
 		cancel()
 		return nil, err
 	}
@@ -168,7 +179,22 @@ func (k *warmKit) end() {
 		k.check.wait()
 	}
 	k.cancel()
-	os.RemoveAll(k.quarantine)
+	if k.quarantine != "" {
+		os.RemoveAll(k.quarantine)
+	}
+}
+
+// finish ends a kit whose replication committed, and hands its
+// quarantine, emptied by the replication, to the repository's next kit:
+// making a directory, and removing one, cost a few hundred microseconds
+// of CPU each on this machine's disk, which the next push wants.
+func (k *warmKit) finish(w *warmKits) {
+	q := k.quarantine
+	k.quarantine = "" // end leaves it
+	k.end()
+	if left, err := os.ReadDir(filepath.Join(q, "pack")); err != nil || len(left) > 0 || !w.keepQuarantine(k.gitDir, q) {
+		os.RemoveAll(q)
+	}
 }
 
 // discard ends a kit never used, in the background.
@@ -182,8 +208,11 @@ type warmKits struct {
 	mu     sync.Mutex
 	kits   map[string]*warmKit // by git directory
 	timers map[string]*time.Timer
-	closed bool
-	used   int // kits taken, for tests
+	// quarantines are emptied quarantines, by git directory, for the
+	// repository's next kit (finish).
+	quarantines map[string]string
+	closed      bool
+	used        int // kits taken, for tests
 }
 
 // take returns the repository's kit, if one is ready, for one
@@ -220,8 +249,15 @@ func (w *warmKits) refill(gitDir string) {
 		t.Stop()
 	}
 	w.timers[gitDir] = time.AfterFunc(warmDelay, func() {
-		k, err := startKit(gitDir)
+		w.mu.Lock()
+		q := w.quarantines[gitDir]
+		delete(w.quarantines, gitDir)
+		w.mu.Unlock()
+		k, err := startKit(gitDir, q)
 		if err != nil {
+			if q != "" {
+				os.RemoveAll(q)
+			}
 			return // the next replication starts its own
 		}
 		w.mu.Lock()
@@ -243,6 +279,21 @@ func (w *warmKits) refill(gitDir string) {
 		}
 		w.kits[gitDir] = k
 	})
+}
+
+// keepQuarantine keeps q, an empty quarantine of the repository at
+// gitDir, for its next kit; false if it was not kept.
+func (w *warmKits) keepQuarantine(gitDir, q string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.quarantines[gitDir] != "" || len(w.quarantines) >= maxWarmKits {
+		return false
+	}
+	if w.quarantines == nil {
+		w.quarantines = map[string]string{}
+	}
+	w.quarantines[gitDir] = q
+	return true
 }
 
 // expire discards kits past warmMaxAge. Under w.mu.
@@ -279,6 +330,10 @@ func (w *warmKits) close() {
 	}
 	kits := w.kits
 	w.kits = nil
+	for _, q := range w.quarantines {
+		os.RemoveAll(q)
+	}
+	w.quarantines = nil
 	w.mu.Unlock()
 	for _, k := range kits {
 		k.cancel()
