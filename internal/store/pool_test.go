@@ -59,4 +59,3 @@ func TestPostgresPoolIsBounded(t *testing.T) {
 		t.Fatalf("SQLite's pool bounded to %d", got)
 	}
 }
-
