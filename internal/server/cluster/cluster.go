@@ -200,6 +200,14 @@ func (n *Node) NodeTimeout() time.Duration {
 // timeout, given as the query's next argument in milliseconds.
 const healthySQL = "(" + dbNowMS + " - nd.heartbeat_ms <= ?)"
 
+// behindFactor: a healthy primary's own copy is failed over from only
+// once it has been behind for this many node timeouts. Its record after a
+// push (RecordCopy) waits for a connection of the node's bounded pool, so
+// under a storm it can lag a timeout behind the commit: promoting then
+// moved primaries of nodes that were well (TestClusterTinyPool), while a
+// primary restarted behind catches itself up meanwhile.
+const behindFactor = 5
+
 // Promotion is one failover: repo's primary moved from From to To.
 type Promotion struct {
 	Repo, From, To string
@@ -208,8 +216,9 @@ type Promotion struct {
 
 // Failover promotes, for every repository whose primary's node is
 // unhealthy, or whose primary's own copy has been behind the repository's
-// generation for longer than the timeout (killed between a push's commit
-// in PostgreSQL and in git, then restarted), a healthy replica at the
+// generation for longer than behindFactor timeouts (killed between a
+// push's commit in PostgreSQL and in git, then restarted, and not caught
+// up), a healthy replica at the
 // repository's generation (the one on the node with the fewest primaries,
 // then by name). Each promotion is one conditional UPDATE on the primary
 // and epoch it saw, so nodes running the monitor at once promote each
@@ -223,7 +232,7 @@ func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promo
 	rows, err := db.QueryContext(ctx, `SELECT r.name, r.primary_node, r.epoch, r.generation FROM cluster_repos r
 		JOIN nodes nd ON nd.name = r.primary_node
 		JOIN replicas own ON own.repo = r.name AND own.node = r.primary_node
-		WHERE NOT `+healthySQL+` OR (own.generation <> r.generation AND `+dbNowMS+` - r.committed_ms > ?)`, ms, ms)
+		WHERE NOT `+healthySQL+` OR (own.generation <> r.generation AND `+dbNowMS+` - r.committed_ms > ?)`, ms, behindFactor*ms)
 	if err != nil {
 		return nil, err
 	}
