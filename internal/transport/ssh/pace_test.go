@@ -2,8 +2,10 @@ package ssh
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -311,4 +313,85 @@ func TestPacedWriterPiece(t *testing.T) {
 			t.Errorf("limit %d: piece %d, want %d", tc.limit, got, tc.piece)
 		}
 	}
+}
+
+// TestServeFileUnpacedUpToMax: a response of known size up to unpacedMax
+// (a fetch cache replay) goes out without waiting for the client, even
+// where the allowance is the limit; a larger one is paced.
+func TestServeFileUnpacedUpToMax(t *testing.T) {
+	const window, limit = 2 << 20, 512 << 10
+	w, win := fakeWindow(window)
+	w.rtt.Store(1)                                         // a round trip measured
+	w.rated, w.rateSince = true, time.Now().Add(time.Hour) // rate 0, kept: allowance = limit
+	ch := &recordingChannel{w: w}
+	cw := &channelWriter{pacedWriter: pacedWriter{Channel: ch, window: w, limit: limit}}
+	file := func(size int64) *os.File {
+		f, err := os.CreateTemp(t.TempDir(), "response")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	ack := func() { // the client reads everything sent so far
+		w.cond.L.Lock()
+		*win = window
+		w.cond.L.Unlock()
+		w.cond.Broadcast()
+	}
+	serve := func(size int64) <-chan error {
+		f := file(size)
+		done := make(chan error, 1)
+		go func() {
+			n, err := cw.ServeFile(f, size)
+			if err == nil && n != size {
+				err = fmt.Errorf("sent %d of %d bytes", n, size)
+			}
+			done <- err
+		}()
+		return done
+	}
+	wait := func(done <-chan error, what string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the writer waits for the client", what)
+		}
+	}
+	// Known and small (the fake window is 2 MiB; x/crypto/ssh's own window
+	// holds larger ones back): four times the limit, no wait.
+	wait(serve(4*limit), "a small stored response")
+	// Known and larger than unpacedMax: paced.
+	ack()
+	done := serve(unpacedMax + 1)
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("a response over unpacedMax was sent without an acknowledgement (%v)", err)
+	default:
+	}
+	w.cond.L.Lock()
+	unacked := w.unacked()
+	w.cond.L.Unlock()
+	if unacked > limit {
+		t.Fatalf("%d bytes unacknowledged, want at most %d", unacked, limit)
+	}
+	go func() { // the client keeps reading
+		for {
+			select {
+			case <-time.After(time.Millisecond):
+				ack()
+			case <-t.Context().Done():
+				return
+			}
+		}
+	}()
+	wait(done, "a large stored response, acknowledged")
 }

@@ -3,6 +3,8 @@ package ssh
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -172,6 +174,35 @@ type channelWriter struct {
 	pacedWriter
 	mu    sync.Mutex
 	timer *time.Timer
+}
+
+// ServeFile sends a whole response of known size from f (a fetch cache
+// replay; see fetchcache.FileServer): unpaced up to unpacedMax (see
+// pacedWriter), paced above.
+func (c *channelWriter) ServeFile(f *os.File, size int64) (int64, error) {
+	write := c.pacedWriter.Write
+	if size <= unpacedMax {
+		write = c.pacedWriter.writeUnpaced
+	}
+	return copyFile(writerFunc(write), f, size)
+}
+
+// StreamFile sends the next n bytes of f as they come (a run in progress;
+// fetchcache.FileStreamer), paced: its size is not known.
+func (c *channelWriter) StreamFile(f *os.File, n int64) (int64, error) {
+	return copyFile(c, f, n)
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
+
+// copyFile copies n bytes of f from its offset to w in the relay's
+// buffers.
+func copyFile(w io.Writer, f *os.File, n int64) (int64, error) {
+	bufp := gitexec.CopyBuffers.Get().(*[]byte)
+	defer gitexec.CopyBuffers.Put(bufp)
+	return io.CopyBuffer(w, io.LimitReader(f, n), *bufp)
 }
 
 func (c *channelWriter) SetWriteDeadline(t time.Time) error {
