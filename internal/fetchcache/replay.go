@@ -29,6 +29,15 @@ type FileStreamer interface {
 	StreamFile(f *os.File, n int64) (int64, error)
 }
 
+// DoneStreamer is implemented by response writers that send a stretch of
+// output known to be whole and final (of a recording that ended) otherwise
+// than output still being written: the SSH transport sends a small one
+// unpaced. StreamDone is StreamFile for such a stretch; SessionReplay.Send
+// uses it instead of StreamFile when it may.
+type DoneStreamer interface {
+	StreamDone(f *os.File, n int64) (int64, error)
+}
+
 // HoldBack is how much of a run's output a follower waits for before it
 // sends anything (unless the run ends first). Before the pack flows, git
 // sends only section headers and progress; a run that fails then (while

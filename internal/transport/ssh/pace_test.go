@@ -395,3 +395,41 @@ func TestServeFileUnpacedUpToMax(t *testing.T) {
 	}()
 	wait(done, "a large stored response, acknowledged")
 }
+
+// TestStreamDoneUnpacedStreamFilePaced: a whole stretch of a recorded v0
+// session (StreamDone) up to unpacedMax goes out without waiting; a stretch
+// of a run in progress (StreamFile), whose whole size is not known, is
+// paced.
+func TestStreamDoneUnpacedStreamFilePaced(t *testing.T) {
+	const window, limit = 2 << 20, 512 << 10
+	w, _ := fakeWindow(window)
+	w.rtt.Store(1)
+	w.rated, w.rateSince = true, time.Now().Add(time.Hour) // allowance = limit
+	cw := &channelWriter{pacedWriter: pacedWriter{Channel: &recordingChannel{w: w}, window: w, limit: limit}}
+	f, err := os.CreateTemp(t.TempDir(), "recording")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(4 * limit); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cw.StreamDone(f, 3*limit); err != nil || n != 3*limit {
+		t.Fatalf("StreamDone: %d, %v", n, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cw.StreamFile(f, limit)
+	}()
+	select {
+	case <-done:
+		t.Fatal("StreamFile sent past the limit without an acknowledgement")
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.cond.L.Lock()
+	*w.closed = true // let the writer go
+	w.cond.L.Unlock()
+	w.cond.Broadcast()
+	<-done
+}

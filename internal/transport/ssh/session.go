@@ -180,29 +180,41 @@ type channelWriter struct {
 // replay; see fetchcache.FileServer): unpaced up to unpacedMax (see
 // pacedWriter), paced above.
 func (c *channelWriter) ServeFile(f *os.File, size int64) (int64, error) {
-	write := c.pacedWriter.Write
-	if size <= unpacedMax {
-		write = c.pacedWriter.writeUnpaced
-	}
-	return copyFile(writerFunc(write), f, size)
+	return c.copyKnown(io.NewSectionReader(f, 0, size), size)
 }
 
-// StreamFile sends the next n bytes of f as they come (a run in progress;
-// fetchcache.FileStreamer), paced: its size is not known.
+// StreamDone sends the next n bytes of f from its offset, a stretch known
+// to be whole (of a recorded protocol v0 session that ended;
+// fetchcache.DoneStreamer): as ServeFile.
+func (c *channelWriter) StreamDone(f *os.File, n int64) (int64, error) {
+	return c.copyKnown(io.LimitReader(f, n), n)
+}
+
+// StreamFile sends the next n bytes of f from its offset as they come (a
+// run in progress; fetchcache.FileStreamer), paced: the size of the whole
+// is not known.
 func (c *channelWriter) StreamFile(f *os.File, n int64) (int64, error) {
-	return copyFile(c, f, n)
+	return copyBuffered(c, io.LimitReader(f, n))
+}
+
+// copyKnown sends the n bytes of r, the whole of what is to be sent:
+// unpaced up to unpacedMax.
+func (c *channelWriter) copyKnown(r io.Reader, n int64) (int64, error) {
+	if n <= unpacedMax {
+		return copyBuffered(writerFunc(c.pacedWriter.writeUnpaced), r)
+	}
+	return copyBuffered(c, r)
 }
 
 type writerFunc func([]byte) (int, error)
 
 func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
 
-// copyFile copies n bytes of f from its offset to w in the relay's
-// buffers.
-func copyFile(w io.Writer, f *os.File, n int64) (int64, error) {
+// copyBuffered copies r to w in the relay's buffers.
+func copyBuffered(w io.Writer, r io.Reader) (int64, error) {
 	bufp := gitexec.CopyBuffers.Get().(*[]byte)
 	defer gitexec.CopyBuffers.Put(bufp)
-	return io.CopyBuffer(w, io.LimitReader(f, n), *bufp)
+	return io.CopyBuffer(w, r, *bufp)
 }
 
 func (c *channelWriter) SetWriteDeadline(t time.Time) error {
