@@ -163,7 +163,7 @@ func (s *SessionReplay) Send(ctx context.Context, out io.Writer, from, to int64,
 		return n, nil
 	}
 	s.pos = -1 // the file's offset is no longer known to be from
-	return s.r.copy(ctx, out, from, to, deadliner, idle)
+	return s.r.copy(ctx, out, from, to, deadliner, idle, s.log.whole())
 }
 
 // Close releases the replay; the last reader of a recording whose leader

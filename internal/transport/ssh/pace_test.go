@@ -433,3 +433,54 @@ func TestStreamDoneUnpacedStreamFilePaced(t *testing.T) {
 	w.cond.Broadcast()
 	<-done
 }
+
+// stalledChannel is a session channel whose client reads nothing: a
+// write blocks until the channel is closed.
+type stalledChannel struct {
+	gossh.Channel
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *stalledChannel) Write(p []byte) (int, error) {
+	<-c.closed
+	return 0, io.EOF
+}
+
+func (c *stalledChannel) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return nil
+}
+
+// TestServeFileIdleDeadline: a file sent to a client that stopped reading
+// ends once the idle timeout passes with nothing written (the channel is
+// closed), as the fetch cache's own chunked copy does; unpaced or not.
+func TestServeFileIdleDeadline(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "response")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	for _, send := range []func(*channelWriter) (int64, error){
+		func(cw *channelWriter) (int64, error) { return cw.ServeFile(f, 1<<20) },
+		func(cw *channelWriter) (int64, error) { f.Seek(0, io.SeekStart); return cw.StreamFile(f, 1<<20) },
+	} {
+		cw := &channelWriter{pacedWriter: pacedWriter{Channel: &stalledChannel{closed: make(chan struct{})}}, idle: 50 * time.Millisecond}
+		done := make(chan error, 1)
+		go func() {
+			_, err := send(cw)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("a stalled client was sent the whole file")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("sending to a stalled client did not end at the idle timeout")
+		}
+	}
+}

@@ -150,6 +150,9 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	}
 	stopRTT := c.measureRTT(paced)
 	out := &channelWriter{pacedWriter: paced}
+	if r := c.srv.Pipeline.Runner; r != nil {
+		out.idle = r.IdleTimeout
+	}
 	defer out.SetWriteDeadline(time.Time{})
 	res, err := call.Run(c.ctx, ch, out, ch.Stderr())
 	stopRTT()
@@ -172,6 +175,7 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 // and the session goes on.
 type channelWriter struct {
 	pacedWriter
+	idle  time.Duration // write deadline of each chunk a file is sent in (ServeFile...); 0: none
 	mu    sync.Mutex
 	timer *time.Timer
 }
@@ -194,27 +198,49 @@ func (c *channelWriter) StreamDone(f *os.File, n int64) (int64, error) {
 // run in progress; fetchcache.FileStreamer), paced: the size of the whole
 // is not known.
 func (c *channelWriter) StreamFile(f *os.File, n int64) (int64, error) {
-	return copyBuffered(c, io.LimitReader(f, n))
+	return c.copyFile(c.Write, io.LimitReader(f, n))
 }
 
 // copyKnown sends the n bytes of r, the whole of what is to be sent:
 // unpaced up to unpacedMax.
 func (c *channelWriter) copyKnown(r io.Reader, n int64) (int64, error) {
 	if n <= unpacedMax {
-		return copyBuffered(writerFunc(c.pacedWriter.writeUnpaced), r)
+		return c.copyFile(c.pacedWriter.writeUnpaced, r)
 	}
-	return copyBuffered(c, r)
+	return c.copyFile(c.Write, r)
 }
 
-type writerFunc func([]byte) (int, error)
-
-func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
-
-// copyBuffered copies r to w in the relay's buffers.
-func copyBuffered(w io.Writer, r io.Reader) (int64, error) {
+// copyFile sends r through write in the relay's buffers, each write under
+// the idle write deadline, as the fetch cache's own copy does: a client
+// that stops reading has its channel closed.
+func (c *channelWriter) copyFile(write func([]byte) (int, error), r io.Reader) (int64, error) {
 	bufp := gitexec.CopyBuffers.Get().(*[]byte)
 	defer gitexec.CopyBuffers.Put(bufp)
-	return io.CopyBuffer(w, r, *bufp)
+	buf := *bufp
+	var sent int64
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			if c.idle > 0 {
+				c.SetWriteDeadline(time.Now().Add(c.idle))
+			}
+			m, err := write(buf[:n])
+			sent += int64(m)
+			if err != nil {
+				return sent, err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return sent, rerr
+		}
+	}
+	if c.idle > 0 {
+		c.SetWriteDeadline(time.Time{})
+	}
+	return sent, nil
 }
 
 func (c *channelWriter) SetWriteDeadline(t time.Time) error {
