@@ -44,7 +44,7 @@ const unpacedMax = 4 << 20
 // the client's buffer has filled to its window, the client's CPU stays
 // high for the rest of a large pack (30 MB: 0.18-0.24 s with the probe
 // sent after the first 64 KiB, or with the first 1-4 MiB unpaced, against
-// 0.07-0.11 s).
+// 0.07-0.13 s).
 //
 // Pacing costs the server a wake-up per window adjust that arrives while
 // the writer waits (the read loop, the mux hand-off, the broadcast, the
