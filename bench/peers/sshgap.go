@@ -31,7 +31,13 @@ type gapSample struct {
 func (s *setup) sshGapWorkload(r *report) {
 	log.Print("SSH gap: full clone over SSH against file:// ...")
 	port := benchkit.FreePort()
-	unpaced := benchkit.StartPackwire("packwire-unpaced", s.bin, s.data, filepath.Join(s.out, "packwire-unpaced.log"), port,
+	// A copy of the data directory: a fetch cache belongs to one process,
+	// and two servers replaying and storing the same responses in one
+	// cache directory broke clones ("unexpected disconnect while reading
+	// sideband packet").
+	unpacedData := filepath.Join(s.out, "data-unpaced")
+	benchkit.Run("cp", "-a", s.data, unpacedData)
+	unpaced := benchkit.StartPackwire("packwire-unpaced", s.bin, unpacedData, filepath.Join(s.out, "packwire-unpaced.log"), port,
 		"--maintain-interval", "0", "--git", "", "--http", "", "--ssh", "127.0.0.1:"+port, "--ssh-max-unacked", "0")
 	defer unpaced.Stop()
 
@@ -97,7 +103,7 @@ func (s *setup) sshGapWorkload(r *report) {
 		"the OpenSSH client with its default cipher (chacha20-poly1305 against both packwire and sshd). "+
 		"Client CPU is git's rusage with every child it waited for (ssh, index-pack; for file:// also upload-pack and pack-objects, which are the server there); "+
 		"client ssh is the OpenSSH client process alone (`/usr/bin/time`); server CPU is the server's cgroup. "+
-		"Ratios are per round, median with a 95%% bootstrap interval. The unpaced packwire is a second `packwire serve` on the same data with `--ssh-max-unacked 0`.", s.nRounds))
+		"Ratios are per round, median with a 95%% bootstrap interval. The unpaced packwire is a second `packwire serve` on a copy of the data directory with `--ssh-max-unacked 0`.", s.nRounds))
 	r.table("| target | wall | / file:// (95% CI) | / sshd (95% CI) | client CPU | client ssh CPU | server CPU |",
 		"|---|---:|---:|---:|---:|---:|---:|")
 	fileWalls, sshdWalls := pick(file, wall), pick(sshd, wall)

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -492,5 +493,88 @@ func BenchmarkAdmission(b *testing.B) {
 			b.ReportMetric(incHit/incs, "incremental-hit-rate")
 			b.ReportMetric((cloneHit+incHit)/(clones+incs), "hit-rate")
 		})
+	}
+}
+
+// lockedStreams is a transport's writer that sends files itself (with
+// DoneStreamer), safe to look at while a replay writes to it.
+type lockedStreams struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	calls []string
+	gate  chan struct{} // the first stream call waits for it to close (nil: no wait)
+	once  sync.Once
+}
+
+func (w *lockedStreams) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls = append(w.calls, "Write")
+	return w.buf.Write(p)
+}
+
+func (w *lockedStreams) stream(call string, f *os.File, n int64) (int64, error) {
+	w.once.Do(func() {
+		w.mu.Lock()
+		w.calls = append(w.calls, "waiting")
+		w.mu.Unlock()
+		if w.gate != nil {
+			<-w.gate
+		}
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls = append(w.calls, call)
+	return io.CopyN(&w.buf, f, n)
+}
+
+func (w *lockedStreams) StreamFile(f *os.File, n int64) (int64, error) {
+	return w.stream("StreamFile", f, n)
+}
+
+func (w *lockedStreams) StreamDone(f *os.File, n int64) (int64, error) {
+	return w.stream("StreamDone", f, n)
+}
+
+func (w *lockedStreams) snapshot() ([]string, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.calls), w.buf.String()
+}
+
+// TestReplayRestOfEndedRunIsDone: a follower is sent a run's output
+// through StreamFile while the run goes on (more may come: the SSH
+// transport paces it), and what is left once the run ended well through
+// StreamDone.
+func TestReplayRestOfEndedRunIsDone(t *testing.T) {
+	c := newCache(t, 1<<20)
+	leader, w := join(t, c, "k")
+	defer leader.Close()
+	follower, _ := join(t, c, "k")
+	out := &lockedStreams{gate: make(chan struct{})}
+	done := replayAsync(follower, out)
+	first := strings.Repeat("x", 1<<20+HoldBack) // past the writer's batching of wake-ups
+	w.Write([]byte(first))
+	deadline := time.Now().Add(5 * time.Second)
+	for calls, _ := out.snapshot(); len(calls) == 0; calls, _ = out.snapshot() {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower sent nothing of a run past HoldBack")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// While the follower sends the first stretch, the run writes the rest
+	// and ends.
+	w.Write([]byte("rest0000"))
+	w.Finish(nil)
+	close(out.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	calls, got := out.snapshot()
+	if got != first+"rest0000" {
+		t.Fatalf("follower got %d bytes, want %d", len(got), len(first)+8)
+	}
+	if want := []string{"waiting", "StreamFile", "StreamDone"}; !slices.Equal(calls, want) {
+		t.Fatalf("calls %v, want %v: StreamFile while the run went on, then StreamDone", calls, want)
 	}
 }

@@ -29,6 +29,16 @@ type FileStreamer interface {
 	StreamFile(f *os.File, n int64) (int64, error)
 }
 
+// DoneStreamer is implemented by response writers that send the end of an
+// output known to be final (the rest of a response whose run ended, a
+// stretch of a recording that ended) otherwise than output still being
+// written: the SSH transport sends a small one unpaced. StreamDone is
+// StreamFile for such a stretch; Replay and SessionReplay.Send use it
+// instead of StreamFile when they may.
+type DoneStreamer interface {
+	StreamDone(f *os.File, n int64) (int64, error)
+}
+
 // HoldBack is how much of a run's output a follower waits for before it
 // sends anything (unless the run ends first). Before the pack flows, git
 // sends only section headers and progress; a run that fails then (while
@@ -73,7 +83,7 @@ func (r *Reader) Replay(ctx context.Context, out io.Writer, idle time.Duration) 
 		defer gitexec.DeadlineOnCancel(ctx, deadliner.SetWriteDeadline)()
 	}
 	if r.g == nil {
-		return r.copy(ctx, out, 0, r.size, deadliner, idle)
+		return r.copy(ctx, out, 0, r.size, deadliner, idle, true)
 	}
 	for {
 		need := written + 1
@@ -87,7 +97,8 @@ func (r *Reader) Replay(ctx context.Context, out io.Writer, idle time.Duration) 
 		if done && genErr != nil && written == 0 && !r.leads {
 			return 0, genErr
 		}
-		n, err := r.copy(ctx, out, written, size, deadliner, idle)
+		// Once the run ended well, what is left to send is all there is.
+		n, err := r.copy(ctx, out, written, size, deadliner, idle, done && genErr == nil)
 		written += n
 		if err != nil {
 			return written, err
@@ -100,7 +111,7 @@ func (r *Reader) Replay(ctx context.Context, out io.Writer, idle time.Duration) 
 
 // copy sends [off, end) of the file to out: whole with ServeFile when that
 // is the entire response and nothing went out yet, else in chunks.
-func (r *Reader) copy(ctx context.Context, out io.Writer, off, end int64, d gitexec.WriteDeadliner, idle time.Duration) (int64, error) {
+func (r *Reader) copy(ctx context.Context, out io.Writer, off, end int64, d gitexec.WriteDeadliner, idle time.Duration, final bool) (int64, error) {
 	if end <= off {
 		// Nothing to send: a transport's StreamFile would start its
 		// response (HTTP 200) with nothing in it, and a run that failed
@@ -118,7 +129,11 @@ func (r *Reader) copy(ctx context.Context, out io.Writer, off, end int64, d gite
 	}
 	if fs, ok := out.(FileStreamer); ok && (off == 0 || r.streamed) {
 		r.streamed = true
-		n, err := fs.StreamFile(r.f, end-off)
+		stream := fs.StreamFile
+		if ds, ok := out.(DoneStreamer); ok && final {
+			stream = ds.StreamDone
+		}
+		n, err := stream(r.f, end-off)
 		if err == nil && n < end-off {
 			err = io.ErrUnexpectedEOF
 		}

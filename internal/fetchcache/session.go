@@ -54,6 +54,14 @@ type sessionLog struct {
 	changed chan struct{} // closed and replaced on every change
 }
 
+// whole tells whether the recording ended with git's success: what it
+// holds is final.
+func (l *sessionLog) whole() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended && l.ok
+}
+
 func newSessionLog() *sessionLog { return &sessionLog{changed: make(chan struct{})} }
 
 // notifyLocked wakes the followers waiting for a change.
@@ -140,7 +148,11 @@ func (s *SessionReplay) Send(ctx context.Context, out io.Writer, from, to int64,
 				return 0, err
 			}
 		}
-		n, err := fs.StreamFile(s.r.f, to-from)
+		stream := fs.StreamFile
+		if ds, ok := out.(DoneStreamer); ok && s.log.whole() {
+			stream = ds.StreamDone
+		}
+		n, err := stream(s.r.f, to-from)
 		s.pos = from + n
 		if err == nil && n < to-from {
 			err = io.ErrUnexpectedEOF
@@ -151,7 +163,7 @@ func (s *SessionReplay) Send(ctx context.Context, out io.Writer, from, to int64,
 		return n, nil
 	}
 	s.pos = -1 // the file's offset is no longer known to be from
-	return s.r.copy(ctx, out, from, to, deadliner, idle)
+	return s.r.copy(ctx, out, from, to, deadliner, idle, s.log.whole())
 }
 
 // Close releases the replay; the last reader of a recording whose leader

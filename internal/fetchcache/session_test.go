@@ -3,6 +3,9 @@ package fetchcache
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
+	"slices"
 	"testing"
 	"time"
 )
@@ -210,5 +213,49 @@ func TestSessionInputPastTheBound(t *testing.T) {
 	st := replay.Step([]byte("abbY"), 10)
 	if st.SendTo > 10 || !st.Diverged {
 		t.Fatalf("a follower past the recorded input: %+v, want diverged with nothing more to send", st)
+	}
+}
+
+// streamRecorder is a transport's writer that sends files itself and
+// tells whole stretches apart (DoneStreamer).
+type streamRecorder struct {
+	bytes.Buffer
+	calls []string
+}
+
+func (w *streamRecorder) StreamFile(f *os.File, n int64) (int64, error) {
+	w.calls = append(w.calls, "StreamFile")
+	return io.CopyN(&w.Buffer, f, n)
+}
+
+func (w *streamRecorder) StreamDone(f *os.File, n int64) (int64, error) {
+	w.calls = append(w.calls, "StreamDone")
+	return io.CopyN(&w.Buffer, f, n)
+}
+
+// TestSessionSendDoneStretches: output of a recording still running goes
+// out through StreamFile (more may follow: the SSH transport paces it);
+// once the recording ended whole, through StreamDone.
+func TestSessionSendDoneStretches(t *testing.T) {
+	c := newCache(t, 1<<20)
+	rec := recordSession(t, c, "k")
+	replay, leader, err := c.JoinSession("k")
+	if err != nil || leader != nil {
+		t.Fatalf("join: leader %v, %v", leader != nil, err)
+	}
+	defer replay.Close()
+	w := &streamRecorder{}
+	if _, err := replay.Send(context.Background(), w, 0, 8, 0); err != nil {
+		t.Fatal(err)
+	}
+	rec.Finish(true)
+	if _, err := replay.Send(context.Background(), w, 8, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.String(); got != "ADV0000ABB" {
+		t.Fatalf("sent %q", got)
+	}
+	if want := []string{"StreamFile", "StreamDone"}; !slices.Equal(w.calls, want) {
+		t.Fatalf("calls %v, want %v", w.calls, want)
 	}
 }

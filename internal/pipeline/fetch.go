@@ -349,6 +349,18 @@ type progressFileWriter struct {
 	files fileSender
 }
 
+// StreamDone is the transport's StreamDone where it has one, else its
+// StreamFile.
+func (p *progressFileWriter) StreamDone(f *os.File, n int64) (int64, error) {
+	stream := p.files.StreamFile
+	if ds, ok := p.files.(fetchcache.DoneStreamer); ok {
+		stream = ds.StreamDone
+	}
+	sent, err := stream(f, n)
+	p.count(sent)
+	return sent, err
+}
+
 func (p *progressFileWriter) ServeFile(f *os.File, size int64) (int64, error) {
 	n, err := p.files.ServeFile(f, size)
 	p.count(n)

@@ -2,8 +2,10 @@ package ssh
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -309,6 +311,176 @@ func TestPacedWriterPiece(t *testing.T) {
 	} {
 		if got := (pacedWriter{limit: tc.limit}).piece(); got != tc.piece {
 			t.Errorf("limit %d: piece %d, want %d", tc.limit, got, tc.piece)
+		}
+	}
+}
+
+// TestServeFileUnpacedUpToMax: a response of known size up to unpacedMax
+// (a fetch cache replay) goes out without waiting for the client, even
+// where the allowance is the limit; a larger one is paced.
+func TestServeFileUnpacedUpToMax(t *testing.T) {
+	const window, limit = 2 << 20, 512 << 10
+	w, win := fakeWindow(window)
+	w.rtt.Store(1)                                         // a round trip measured
+	w.rated, w.rateSince = true, time.Now().Add(time.Hour) // rate 0, kept: allowance = limit
+	ch := &recordingChannel{w: w}
+	cw := &channelWriter{pacedWriter: pacedWriter{Channel: ch, window: w, limit: limit}}
+	file := func(size int64) *os.File {
+		f, err := os.CreateTemp(t.TempDir(), "response")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	ack := func() { // the client reads everything sent so far
+		w.cond.L.Lock()
+		*win = window
+		w.cond.L.Unlock()
+		w.cond.Broadcast()
+	}
+	serve := func(size int64) <-chan error {
+		f := file(size)
+		done := make(chan error, 1)
+		go func() {
+			n, err := cw.ServeFile(f, size)
+			if err == nil && n != size {
+				err = fmt.Errorf("sent %d of %d bytes", n, size)
+			}
+			done <- err
+		}()
+		return done
+	}
+	wait := func(done <-chan error, what string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the writer waits for the client", what)
+		}
+	}
+	// Known and small (the fake window is 2 MiB; x/crypto/ssh's own window
+	// holds larger ones back): four times the limit, no wait.
+	wait(serve(4*limit), "a small stored response")
+	// Known and larger than unpacedMax: paced.
+	ack()
+	done := serve(unpacedMax + 1)
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("a response over unpacedMax was sent without an acknowledgement (%v)", err)
+	default:
+	}
+	w.cond.L.Lock()
+	unacked := w.unacked()
+	w.cond.L.Unlock()
+	if unacked > limit {
+		t.Fatalf("%d bytes unacknowledged, want at most %d", unacked, limit)
+	}
+	go func() { // the client keeps reading
+		for {
+			select {
+			case <-time.After(time.Millisecond):
+				ack()
+			case <-t.Context().Done():
+				return
+			}
+		}
+	}()
+	wait(done, "a large stored response, acknowledged")
+}
+
+// TestStreamDoneUnpacedStreamFilePaced: a whole stretch of a recorded v0
+// session (StreamDone) up to unpacedMax goes out without waiting; a stretch
+// of a run in progress (StreamFile), whose whole size is not known, is
+// paced.
+func TestStreamDoneUnpacedStreamFilePaced(t *testing.T) {
+	const window, limit = 2 << 20, 512 << 10
+	w, _ := fakeWindow(window)
+	w.rtt.Store(1)
+	w.rated, w.rateSince = true, time.Now().Add(time.Hour) // allowance = limit
+	cw := &channelWriter{pacedWriter: pacedWriter{Channel: &recordingChannel{w: w}, window: w, limit: limit}}
+	f, err := os.CreateTemp(t.TempDir(), "recording")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(4 * limit); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cw.StreamDone(f, 3*limit); err != nil || n != 3*limit {
+		t.Fatalf("StreamDone: %d, %v", n, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cw.StreamFile(f, limit)
+	}()
+	select {
+	case <-done:
+		t.Fatal("StreamFile sent past the limit without an acknowledgement")
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.cond.L.Lock()
+	*w.closed = true // let the writer go
+	w.cond.L.Unlock()
+	w.cond.Broadcast()
+	<-done
+}
+
+// stalledChannel is a session channel whose client reads nothing: a
+// write blocks until the channel is closed.
+type stalledChannel struct {
+	gossh.Channel
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *stalledChannel) Write(p []byte) (int, error) {
+	<-c.closed
+	return 0, io.EOF
+}
+
+func (c *stalledChannel) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return nil
+}
+
+// TestServeFileIdleDeadline: a file sent to a client that stopped reading
+// ends once the idle timeout passes with nothing written (the channel is
+// closed), as the fetch cache's own chunked copy does; unpaced or not.
+func TestServeFileIdleDeadline(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "response")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	for _, send := range []func(*channelWriter) (int64, error){
+		func(cw *channelWriter) (int64, error) { return cw.ServeFile(f, 1<<20) },
+		func(cw *channelWriter) (int64, error) { f.Seek(0, io.SeekStart); return cw.StreamFile(f, 1<<20) },
+	} {
+		cw := &channelWriter{pacedWriter: pacedWriter{Channel: &stalledChannel{closed: make(chan struct{})}}, idle: 50 * time.Millisecond}
+		done := make(chan error, 1)
+		go func() {
+			_, err := send(cw)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("a stalled client was sent the whole file")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("sending to a stalled client did not end at the idle timeout")
 		}
 	}
 }

@@ -3,6 +3,8 @@ package ssh
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -148,6 +150,9 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	}
 	stopRTT := c.measureRTT(paced)
 	out := &channelWriter{pacedWriter: paced}
+	if r := c.srv.Pipeline.Runner; r != nil {
+		out.idle = r.IdleTimeout
+	}
 	defer out.SetWriteDeadline(time.Time{})
 	res, err := call.Run(c.ctx, ch, out, ch.Stderr())
 	stopRTT()
@@ -170,8 +175,72 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 // and the session goes on.
 type channelWriter struct {
 	pacedWriter
+	idle  time.Duration // write deadline of each chunk a file is sent in (ServeFile...); 0: none
 	mu    sync.Mutex
 	timer *time.Timer
+}
+
+// ServeFile sends a whole response of known size from f (a fetch cache
+// replay; see fetchcache.FileServer): unpaced up to unpacedMax (see
+// pacedWriter), paced above.
+func (c *channelWriter) ServeFile(f *os.File, size int64) (int64, error) {
+	return c.copyKnown(io.NewSectionReader(f, 0, size), size)
+}
+
+// StreamDone sends the next n bytes of f from its offset, a stretch known
+// to be whole (of a recorded protocol v0 session that ended;
+// fetchcache.DoneStreamer): as ServeFile.
+func (c *channelWriter) StreamDone(f *os.File, n int64) (int64, error) {
+	return c.copyKnown(io.LimitReader(f, n), n)
+}
+
+// StreamFile sends the next n bytes of f from its offset as they come (a
+// run in progress; fetchcache.FileStreamer), paced: the size of the whole
+// is not known.
+func (c *channelWriter) StreamFile(f *os.File, n int64) (int64, error) {
+	return c.copyFile(c.Write, io.LimitReader(f, n))
+}
+
+// copyKnown sends the n bytes of r, the whole of what is to be sent:
+// unpaced up to unpacedMax.
+func (c *channelWriter) copyKnown(r io.Reader, n int64) (int64, error) {
+	if n <= unpacedMax {
+		return c.copyFile(c.pacedWriter.writeUnpaced, r)
+	}
+	return c.copyFile(c.Write, r)
+}
+
+// copyFile sends r through write in the relay's buffers, each write under
+// the idle write deadline, as the fetch cache's own copy does: a client
+// that stops reading has its channel closed.
+func (c *channelWriter) copyFile(write func([]byte) (int, error), r io.Reader) (int64, error) {
+	bufp := gitexec.CopyBuffers.Get().(*[]byte)
+	defer gitexec.CopyBuffers.Put(bufp)
+	buf := *bufp
+	var sent int64
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			if c.idle > 0 {
+				c.SetWriteDeadline(time.Now().Add(c.idle))
+			}
+			m, err := write(buf[:n])
+			sent += int64(m)
+			if err != nil {
+				return sent, err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return sent, rerr
+		}
+	}
+	if c.idle > 0 {
+		c.SetWriteDeadline(time.Time{})
+	}
+	return sent, nil
 }
 
 func (c *channelWriter) SetWriteDeadline(t time.Time) error {
