@@ -102,26 +102,7 @@ func TestLoopRetriesSerializesAndCoalesces(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { l.Run(runCtx); close(done) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ds, err := st.Deliveries(ctx, store.DeliveryFilter{Limit: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pending := 0
-		for _, d := range ds {
-			if d.State == store.DeliveryPending {
-				pending++
-			}
-		}
-		if pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries still pending", pending)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitDelivered(t, st, store.DeliveryFilter{Limit: 100})
 	stop()
 	<-done
 	if m := maxInFlight.Load(); m > 2 {
@@ -166,7 +147,7 @@ func TestLoopRetriesSerializesAndCoalesces(t *testing.T) {
 	runCtx, stop = context.WithCancel(ctx)
 	go l2.Run(runCtx)
 	defer stop()
-	for time.Now().Before(deadline) {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 		if ds, _ := st.Deliveries(ctx, store.DeliveryFilter{Target: "late"}); len(ds) == 1 && ds[0].State == store.DeliveryDelivered {
 			return
 		}
@@ -301,24 +282,7 @@ func TestTwoLoopsPushOneMirrorAtATime(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); l.Run(runCtx) }()
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		all, err := st.Deliveries(ctx, store.DeliveryFilter{Kind: store.KindPushMirror})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pending := 0
-		for _, d := range all {
-			if d.State == store.DeliveryPending {
-				pending++
-			}
-		}
-		if pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries still pending", pending)
-		}
-	}
+	awaitDelivered(t, st, store.DeliveryFilter{Kind: store.KindPushMirror})
 	stop()
 	wg.Wait()
 	if most.Load() != 1 {
@@ -326,5 +290,28 @@ func TestTwoLoopsPushOneMirrorAtATime(t *testing.T) {
 	}
 	if sends.Load() == 0 {
 		t.Fatal("nothing was sent")
+	}
+}
+
+// awaitDelivered waits (20 s at most) until no delivery f lists is pending.
+func awaitDelivered(t *testing.T, st *store.Store, f store.DeliveryFilter) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ds, err := st.Deliveries(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending := 0
+		for _, d := range ds {
+			if d.State == store.DeliveryPending {
+				pending++
+			}
+		}
+		if pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries still pending", pending)
+		}
 	}
 }
