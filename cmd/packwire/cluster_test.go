@@ -128,21 +128,8 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 
 	// The replication endpoint takes the cluster user only: a client's
 	// token with write access to the repository is refused.
-	for _, user := range []string{"alice", ""} {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+nodes["b"].HTTPAddr.String()+route.ReplicatePath, strings.NewReader("x"))
-		req.Header.Set("X-Packwire-Repo", "team/app")
-		if user != "" {
-			req.SetBasicAuth(user, token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("replication endpoint as %q: %s, want 401", user, resp.Status)
-		}
-	}
+	clusterOnly(t, "http://"+nodes["b"].HTTPAddr.String()+route.ReplicatePath, "x", token, "X-Packwire-Repo", "team/app")
+	clusterOnly(t, "http://"+nodes["b"].HTTPAddr.String()+route.RelayPath, "", token, "X-Packwire-Repo", "team/app", "X-Packwire-Service", "git-upload-pack")
 
 	// A push to the primary is on every replica when the client has its report.
 	work := filepath.Join(t.TempDir(), "work")
@@ -868,20 +855,7 @@ func TestClusterMirrors(t *testing.T) {
 
 	// The primary's mirror endpoint is the cluster's only: a client's
 	// token, even a writer's, is refused.
-	for _, user := range []string{"alice", ""} {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+nodes["a"].HTTPAddr.String()+route.MirrorPath, strings.NewReader(`{"action":"sync","repo":"team/mirror"}`))
-		if user != "" {
-			req.SetBasicAuth(user, token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("%q asked the mirror endpoint: HTTP %d", user, resp.StatusCode)
-		}
-	}
+	clusterOnly(t, "http://"+nodes["a"].HTTPAddr.String()+route.MirrorPath, `{"action":"sync","repo":"team/mirror"}`, token)
 
 	// On demand, from a machine with no copy: the primary syncs, and the
 	// sync is replicated as a push is (every copy, at once equal).
@@ -1040,4 +1014,28 @@ func dulwich(t *testing.T, script string, args ...string) string {
 		t.Fatalf("dulwich: %v\n%s", err, out)
 	}
 	return string(out)
+}
+
+// clusterOnly checks that an endpoint nodes call each other on refuses a
+// client's token (alice's, with write access) and no credentials alike,
+// with 401. headers are name, value pairs.
+func clusterOnly(t *testing.T, url, body, token string, headers ...string) {
+	t.Helper()
+	for _, user := range []string{"alice", "packwire-cluster", ""} {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		if user != "" {
+			req.SetBasicAuth(user, token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("%s as %q: %s, want 401", url, user, resp.Status)
+		}
+	}
 }

@@ -68,6 +68,10 @@ func (c *Conn) Batch(ctx context.Context, stmts ...Statement) error {
 			rows, err := br.Query()
 			if err == nil {
 				err = eachRow(rows, s.Row)
+				rows.Close()
+				if err == nil {
+					err = rows.Err() // set by Close when the statement failed late
+				}
 			}
 			if err != nil {
 				br.Close()
@@ -78,8 +82,15 @@ func (c *Conn) Batch(ctx context.Context, stmts ...Statement) error {
 	})
 }
 
-func eachRow(rows pgx.Rows, row func(scan func(dest ...any) error) error) error {
-	defer rows.Close()
+// rowSource is what Batch reads rows from: pgx's rows or database/sql's.
+type rowSource interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// eachRow calls row (if set) for each row of rows, and returns the rows' error.
+func eachRow(rows rowSource, row func(scan func(dest ...any) error) error) error {
 	for rows.Next() {
 		if row != nil {
 			if err := row(rows.Scan); err != nil {
@@ -87,7 +98,6 @@ func eachRow(rows pgx.Rows, row func(scan func(dest ...any) error) error) error 
 			}
 		}
 	}
-	rows.Close()
 	return rows.Err()
 }
 
@@ -97,12 +107,5 @@ func (c *Conn) sqliteOne(ctx context.Context, s Statement) error {
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if s.Row != nil {
-			if err := s.Row(rows.Scan); err != nil {
-				return err
-			}
-		}
-	}
-	return rows.Err()
+	return eachRow(rows, s.Row)
 }

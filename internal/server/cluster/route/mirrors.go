@@ -248,8 +248,10 @@ func (rt *Router) importSource(ctx context.Context, name, source string) error {
 		}
 	}
 	if spec.Pull == nil && spec.Source != nil {
-		// A one-off import with credentials: used once, then dropped.
-		if _, _, err := mirror.Import(ctx, rt.Repos, name, source, mirror.ImportOptions{Credentials: *spec.Source}); err != nil {
+		// A one-off import with credentials: used once, then dropped (also
+		// when an earlier attempt imported it but could not drop them).
+		_, _, err := mirror.Import(ctx, rt.Repos, name, source, mirror.ImportOptions{Credentials: *spec.Source})
+		if err != nil && !errors.Is(err, repo.ErrExists) {
 			return err
 		}
 		spec.Source = nil

@@ -263,10 +263,7 @@ func isWriteErr(err error) bool {
 // decided again for the same user), streaming both ways.
 func Handler(p *pipeline.Pipeline, acc *access.Controller) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user, pass, ok := r.BasicAuth()
-		principal, err := acc.PrincipalForToken(r.Context(), user, pass)
-		if !ok || err != nil || !principal.IsCluster() {
-			http.Error(w, "cluster credentials required", http.StatusUnauthorized)
+		if !fromCluster(acc, w, r) {
 			return
 		}
 		if r.Method != http.MethodPost {

@@ -65,14 +65,7 @@ func (h *Replicator) Close() { h.kits.close() }
 func (h *Replicator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Only the cluster user: a client's token, however privileged, is
 	// not asked about.
-	user, pass, ok := r.BasicAuth()
-	if !ok || user != access.ClusterUser {
-		w.Header().Set("WWW-Authenticate", `Basic realm="packwire cluster"`)
-		http.Error(w, "cluster credentials required", http.StatusUnauthorized)
-		return
-	}
-	if principal, err := h.acc.PrincipalForToken(r.Context(), user, pass); err != nil || !principal.IsCluster() {
-		http.Error(w, "cluster credentials required", http.StatusUnauthorized)
+	if !fromCluster(h.acc, w, r) {
 		return
 	}
 	if r.Method != http.MethodPost {
