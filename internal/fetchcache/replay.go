@@ -39,6 +39,15 @@ type DoneStreamer interface {
 	StreamDone(f *os.File, n int64) (int64, error)
 }
 
+// StreamerFor is fs's way to send a stretch: StreamDone where it has one
+// and the stretch is final, else StreamFile.
+func StreamerFor(fs FileStreamer, final bool) func(*os.File, int64) (int64, error) {
+	if ds, ok := fs.(DoneStreamer); ok && final {
+		return ds.StreamDone
+	}
+	return fs.StreamFile
+}
+
 // HoldBack is how much of a run's output a follower waits for before it
 // sends anything (unless the run ends first). Before the pack flows, git
 // sends only section headers and progress; a run that fails then (while
@@ -129,11 +138,7 @@ func (r *Reader) copy(ctx context.Context, out io.Writer, off, end int64, d gite
 	}
 	if fs, ok := out.(FileStreamer); ok && (off == 0 || r.streamed) {
 		r.streamed = true
-		stream := fs.StreamFile
-		if ds, ok := out.(DoneStreamer); ok && final {
-			stream = ds.StreamDone
-		}
-		n, err := stream(r.f, end-off)
+		n, err := StreamerFor(fs, final)(r.f, end-off)
 		if err == nil && n < end-off {
 			err = io.ErrUnexpectedEOF
 		}

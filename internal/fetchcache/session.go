@@ -148,11 +148,7 @@ func (s *SessionReplay) Send(ctx context.Context, out io.Writer, from, to int64,
 				return 0, err
 			}
 		}
-		stream := fs.StreamFile
-		if ds, ok := out.(DoneStreamer); ok && s.log.whole() {
-			stream = ds.StreamDone
-		}
-		n, err := stream(s.r.f, to-from)
+		n, err := StreamerFor(fs, s.log.whole())(s.r.f, to-from)
 		s.pos = from + n
 		if err == nil && n < to-from {
 			err = io.ErrUnexpectedEOF

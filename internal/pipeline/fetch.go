@@ -352,11 +352,7 @@ type progressFileWriter struct {
 // StreamDone is the transport's StreamDone where it has one, else its
 // StreamFile.
 func (p *progressFileWriter) StreamDone(f *os.File, n int64) (int64, error) {
-	stream := p.files.StreamFile
-	if ds, ok := p.files.(fetchcache.DoneStreamer); ok {
-		stream = ds.StreamDone
-	}
-	sent, err := stream(f, n)
+	sent, err := fetchcache.StreamerFor(p.files, true)(f, n)
 	p.count(sent)
 	return sent, err
 }

@@ -691,13 +691,6 @@ func (b *clientBuffer) waitOpening(ctx context.Context, limit time.Duration) ([]
 	}
 }
 
-// openingLength finds the end of a v0/v1 client's opening in data (see
-// openingScanner).
-func openingLength(data []byte) (int, openingStatus) {
-	var s openingScanner
-	return s.scan(data)
-}
-
 // openingScanner finds the end of a v0/v1 client's opening: all it sends
 // before it needs an answer beyond the advertisement. That is its want
 // section and its first batch of haves, to the second flush (the client

@@ -25,7 +25,7 @@ func TestOpeningLength(t *testing.T) {
 		{"not pkt-lines", []byte("GET / HTTP/1.1\r\n"), 0, openingUncacheable},
 		{"a delimiter", []byte("0001"), 0, openingUncacheable},
 	} {
-		n, status := openingLength(tc.data)
+		n, status := new(openingScanner).scan(tc.data)
 		if n != tc.length || status != tc.status {
 			t.Errorf("%s: %d %v, want %d %v", tc.name, n, status, tc.length, tc.status)
 		}
@@ -65,7 +65,7 @@ func FuzzOpeningLength(f *testing.F) {
 	f.Add(pkts(""))
 	f.Add([]byte("0004000a"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		n, status := openingLength(data)
+		n, status := new(openingScanner).scan(data)
 		// Fed as it grows (a trickling client), the scanner says the same.
 		var s openingScanner
 		tn, tstatus := 0, openingGone

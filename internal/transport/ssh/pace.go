@@ -49,10 +49,12 @@ const unpacedMax = 4 << 20
 // Pacing costs the server a wake-up per window adjust that arrives while
 // the writer waits (the read loop, the mux hand-off, the broadcast, the
 // runtime's sysmon): a repeated clone of a 3 MiB repository cost 14-20 ms
-// of server CPU paced against 8-10 ms unpaced. So a response whose whole
-// size is known beforehand and at most unpacedMax (a fetch cache replay,
-// through channelWriter.ServeFile) is sent unpaced: the client's buffer
-// then fills once, to its window at most.
+// of server CPU paced against 8-10 ms unpaced. So output whose size is
+// known beforehand and at most unpacedMax is sent unpaced: a fetch cache
+// replay through channelWriter.ServeFile, and a final stretch of at most
+// unpacedMax through StreamDone (the end of a followed response, or of a
+// recorded v0 session); the client's buffer then fills once, to its
+// window at most.
 //
 // x/crypto/ssh exposes no window, so channelWindow reads the channel's own
 // (under its lock, as the library does). Where its layout is not the one
