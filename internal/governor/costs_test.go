@@ -151,6 +151,63 @@ func TestCostsMatchSummarize(t *testing.T) {
 	}
 }
 
+func TestBackfillInPages(t *testing.T) {
+	g, err := Open(context.Background(), filepath.Join(t.TempDir(), FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	testBackfillInPages(t, g)
+}
+
+// testBackfillInPages: a backfill longer than a page sums every record once,
+// records that share a start included, and writes its sums between pages
+// (which PostgreSQL refuses while a page's rows are open: "conn busy").
+func testBackfillInPages(t *testing.T, g *Governor) {
+	ctx := context.Background()
+	defer func(page int) { backfillPage = page }(backfillPage)
+	backfillPage = 7
+	rng := rand.New(rand.NewSource(11))
+	now := time.Now()
+	var recs []Record
+	for i := 0; i < 60; i++ {
+		start := now.Add(-time.Duration(rng.Int63n(int64(20 * time.Hour))))
+		if i%5 == 1 {
+			start = recs[i-1].Start // ties on start_ns span pages
+		}
+		r := randomRecord(rng, start, 4, 3)
+		r.ID = fmt.Sprintf("rq_page%03d", 60-i) // ids not in start order
+		recs = append(recs, r)
+	}
+	if err := g.write(recs, false); err != nil {
+		t.Fatal(err)
+	}
+	want, err := g.Costs(ctx, now.Add(-24*time.Hour), now, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.Total.Requests != int64(len(recs)) {
+		t.Fatalf("written: %d requests in the rollups, want %d", want.Total.Requests, len(recs))
+	}
+	// As after a migration that asks for the rollups to be summed again.
+	for _, q := range []string{"DELETE FROM request_rollup", "DELETE FROM request_wall_bins", "INSERT INTO rollup_pending VALUES (0)"} {
+		if _, err := g.db.DB.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.backfillRollups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := g.Costs(ctx, now.Add(-24*time.Hour), now, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Total != want.Total {
+		t.Fatalf("summed again in pages of %d: %+v, want %+v", backfillPage, got.Total, want.Total)
+	}
+	checkAgainstSummarize(t, g, got)
+}
+
 func TestRollupBackfillAndTrim(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), FileName)

@@ -22,6 +22,14 @@ func TestPostgres(t *testing.T) {
 	pg := pgtest.Start(t)
 	t.Run("EnginesAgree", func(t *testing.T) { testEnginesAgree(t, pg) })
 	t.Run("NodesWriteTogether", func(t *testing.T) { testNodesWriteTogether(t, pg) })
+	t.Run("BackfillInPages", func(t *testing.T) {
+		g, err := OpenPostgres(context.Background(), pg.NewDatabase(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		testBackfillInPages(t, g)
+	})
 	t.Run("SurvivesRestart", func(t *testing.T) { testSurvivesRestart(t, pg) }) // last: it restarts the server
 }
 

@@ -253,33 +253,48 @@ func (g *Governor) backfillRollups(ctx context.Context) error {
 	return tx.Commit()
 }
 
+// backfillPage is how many records sumRecordsInto reads before it writes
+// what it summed. A variable so a test can make pages small.
+var backfillPage = 200_000
+
+// sumRecordsInto adds every record to the rollups, a page at a time: the
+// sums of each page are written once its rows are closed, which bounds the
+// memory and is what PostgreSQL needs (one connection cannot write while a
+// query's rows are still open on it). Pages follow (start_ns, id), which
+// orders every record once.
 func sumRecordsInto(ctx context.Context, tx *store.Tx, now time.Time) error {
-	rows, err := tx.QueryContext(ctx, `SELECT start_ns, repo, "user", kind, transport, pack_cache, node, result IN ('ok', 'challenged'),
-		cpu_user_ns + cpu_sys_ns, bytes_in, bytes_out, wall_ns FROM requests`)
-	if err != nil {
-		return err
-	}
 	ru := newRollups(now)
-	n := 0
-	for rows.Next() {
-		var in rollupInput
-		if err := rows.Scan(&in.startNs, &in.repo, &in.user, &in.kind, &in.transport, &in.packCache, &in.node, &in.ok,
-			&in.cpu, &in.bytesIn, &in.bytesOut, &in.wall); err != nil {
-			rows.Close()
+	var afterStart int64 = math.MinInt64
+	afterID := ""
+	for {
+		rows, err := tx.QueryContext(ctx, `SELECT id, start_ns, repo, "user", kind, transport, pack_cache, node, result IN ('ok', 'challenged'),
+			cpu_user_ns + cpu_sys_ns, bytes_in, bytes_out, wall_ns FROM requests
+			WHERE start_ns > ? OR (start_ns = ? AND id > ?) ORDER BY start_ns, id LIMIT ?`, afterStart, afterStart, afterID, backfillPage)
+		if err != nil {
 			return err
 		}
-		ru.add(in)
-		// Bound memory: sums add up, so a partial set is written as it is.
-		if n++; n%200_000 == 0 {
-			if err := ru.write(ctx, tx); err != nil {
+		n := 0
+		for rows.Next() {
+			var in rollupInput
+			if err := rows.Scan(&afterID, &in.startNs, &in.repo, &in.user, &in.kind, &in.transport, &in.packCache, &in.node, &in.ok,
+				&in.cpu, &in.bytesIn, &in.bytesOut, &in.wall); err != nil {
 				rows.Close()
 				return err
 			}
+			afterStart = in.startNs
+			ru.add(in)
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// Sums add up, so each page's partial sums are written as they are.
+		if err := ru.write(ctx, tx); err != nil {
+			return err
+		}
+		if n < backfillPage {
+			return nil
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	return ru.write(ctx, tx)
 }
