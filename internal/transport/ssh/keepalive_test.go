@@ -107,3 +107,48 @@ func TestKeepAliveSparesPausedClone(t *testing.T) {
 		t.Fatalf("keepalive closed a connection with a command running:\n%s", h.logs.String())
 	}
 }
+
+// TestSilentClientCannotHoldARequest: a client that stops servicing its
+// connection mid-clone (it reads nothing, so it answers neither the
+// channel's close nor keepalive probes) past the idle timeout: the request
+// ends and git with it, though x/crypto/ssh's close of the channel does not
+// wake a write waiting for the client's window or for its TCP buffer; the
+// connection is closed then.
+func TestSilentClientCannotHoldARequest(t *testing.T) {
+	t.Parallel()
+	const idle = 300 * time.Millisecond
+	h := newHarness(t, func(s *Server) { s.Pipeline.Runner.IdleTimeout = idle })
+	big := h.repo("team/big", gittest.Shape{Commits: 1, Files: 24, BlobBytes: 1 << 20, Incompress: true})
+
+	nc, err := net.Dial("tcp", "127.0.0.1:"+h.port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := &pausableConn{Conn: nc}
+	sconn, chans, reqs, err := gossh.NewClientConn(conn, nc.RemoteAddr().String(), &gossh.ClientConfig{
+		User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(h.signer(h.aliceKey))}, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := gossh.NewClient(sconn, chans, reqs)
+	defer client.Close()
+	sess, err := client.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, _ := sess.StdinPipe()
+	stdout, _ := sess.StdoutPipe()
+	if err := sess.Start("git-upload-pack '/team/big.git'"); err != nil {
+		t.Fatal(err)
+	}
+	startUploadPack(t, stdin, stdout)
+	conn.pause()
+	defer conn.unpause()
+	paused := time.Now()
+	if !waitFor(idle+closeGrace+5*time.Second, func() bool { return h.pipe.InFlight() == 0 && len(gitProcesses(big)) == 0 }) {
+		t.Fatalf("the request still runs %v after its client went silent (idle timeout %v): %d in flight, git %v",
+			time.Since(paused).Round(time.Millisecond), idle, h.pipe.InFlight(), gitProcesses(big))
+	}
+	t.Logf("request ended %v after the client went silent", time.Since(paused).Round(time.Millisecond))
+}

@@ -149,7 +149,10 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 		})
 	}
 	stopRTT := c.measureRTT(paced)
-	out := &channelWriter{pacedWriter: paced}
+	out := &channelWriter{pacedWriter: paced, closeConn: func() {
+		c.log.Info("connection closed", "reason", "the client answered neither its data nor the channel's close", "grace", closeGrace.String())
+		c.ssh.Close()
+	}}
 	if r := c.srv.Pipeline.Runner; r != nil {
 		out.idle = r.IdleTimeout
 	}
@@ -173,12 +176,24 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 // passes (at once for one in the past). A zero time clears it, as for a
 // net.Conn: a replay sets one before each write and clears it when done,
 // and the session goes on.
+//
+// Closing the channel does not wake a write that waits for the client's
+// window or TCP buffer (x/crypto/ssh wakes it when the client answers the
+// close); a client that reads nothing answers nothing, so closeConn ends
+// the whole connection closeGrace later if the deadline is still set then.
 type channelWriter struct {
 	pacedWriter
-	idle  time.Duration // write deadline of each chunk a file is sent in (ServeFile...); 0: none
-	mu    sync.Mutex
-	timer *time.Timer
+	idle      time.Duration // write deadline of each chunk a file is sent in (ServeFile...); 0: none
+	closeConn func()        // closes the connection; nil: the channel's close is all
+	mu        sync.Mutex
+	timer     *time.Timer
+	grace     *time.Timer
+	deadlines int // counts SetWriteDeadline calls: a timer that fired late sees a newer one
 }
+
+// closeGrace is how long a client has to answer its channel's close, once
+// a write deadline closed it, before its connection is closed.
+const closeGrace = 5 * time.Second
 
 // ServeFile sends a whole response of known size from f (a fetch cache
 // replay; see fetchcache.FileServer): unpaced up to unpacedMax (see
@@ -245,19 +260,43 @@ func (c *channelWriter) copyFile(write func([]byte) (int, error), r io.Reader) (
 
 func (c *channelWriter) SetWriteDeadline(t time.Time) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.timer != nil {
-		c.timer.Stop()
-		c.timer = nil
+	c.deadlines++
+	for _, timer := range []**time.Timer{&c.timer, &c.grace} {
+		if *timer != nil {
+			(*timer).Stop()
+			*timer = nil
+		}
 	}
-	switch d := time.Until(t); {
+	d := time.Until(t)
+	switch {
 	case t.IsZero():
-		return nil
 	case d <= 0:
-		return c.Channel.Close()
+		c.armGrace()
 	default:
-		c.timer = time.AfterFunc(d, func() { c.Channel.Close() })
-		return nil
+		set := c.deadlines
+		c.timer = time.AfterFunc(d, func() {
+			c.mu.Lock()
+			if c.deadlines != set { // cleared or moved while this timer fired
+				c.mu.Unlock()
+				return
+			}
+			c.armGrace()
+			c.mu.Unlock()
+			c.Channel.Close() // may block on a full TCP buffer: the grace timer runs anyway
+		})
+	}
+	c.mu.Unlock()
+	if !t.IsZero() && d <= 0 {
+		return c.Channel.Close()
+	}
+	return nil
+}
+
+// armGrace starts the wait for the client's answer to the channel's close;
+// c.mu is held.
+func (c *channelWriter) armGrace() {
+	if c.closeConn != nil && c.grace == nil {
+		c.grace = time.AfterFunc(closeGrace, c.closeConn)
 	}
 }
 
