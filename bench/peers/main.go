@@ -66,7 +66,7 @@ func main() {
 	outDir := flag.String("out", "bench/out/peers", "work directory (repositories, data, clones)")
 	shape := flag.String("shape", "jquery", "synth shape of the benchmark repository (jquery, swift, linux)")
 	scale := flag.Float64("scale", 1, "synth scale of the benchmark repository")
-	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, coldclone, bigstorm, idle, load); default all but bigstorm")
+	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, sshfloor, coldclone, bigstorm, idle, load); default all but bigstorm")
 	from := flag.String("from", "", "copy this bare repository (e.g. one packwire synth made) instead of generating the shape (-shape names it)")
 	bigHerd := flag.Int("bigstorm-herd", 16, "clones per herd of the bigstorm workload (run it with a big repository: -shape linux -scale 0.15)")
 	flag.StringVar(&stormParts, "storm-parts", "cold,repeated,ci", "comma-separated parts of the storm workload to run: cold (cold clone herds), repeated (repeated clones against the peers), ci (CI runners fetching after a push)")
@@ -75,8 +75,16 @@ func main() {
 	loadFor := flag.Duration("load-duration", 60*time.Second, "duration of the 64-clone load with a pusher")
 	idleConns := flag.Int("idle", 1000, "idle connections held per transport")
 	flag.DurationVar(&farRTT, "sshgap-rtt", 100*time.Millisecond, "round trip of sshgap's far-client comparison, paced against unpaced (0: skip it)")
+	sshFloorN := flag.Int("sshfloor-n", 16, "connections per measurement of the sshfloor workload (one after another, then at once)")
+	bareServe := flag.String("bare-ssh-serve", "", "internal (sshfloor): serve the bare x/crypto/ssh server on this address")
+	bareReply := flag.String("bare-ssh-reply", "", "internal (sshfloor): the bare server's answer to every exec")
+	bareKey := flag.String("bare-ssh-key", "", "internal (sshfloor): the public key the bare server accepts")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	if *bareServe != "" {
+		serveBareSSH(*bareServe, *bareReply, *bareKey)
+		return
+	}
 	benchkit.StopOnSignal()
 	if os.Geteuid() != 0 {
 		log.Fatal("peers needs root: cgroups per server, sshd, and apt-get for missing peers")
@@ -187,6 +195,9 @@ func main() {
 	}
 	if run("storm") {
 		s.stormWorkload(r)
+	}
+	if run("sshfloor") {
+		s.sshFloorWorkload(r, *sshFloorN)
 	}
 	if run("coldclone") {
 		s.coldCloneWorkload(r)
