@@ -98,6 +98,8 @@ func init() {
 		{name: "cluster", summary: "nodes sharing a PostgreSQL store", subs: []*command{
 			{name: "status", args: "[--json]", summary: "nodes (healthy, last heartbeat) and each repository's primary, replicas, generations", run: cmdClusterStatus},
 			{name: "verify", args: "[REPO...]", summary: "compare replicas' refs with their primary's; repair those that differ", run: cmdClusterVerify},
+			{name: "move", args: "REPO FROM TO", summary: "move a repository's copy from node FROM to node TO (the new copy caught up first)", run: cmdClusterMove},
+			{name: "evacuate", args: "NODE", summary: "move every copy NODE holds to other nodes: replace a lost node, or empty one", run: cmdClusterEvacuate},
 		}},
 		{name: "audit", args: "[--limit N] [--json]", summary: "every change to users, keys, tokens, grants, rules, settings, repositories: who, what, when", run: cmdAudit},
 		{name: "governor", summary: "what requests cost: by kind, repo, user, transport, node (--last N, tail, maintenance; a cluster's with --database)", run: cmdGovernor},

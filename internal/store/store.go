@@ -194,6 +194,13 @@ var migrations = []string{
 	ALTER TABLE cluster_trash ADD COLUMN description TEXT;
 	ALTER TABLE cluster_trash ADD COLUMN quota INTEGER;
 	ALTER TABLE cluster_trash ADD COLUMN mirror TEXT;`,
+	// 11: copies a node holds that the cluster dropped (cluster move,
+	// evacuate): the node moves each into its own trash.
+	`CREATE TABLE cluster_dropped (
+		repo TEXT NOT NULL,
+		node TEXT NOT NULL,
+		PRIMARY KEY (repo, node)
+	);`,
 }
 
 // postgresOnly splits a migration: what follows it is applied on

@@ -41,6 +41,33 @@ func (rt *Router) carryOutDeletions(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// carryOutDrops moves the files of copies the cluster moved away from
+// this node (cluster move, evacuate) into its trash, where they stay for
+// the trash's retention; one busy (a push, maintenance, a backup) is left
+// for the next run, and one placed here again is kept.
+func (rt *Router) carryOutDrops(ctx context.Context) error {
+	rt.moving.Lock()
+	defer rt.moving.Unlock()
+	names, err := cluster.Dropped(ctx, rt.Node.DB, rt.Node.Name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range names {
+		err := cluster.TrashDropped(ctx, rt.Node.DB, name, rt.Node.Name, func() error {
+			_, err := lifecycle.Delete(rt.Repos, name, time.Now())
+			if errors.Is(err, repo.ErrNotFound) {
+				return nil // never made here, or gone already
+			}
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("moving %s's dropped copy to the trash: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // carryOutRenames moves this node's copies of repositories renamed in the
 // cluster to their new names (as repo rename does on one server), oldest
 // first, then clears each rename. A copy busy with a push, maintenance or

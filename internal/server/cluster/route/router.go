@@ -226,7 +226,7 @@ func (rt *Router) clientURL(pl cluster.Placement, node string) string {
 // fetched from the primary) and catches up stale ones. Run by the
 // node's loop and before a read of a stale copy.
 func (rt *Router) Reconcile(ctx context.Context) error {
-	deletions := errors.Join(rt.carryOutDeletions(ctx), rt.carryOutRenames(ctx), rt.carryOutRestores(ctx))
+	deletions := errors.Join(rt.carryOutDeletions(ctx), rt.carryOutRenames(ctx), rt.carryOutRestores(ctx), rt.carryOutDrops(ctx))
 	rows, err := rt.Node.DB.QueryContext(ctx, `SELECT rp.repo FROM replicas rp JOIN cluster_repos c ON c.name = rp.repo
 		WHERE rp.node = ? AND rp.generation <> c.generation ORDER BY rp.repo`, rt.Node.Name)
 	if err != nil {
