@@ -17,8 +17,8 @@ caught up (pushes go on meanwhile); a node that is down (lost, being
 replaced) has its copy dropped and the new one placed in one step, so that
 pushes go on with the copies left. Either way a copy goes only while another
 copy holds every acknowledged push, and a primary's copy hands the primary
-to such a copy first. The old copy's files stay on its node's disk, no
-longer served.`
+to such a copy first. The old copy is no longer served; its node moves its
+files into its trash (kept for --trash-retention) when it next runs.`
 
 func cmdClusterMove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	const syn = "cluster move REPO FROM TO [--wait D] [--node-timeout D] [--database URL]"
