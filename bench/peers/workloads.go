@@ -30,8 +30,13 @@ type target struct {
 }
 
 // measure runs op and reads the server's CPU around it. The server's
-// accounting of a finished request can trail the client's exit by a
-// moment, so it waits for git's children to be reaped before reading.
+// work for a finished request trails the client's exit: git's children
+// are reaped a moment later, and packwire writes its request records in
+// batches every 500 ms (the governor's FlushInterval). So it waits
+// settle after op before reading: each operation pays for its own
+// records, where before a batch landed in whichever operation's window
+// its tick fell (in a herd's more often than in a single fetch's, whose
+// window is shorter), which moved 10-30 ms figures by several ms.
 func measure(srv *benchkit.Server, op func() time.Duration) sample {
 	var cpu0 time.Duration
 	if srv != nil {
@@ -41,9 +46,13 @@ func measure(srv *benchkit.Server, op func() time.Duration) sample {
 	if srv == nil {
 		return sample{wall: wall}
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(settle)
 	return sample{wall: wall, cpu: srv.Group.Read() - cpu0}
 }
+
+// settle is how long measure waits after an operation: a governor flush
+// (500 ms) and a margin.
+const settle = 650 * time.Millisecond
 
 var rng = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 
