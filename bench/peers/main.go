@@ -48,6 +48,12 @@ type setup struct {
 	nginx    *benchkit.Server
 	sshd     *benchkit.Server
 	repoInfo string
+
+	// ciOneFetch is the storm workload's median server CPU of one CI
+	// runner's fetch, by variant ("SSH v2"): sshfloor's bound uses it.
+	ciOneFetch map[string]time.Duration
+	// coldOneClone is its median server CPU of one cold clone, by variant.
+	coldOneClone map[string]time.Duration
 }
 
 // transport is one way to reach the repository, packwire's and the peer's.
@@ -96,7 +102,7 @@ func main() {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	s := &setup{out: out, nRounds: *rounds, repo: *shape}
+	s := &setup{out: out, nRounds: *rounds, repo: *shape, ciOneFetch: map[string]time.Duration{}, coldOneClone: map[string]time.Duration{}}
 	want := map[string]bool{}
 	for _, w := range strings.Split(*only, ",") {
 		if w != "" {

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"packwire/bench/internal/benchkit"
+	pwssh "packwire/internal/transport/ssh"
 )
 
 // sshFloorWorkload measures what one SSH connection costs a server apart
@@ -135,7 +136,7 @@ func (s *setup) sshFloorWorkload(r *report, n int) {
 
 	r.section("SSH: what one connection costs, apart from git",
 		fmt.Sprintf("The OpenSSH client (`%s -o SetEnv=GIT_PROTOCOL=version=2`) runs `git-upload-pack` with a flush on stdin against: packwire, which answers it itself (the protocol v2 capability advertisement: no git runs); "+
-			"a bare server made of golang.org/x/crypto/ssh alone (bench/peers re-executed in its own cgroup: an ed25519 host key, public-key authentication, the exec answered with the same %d bytes packwire sent, exit status 0, nothing else); "+
+			"a bare server made of golang.org/x/crypto/ssh alone (bench/peers re-executed in its own cgroup: an ed25519 host key, packwire's cipher offer (AES only), public-key authentication, the exec answered with the same %d bytes packwire sent, exit status 0, nothing else); "+
 			"and OpenSSH sshd, whose git-shell runs git-upload-pack. The last row is the bare server sending as many random bytes as the benchmark repository's packs hold (a clone's answer), whatever the command. Server CPU per connection (cgroup delta / %d): %d connections one after another, then %d at once; %d rounds after a warm-up, servers in a fresh random order per round; medians.",
 			benchkit.SSHCommand("KEY", ""), len(reply), n, n, n, s.nRounds))
 	r.table("| server | one after another | "+fmt.Sprint(n)+" at once | errors |", "|---|---:|---:|---:|")
@@ -146,6 +147,24 @@ func (s *setup) sshFloorWorkload(r *report, n int) {
 	r.note(fmt.Sprintf("packwire / bare x/crypto/ssh: %.2fx one after another, %.2fx at once; packwire's own part of a connection: %.2f ms and %.2f ms.",
 		durRatio(benchkit.Median(pw.one), benchkit.Median(bare.one)), durRatio(benchkit.Median(pw.herd), benchkit.Median(bare.herd)),
 		msf(benchkit.Median(pw.one)-benchkit.Median(bare.one)), msf(benchkit.Median(pw.herd)-benchkit.Median(bare.herd))))
+	// With the storm's herds in the same run: a herd of n over SSH costs at
+	// least what one costs and n-1 more connections at the bare library's
+	// cost (the git run is shared; a connection and its encryption are
+	// not). A cold clone's followers each receive the whole answer, for
+	// which the bare server's streaming row stands.
+	stream := targets[3]
+	for _, v := range []string{"SSH v0", "SSH v2"} {
+		if one, ok := s.ciOneFetch[v]; ok && one > 0 {
+			floor := one + time.Duration(n-1)*benchkit.Median(bare.herd)
+			r.note(fmt.Sprintf("Floor of %d CI runners' fetches over %s with x/crypto/ssh (this run): one fetch (%.1f ms, storm workload) + %d connections at the bare server's cost at once (%.2f ms each) = %.1f ms, %.2fx one fetch.",
+				n, v, msf(one), n-1, msf(benchkit.Median(bare.herd)), msf(floor), durRatio(floor, one)))
+		}
+		if one, ok := s.coldOneClone[v]; ok && one > 0 {
+			floor := one + time.Duration(n-1)*benchkit.Median(stream.herd)
+			r.note(fmt.Sprintf("Floor of %d cold clones over %s with x/crypto/ssh (this run): one clone (%.1f ms, storm workload) + %d connections streaming a clone's worth at the bare server's cost at once (%.2f ms each) = %.1f ms, %.2fx one clone.",
+				n, v, msf(one), n-1, msf(benchkit.Median(stream.herd)), msf(floor), durRatio(floor, one)))
+		}
+	}
 }
 
 // msf is d in milliseconds, with two decimals' worth of precision kept.
@@ -177,7 +196,7 @@ func runSSH(args []string, stdin string) ([]byte, error) {
 }
 
 // serveBareSSH is the bare server of sshFloorWorkload: golang.org/x/crypto/ssh
-// with nothing else. It accepts the one key in authorizedKey, answers every
+// with nothing else but packwire's cipher offer. It accepts the one key in authorizedKey, answers every
 // exec with reply ("stream N": N random bytes instead), reads the client's
 // input to its end, sends exit status 0, EOF and close (packwire's order),
 // and refuses everything else.
@@ -209,6 +228,11 @@ func serveBareSSH(addr, replyFile, authorizedKey string) {
 		return nil, errors.New("unknown key")
 	}}
 	cfg.AddHostKey(hostKey)
+	// packwire's cipher offer, so that the client picks the same cipher
+	// and MAC from both (OpenSSH: aes128-ctr with hmac-sha2-256-etm; with
+	// x/crypto's defaults it would take chacha20-poly1305, ~5x the CPU per
+	// byte, and the streaming row would not compare).
+	cfg.Ciphers = pwssh.DefaultCiphers
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Fatal(err)

@@ -104,6 +104,15 @@ func (s *setup) stormWorkload(r *report) {
 		}
 		return herd
 	}
+	// The same CI herd against each transport's peer, for scale: the
+	// target compares packwire with itself.
+	peerHerd := func(v stormVariant) string { return fmt.Sprintf("%s v%d x%d", v.tr.peerName, v.version, herd) }
+	ciTargets := append([]target(nil), sizedTargets...)
+	for _, v := range variants {
+		name := peerHerd(v)
+		byName[name] = v
+		ciTargets = append(ciTargets, target{name: name, url: v.tr.peer(s.repo), env: v.tr.env, server: v.tr.peerSrv})
+	}
 
 	// 1. Cold herds: a push before each, so no answer is cached.
 	cold := map[string][]sample{}
@@ -156,7 +165,7 @@ func (s *setup) stormWorkload(r *report) {
 	ci := map[string][]sample{}
 	if stormPart("ci") {
 		log.Print("storm: CI runners fetching after a push ...")
-		ci = s.rounds(sizedTargets, func(t target, round int) sample {
+		ci = s.rounds(ciTargets, func(t target, round int) sample {
 			v, n := byName[t.name], sizeOf(t)
 			os.RemoveAll(runners)
 			base := filepath.Join(runners, "base")
@@ -175,7 +184,7 @@ func (s *setup) stormWorkload(r *report) {
 					return err
 				})
 			})
-			if round >= 0 {
+			if round >= 0 && t.server == s.packwire {
 				gitRuns[t.name] = append(gitRuns[t.name], time.Duration(s.fetchGitRuns(start)))
 			}
 			return smp
@@ -187,7 +196,7 @@ func (s *setup) stormWorkload(r *report) {
 		"packwire with its defaults (fetch cache on) over git://, SSH and HTTP, each with protocol v0 and v2 (`-c protocol.version=N`). "+
 			"Cold herds: a commit pushed into the bare repository before each herd, then %d concurrent `git clone --no-checkout` (or one). "+
 			"Repeated clones: the unchanged repository, single clones, packwire and the transport's peer in one shuffled round. "+
-			"CI runners: %d copies of one clone at the tip (or one), a pushed commit, then `git fetch` in all of them at once; git runs: the fetch requests (rounds included) that ran git by packwire's governor. "+
+			"CI runners: %d copies of one clone at the tip (or one), a pushed commit, then `git fetch` in all of them at once; git runs: the fetch requests (rounds included) that ran git by packwire's governor; the second table runs the same 16-runner herd against each transport's peer, in the same shuffled rounds. "+
 			"Server CPU is the cgroup delta of the server's whole process tree over the operation; %d rounds after one warm-up round, targets shuffled per round; medians.",
 		herd, herd, s.nRounds))
 	r.table("| transport | 1 clone CPU | 16 clones CPU | ratio | 16 CI fetches CPU | 1 fetch CPU | ratio | git runs per 16 CI fetches | repeated clone packwire | peer | ratio (95% CI) | errors |",
@@ -213,6 +222,19 @@ func (s *setup) stormWorkload(r *report) {
 			r.target(fmt.Sprintf("16 CI runners fetching after a push over %s <= 2.0x one such fetch", v.name()), ciRatio, 2.0, compare.Result{})
 		}
 		r.row(row...)
+		if stormPart("cold") {
+			s.coldOneClone[v.name()] = one
+		}
+		if stormPart("ci") {
+			s.ciOneFetch[v.name()] = fOne
+		}
+	}
+	if stormPart("ci") {
+		r.table("| transport | packwire: 16 CI fetches CPU | peer | peer: 16 CI fetches CPU | packwire / peer |", "|---|---:|---|---:|---:|")
+		for _, v := range variants {
+			pw, peer := benchkit.Median(cpus(ci[sized(v, herd)])), benchkit.Median(cpus(ci[peerHerd(v)]))
+			r.row(v.name(), ms(pw), v.tr.peerName, ms(peer), ratio(pw.Seconds()/peer.Seconds()))
+		}
 	}
 }
 
