@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -122,6 +123,8 @@ func BenchmarkPerRequestCost(b *testing.B) {
 			shell(clone) // warm-up: the answer is stored
 
 			var herdCPU, oneCPU, cloneCPU []time.Duration
+			var herdGoroutines, oneGoroutines []time.Duration // counts, as durations for med
+			var spawned uint64                                // goroutines the last profiled call created
 			profiles := 0
 			// profiled returns the CPU f costs this process; with
 			// PACKWIRE_PROFILE_DIR, it writes f's profile (one file per
@@ -137,8 +140,9 @@ func BenchmarkPerRequestCost(b *testing.B) {
 					pprof.StartCPUProfile(fh)
 					defer func() { pprof.StopCPUProfile(); fh.Close() }()
 				}
-				cpu := selfCPU()
+				cpu, created := selfCPU(), goroutinesCreated()
 				f()
+				spawned = goroutinesCreated() - created
 				return selfCPU() - cpu
 			}
 			b.ResetTimer()
@@ -147,10 +151,12 @@ func BenchmarkPerRequestCost(b *testing.B) {
 				prepare(herd)
 				b.StartTimer()
 				herdCPU = append(herdCPU, profiled("herd", func() { shell(fetchAll(herd)) }))
+				herdGoroutines = append(herdGoroutines, time.Duration(spawned))
 				b.StopTimer()
 				prepare(1)
 				b.StartTimer()
 				oneCPU = append(oneCPU, profiled("one", func() { shell(fetchAll(1)) }))
+				oneGoroutines = append(oneGoroutines, time.Duration(spawned))
 				for j := 0; j < 4; j++ {
 					cloneCPU = append(cloneCPU, profiled("clone", func() { shell(clone) }))
 				}
@@ -165,8 +171,19 @@ func BenchmarkPerRequestCost(b *testing.B) {
 			b.ReportMetric(ms(med(oneCPU)), "ms-self/fetch1")
 			b.ReportMetric(ms(med(herdCPU)-med(oneCPU))/(herd-1), "ms-self/extra-runner")
 			b.ReportMetric(ms(med(cloneCPU)), "ms-self/repeat-clone")
+			b.ReportMetric(float64(med(herdGoroutines)-med(oneGoroutines))/(herd-1), "goroutines/extra-runner")
 		})
 	}
+}
+
+// goroutinesCreated is how many goroutines this process has started so far.
+func goroutinesCreated() uint64 {
+	sample := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return sample[0].Value.Uint64()
 }
 
 // selfCPU is this process's user + system CPU so far (git children not
