@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,35 +69,50 @@ func (p Pace) slowError(n int64, took time.Duration) *Error {
 // once the bytes counted by n fall behind pace. Reads blocked on the
 // client end with the request's context, so no transport needs read
 // deadlines of its own. stop ends the watch; it returns whether the
-// request was cut off.
+// request was cut off, and once it has returned cancel is not called.
+//
+// The check runs on a timer every paceCheck, not in a goroutine of its
+// own: most requests are read in well under one interval (a CI runner's
+// v2 commands are a few hundred bytes), and a goroutine started and woken
+// to end for each was one of the few per-request costs a herd of runners
+// multiplies.
 func paceWatch(pace Pace, start time.Time, n *atomic.Int64, cancel context.CancelCauseFunc) (stop func() bool) {
 	if pace.MinRate <= 0 && pace.Max <= 0 {
 		return func() bool { return false }
 	}
-	done := make(chan struct{})
-	fired := make(chan bool, 1)
-	go func() {
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				fired <- false
-				return
-			case now := <-t.C:
-				if d := pace.deadline(start, n.Load()); !d.IsZero() && now.After(d) {
-					cancel(ErrTooSlow)
-					fired <- true
-					return
-				}
-			}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		fired   bool
+		timer   *time.Timer
+	)
+	check := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
+		if d := pace.deadline(start, n.Load()); !d.IsZero() && time.Now().After(d) {
+			fired = true
+			cancel(ErrTooSlow) // under mu: stop returns only after it
+			return
+		}
+		timer.Reset(paceCheck)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(paceCheck, check)
+	mu.Unlock()
 	return func() bool {
-		close(done)
-		return <-fired
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		timer.Stop()
+		return fired
 	}
 }
+
+// paceCheck is how often paceWatch compares a request with its Pace.
+const paceCheck = 250 * time.Millisecond
 
 // countingReader counts what passes, for paceWatch.
 type countingReader struct {
