@@ -32,7 +32,14 @@ func (r *report) section(title, text string) {
 	fmt.Fprintf(&r.body, "\n## %s\n\n%s\n\n", title, text)
 }
 
-func (r *report) table(header, sep string) { fmt.Fprintf(&r.body, "%s\n%s\n", header, sep) }
+// table starts a table, after a blank line: Markdown would read a table
+// right under another as more of its rows.
+func (r *report) table(header, sep string) {
+	if !strings.HasSuffix(r.body.String(), "\n\n") {
+		r.body.WriteString("\n")
+	}
+	fmt.Fprintf(&r.body, "%s\n%s\n", header, sep)
+}
 
 func (r *report) row(cells ...string) { fmt.Fprintf(&r.body, "| %s |\n", strings.Join(cells, " | ")) }
 

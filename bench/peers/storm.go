@@ -230,6 +230,7 @@ func (s *setup) stormWorkload(r *report) {
 		}
 	}
 	if stormPart("ci") {
+		r.note("The same 16-runner CI herds against each transport's peer, in the same shuffled rounds:")
 		r.table("| transport | packwire: 16 CI fetches CPU | peer | peer: 16 CI fetches CPU | packwire / peer |", "|---|---:|---|---:|---:|")
 		for _, v := range variants {
 			pw, peer := benchkit.Median(cpus(ci[sized(v, herd)])), benchkit.Median(cpus(ci[peerHerd(v)]))
