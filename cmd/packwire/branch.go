@@ -131,15 +131,31 @@ func quotaInCluster(ctx context.Context, data *datadir.Data, pos []string, stdou
 			return true, fmt.Errorf("repo quota %s: %w", name, placedOnly(err))
 		}
 		recordRepoChange(ctx, data, stderr, "repo quota", name, pos[1]+" (every copy)")
-	} else if st, err = cluster.RepoSettings(ctx, data.Store.DB, name); err != nil {
+		// The primary checks a push against the quota: once it has the
+		// change, the next push sees it (a push right after "off" was
+		// refused over the old quota).
+		applied, err := waitPrimaryApplied(ctx, data, name, st.Number)
+		if err != nil {
+			return true, fmt.Errorf("repo quota %s: %w", name, err)
+		}
+		printClusterQuota(stdout, name, st, "; "+appliedText(applied))
+		return true, nil
+	}
+	if st, err = cluster.RepoSettings(ctx, data.Store.DB, name); err != nil {
 		return true, fmt.Errorf("repo quota %s: %w", name, placedOnly(err))
 	}
-	if st.Quota == nil || *st.Quota == 0 {
-		fmt.Fprintf(stdout, "%s: no quota on its copies\n", name)
-	} else {
-		fmt.Fprintf(stdout, "%s: a %s quota on every copy (each node applies a change within a heartbeat)\n", name, units.Bytes(*st.Quota))
-	}
+	printClusterQuota(stdout, name, st, "")
 	return true, nil
+}
+
+// printClusterQuota says what quota a cluster repository's copies have,
+// and then note.
+func printClusterQuota(w io.Writer, name string, st cluster.Settings, note string) {
+	if st.Quota == nil || *st.Quota == 0 {
+		fmt.Fprintf(w, "%s: no quota on its copies%s\n", name, note)
+	} else {
+		fmt.Fprintf(w, "%s: a %s quota on every copy%s\n", name, units.Bytes(*st.Quota), note)
+	}
 }
 
 // parseQuota reads repo quota's SIZE: a size, or off (0).

@@ -34,10 +34,7 @@ func TestClusterPushStartsTheHookOnce(t *testing.T) {
 	}
 	admin := storeAdmin(t, url, filepath.Join(t.TempDir(), "none"))
 	admin("repo", "create", "team/app", "--replicas", "3")
-	admin("user", "add", "alice")
-	admin("grant", "alice", "write", "team/*")
-	lines := strings.Split(strings.TrimSpace(admin("token", "create", "alice")), "\n")
-	token := lines[len(lines)-1]
+	token := aliceWrites(admin)
 	repoStatus := func() cluster.RepoStatus {
 		t.Helper()
 		var st cluster.Status

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"packwire/internal/pgtest"
-	"packwire/internal/server"
 	"packwire/internal/server/cluster"
-	"packwire/internal/servertest"
 	"packwire/internal/store"
 )
 
@@ -30,19 +28,11 @@ func TestClusterMoveCopies(t *testing.T) {
 	url := pgtest.Start(t).NewDatabase(t)
 	const heartbeat, timeout = 200 * time.Millisecond, time.Second
 	names := []string{"a", "b", "c", "d"}
-	nodes := map[string]*servertest.Server{}
-	for _, name := range names {
-		nodes[name] = servertest.Start(t, func(c *server.Config) {
-			c.Database, c.Node, c.NodeHeartbeat, c.NodeTimeout = url, name, heartbeat, timeout
-		})
-	}
+	nodes := startNodes(t, url, names, heartbeat, timeout, nil)
 	env := nodes["a"].Env
 	nowhere := filepath.Join(t.TempDir(), "none")
 	admin := storeAdmin(t, url, nowhere)
-	admin("user", "add", "alice")
-	admin("grant", "alice", "write", "team/*")
-	lines := strings.Split(strings.TrimSpace(admin("token", "create", "alice")), "\n")
-	token := lines[len(lines)-1]
+	token := aliceWrites(admin)
 	admin("repo", "create", "team/m", "--replicas", "3", "--default-branch", "trunk")
 	watch, err := store.OpenPostgres(ctx, url)
 	if err != nil {

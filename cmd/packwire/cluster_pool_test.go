@@ -13,7 +13,6 @@ import (
 	"packwire/internal/pgtest"
 	"packwire/internal/server"
 	"packwire/internal/server/cluster"
-	"packwire/internal/servertest"
 	"packwire/internal/store"
 )
 
@@ -29,14 +28,10 @@ func TestClusterTinyPool(t *testing.T) {
 	url := pgtest.Start(t).NewDatabase(t)
 	const heartbeat, timeout = 200 * time.Millisecond, time.Second
 	names := []string{"a", "b", "c"}
-	nodes := map[string]*servertest.Server{}
-	for _, name := range names {
-		nodes[name] = servertest.Start(t, func(c *server.Config) {
-			c.Database, c.Node, c.NodeHeartbeat, c.NodeTimeout = url, name, heartbeat, timeout
-			c.DatabaseMaxConns = 2
-			c.MaxRequestsPerClient = 0 // every client is 127.0.0.1
-		})
-	}
+	nodes := startNodes(t, url, names, heartbeat, timeout, func(c *server.Config) {
+		c.DatabaseMaxConns = 2
+		c.MaxRequestsPerClient = 0 // every client is 127.0.0.1
+	})
 	admin := storeAdmin(t, url, filepath.Join(t.TempDir(), "none"))
 	repos := []string{"s1", "s2"}
 	for _, r := range repos {

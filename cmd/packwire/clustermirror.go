@@ -39,9 +39,16 @@ func setClusterMirrorSpec(ctx context.Context, data *datadir.Data, name string, 
 	if err != nil {
 		return false, placedOnly(err)
 	}
+	return waitPrimaryApplied(ctx, data, name, st.Number)
+}
+
+// waitPrimaryApplied waits, a few heartbeats at most, for the primary of
+// a cluster repository to apply its settings number n (pushes go to the
+// primary, so the next one already sees them). It says whether it did.
+func waitPrimaryApplied(ctx context.Context, data *datadir.Data, name string, n int64) (bool, error) {
 	deadline := time.Now().Add(5 * cluster.DefaultHeartbeat)
 	for {
-		applied, err := cluster.PrimaryApplied(ctx, data.Store.DB, name, st.Number)
+		applied, err := cluster.PrimaryApplied(ctx, data.Store.DB, name, n)
 		if err != nil || applied || time.Now().After(deadline) {
 			return applied, err
 		}

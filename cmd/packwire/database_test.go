@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"packwire/internal/gittest"
 	"packwire/internal/pgtest"
@@ -90,4 +91,28 @@ func storeAdmin(t *testing.T, database, nowhere string) func(args ...string) str
 		}
 		return out
 	}
+}
+
+// startNodes starts a node of the cluster on database url per name, with
+// heartbeat and timeout; more (nil: none) adjusts each node's config.
+func startNodes(t *testing.T, url string, names []string, heartbeat, timeout time.Duration, more func(*server.Config)) map[string]*servertest.Server {
+	nodes := map[string]*servertest.Server{}
+	for _, name := range names {
+		nodes[name] = servertest.Start(t, func(c *server.Config) {
+			c.Database, c.Node, c.NodeHeartbeat, c.NodeTimeout = url, name, heartbeat, timeout
+			if more != nil {
+				more(c)
+			}
+		})
+	}
+	return nodes
+}
+
+// aliceWrites adds user alice with write access to team/* through admin
+// (storeAdmin) and returns a new token of hers.
+func aliceWrites(admin func(args ...string) string) (token string) {
+	admin("user", "add", "alice")
+	admin("grant", "alice", "write", "team/*")
+	lines := strings.Split(strings.TrimSpace(admin("token", "create", "alice")), "\n")
+	return lines[len(lines)-1]
 }

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	gossh "golang.org/x/crypto/ssh"
-
 	"packwire/internal/gittest"
 )
 
@@ -65,28 +63,9 @@ func TestKeepAliveSparesPausedClone(t *testing.T) {
 	h.env.Git(r.Path, "config", "core.compression", "0")
 	h.env.Build(r.Path, gittest.Shape{Commits: 1, Files: 24, BlobBytes: 1 << 20, Incompress: true})
 
-	nc, err := net.Dial("tcp", "127.0.0.1:"+h.port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := &pausableConn{Conn: nc}
-	sconn, chans, reqs, err := gossh.NewClientConn(conn, nc.RemoteAddr().String(), &gossh.ClientConfig{
-		User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(h.signer(h.aliceKey))}, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := gossh.NewClient(sconn, chans, reqs) // answers probes (with a refusal) whenever it reads
-	defer client.Close()
-	sess, err := client.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, _ := sess.StdinPipe()
-	stdout, _ := sess.StdoutPipe()
-	if err := sess.Start("git-upload-pack '/team/big.git'"); err != nil {
-		t.Fatal(err)
-	}
+	var conn *pausableConn
+	client := h.dialAlice(func(nc net.Conn) net.Conn { conn = &pausableConn{Conn: nc}; return conn })
+	sess, stdin, stdout := h.execUploadPack(client, "/team/big.git")
 	startUploadPack(t, stdin, stdout) // 1 MiB of the pack read
 
 	conn.pause()
@@ -120,28 +99,9 @@ func TestSilentClientCannotHoldARequest(t *testing.T) {
 	h := newHarness(t, func(s *Server) { s.Pipeline.Runner.IdleTimeout = idle })
 	big := h.repo("team/big", gittest.Shape{Commits: 1, Files: 24, BlobBytes: 1 << 20, Incompress: true})
 
-	nc, err := net.Dial("tcp", "127.0.0.1:"+h.port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := &pausableConn{Conn: nc}
-	sconn, chans, reqs, err := gossh.NewClientConn(conn, nc.RemoteAddr().String(), &gossh.ClientConfig{
-		User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(h.signer(h.aliceKey))}, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := gossh.NewClient(sconn, chans, reqs)
-	defer client.Close()
-	sess, err := client.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, _ := sess.StdinPipe()
-	stdout, _ := sess.StdoutPipe()
-	if err := sess.Start("git-upload-pack '/team/big.git'"); err != nil {
-		t.Fatal(err)
-	}
+	var conn *pausableConn
+	client := h.dialAlice(func(nc net.Conn) net.Conn { conn = &pausableConn{Conn: nc}; return conn })
+	_, stdin, stdout := h.execUploadPack(client, "/team/big.git")
 	startUploadPack(t, stdin, stdout)
 	conn.pause()
 	defer conn.unpause()

@@ -49,29 +49,10 @@ func bigRepo(t *testing.T, h *harness, name string) {
 // pack bytes.
 func slowClone(t *testing.T, h *harness, repo string) (held, received int64) {
 	t.Helper()
-	nc, err := net.Dial("tcp", "127.0.0.1:"+h.port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := &countingConn{Conn: nc}
-	sconn, chans, reqs, err := gossh.NewClientConn(conn, nc.RemoteAddr().String(), &gossh.ClientConfig{
-		User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(h.signer(h.aliceKey))}, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := gossh.NewClient(sconn, chans, reqs)
-	defer client.Close()
-	sess, err := client.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, _ := sess.StdinPipe()
-	stdout, _ := sess.StdoutPipe()
+	var conn *countingConn
+	client := h.dialAlice(func(nc net.Conn) net.Conn { conn = &countingConn{Conn: nc}; return conn })
 	start := conn.read.Load() // the handshake; then only this session's output
-	if err := sess.Start("git-upload-pack '/" + repo + "'"); err != nil {
-		t.Fatal(err)
-	}
+	sess, stdin, stdout := h.execUploadPack(client, "/"+repo)
 	startUploadPack(t, stdin, stdout) // 1 MiB read, and the advertisement (< 1 KiB)
 	received = 1 << 20
 	buf := make([]byte, 32<<10)

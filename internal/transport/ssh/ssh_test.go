@@ -268,6 +268,42 @@ func (h *harness) dial(signer gossh.Signer) *gossh.Client {
 	return client
 }
 
+// dialAlice connects the Go SSH client as alice over wrap's wrapper of a
+// new TCP connection to the server (a pausable or counting one); the
+// client is closed with the test.
+func (h *harness) dialAlice(wrap func(net.Conn) net.Conn) *gossh.Client {
+	h.t.Helper()
+	nc, err := net.Dial("tcp", "127.0.0.1:"+h.port)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	sconn, chans, reqs, err := gossh.NewClientConn(wrap(nc), nc.RemoteAddr().String(), &gossh.ClientConfig{
+		User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(h.signer(h.aliceKey))}, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	client := gossh.NewClient(sconn, chans, reqs) // answers probes (with a refusal) whenever it reads
+	h.t.Cleanup(func() { client.Close() })
+	return client
+}
+
+// execUploadPack starts git-upload-pack of repo ("/team/big.git") in a new
+// session of client and returns it with its stdin and stdout.
+func (h *harness) execUploadPack(client *gossh.Client, repo string) (*gossh.Session, io.WriteCloser, io.Reader) {
+	h.t.Helper()
+	sess, err := client.NewSession()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	stdin, _ := sess.StdinPipe()
+	stdout, _ := sess.StdoutPipe()
+	if err := sess.Start("git-upload-pack '" + repo + "'"); err != nil {
+		h.t.Fatal(err)
+	}
+	return sess, stdin, stdout
+}
+
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
