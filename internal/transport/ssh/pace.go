@@ -56,6 +56,20 @@ const unpacedMax = 4 << 20
 // recorded v0 session); the client's buffer then fills once, to its
 // window at most.
 //
+// The writer never waits for a window adjust that the client's own rule
+// sends only after more data. Clients return window by different rules:
+// OpenSSH and x/crypto/ssh as soon as more than three packets (96 KiB) are
+// unreturned and git has read any of it (adjustFloor covers that); libssh2
+// (libgit2) only once its application reads with over a quarter of its
+// 2 MiB window unreturned, and jsch (JGit) once over half its 1 MiB window
+// is, each returning all of it at once. A client's returns of such a rule
+// are each larger than what it lets stay unreturned, so the writer waits
+// only while more is unacknowledged than the smallest return the client has
+// made (see waitRoom), and not at all before its first: with libssh2 and
+// jsch it runs on each ~0.5 MiB return, with OpenSSH as before. As a last
+// resort for a rule none of these follows, a writer that has waited
+// stallWait with no return at all stops pacing that channel.
+//
 // x/crypto/ssh exposes no window, so channelWindow reads the channel's own
 // (under its lock, as the library does). Where its layout is not the one
 // expected, pacing is off and writes go straight to the channel.
@@ -131,6 +145,17 @@ func (w pacedWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// stalled reports whether pacing stopped for want of a window adjust (see
+// stallWait).
+func (w pacedWriter) stalled() bool {
+	if w.window == nil {
+		return false
+	}
+	w.window.cond.L.Lock()
+	defer w.window.cond.L.Unlock()
+	return w.window.stalled
+}
+
 // writeUnpaced sends p as the client's window allows, counted as sent.
 func (w pacedWriter) writeUnpaced(p []byte) (int, error) {
 	n, err := w.Channel.Write(p)
@@ -160,7 +185,19 @@ type channelWindow struct {
 	rated     bool         // rate has been measured once
 	rateSince time.Time
 	ackedThen uint64
+
+	ackedSeen uint64      // acknowledged bytes at the last look
+	minReturn uint32      // the smallest window the client returned at once, as seen; 0: none yet
+	stalled   bool        // the writer waited stallWait with no return: not paced any more
+	stall     *time.Timer // sets stalled while the writer waits; nil until it first does
 }
+
+// stallWait is how long a writer waits with no window returned before it
+// stops pacing its channel: a client that returns nothing then is either
+// one whose rule wants more data first (none of OpenSSH, libssh2, jsch,
+// x/crypto/ssh, paramiko) or one whose git has not read for that long, for
+// which pacing saves nothing.
+const stallWait = time.Second
 
 func (w *channelWindow) wrote(n int) {
 	w.cond.L.Lock()
@@ -208,17 +245,61 @@ func (w *channelWindow) allowance(limit uint32, now time.Time) uint32 {
 }
 
 // waitRoom blocks until size more bytes stay within the allowance, or
-// nothing is unacknowledged, or the channel closed.
+// nothing is unacknowledged, or the channel closed. It never waits with no
+// more unacknowledged than the smallest window the client has returned at
+// once (nor before its first return): a client that returns window only
+// past some amount returns more than that amount each time, and so would
+// never send the adjust waited for (see pacedWriter).
 func (w *channelWindow) waitRoom(size, limit uint32) {
 	w.cond.L.Lock()
 	defer w.cond.L.Unlock()
+	waited := false
 	for {
 		unacked := w.unacked()
-		if *w.closed || unacked == 0 || unacked+size <= w.allowance(limit, time.Now()) {
+		returned := w.sawReturns(unacked)
+		if *w.closed || w.stalled || unacked == 0 || w.minReturn == 0 || unacked <= w.minReturn ||
+			unacked+size <= w.allowance(limit, time.Now()) {
+			if waited {
+				w.stall.Stop()
+			}
 			return
 		}
+		// Wait; the stall timer runs from the last return seen.
+		if w.stall == nil {
+			w.stall = time.AfterFunc(stallWait, w.stallFired)
+		} else if !waited || returned {
+			w.stall.Reset(stallWait)
+		}
+		waited = true
 		w.cond.Wait()
 	}
+}
+
+// sawReturns notes the window the client returned since the last look and
+// reports whether it returned any. Several adjusts seen at once count as
+// one larger return, which only makes the writer wait less. Call with
+// cond.L held.
+func (w *channelWindow) sawReturns(unacked uint32) bool {
+	acked := w.sent - min(uint64(unacked), w.sent) // as in allowance
+	if acked <= w.ackedSeen {
+		w.ackedSeen = acked
+		return false
+	}
+	ret := uint32(min(acked-w.ackedSeen, 1<<31))
+	if w.minReturn == 0 || ret < w.minReturn {
+		w.minReturn = ret
+	}
+	w.ackedSeen = acked
+	return true
+}
+
+// stallFired stops pacing once the writer has waited stallWait with no
+// window returned, and wakes it.
+func (w *channelWindow) stallFired() {
+	w.cond.L.Lock()
+	w.stalled = true
+	w.cond.Broadcast()
+	w.cond.L.Unlock()
 }
 
 // windowOf finds the remote window inside x/crypto/ssh's channel type

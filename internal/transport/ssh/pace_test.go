@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,7 +113,8 @@ func TestPacingBoundsClientBuffer(t *testing.T) {
 }
 
 // TestPacedCloneWithOpenSSH: a large clone through the OpenSSH client and
-// git, paced at a small cap, is complete (fsck), and keepalives run.
+// git, paced at a small cap, is complete (fsck), keepalives run, and
+// pacing stays on.
 func TestPacedCloneWithOpenSSH(t *testing.T) {
 	t.Parallel()
 	// 64 KiB is below what OpenSSH lets stay unacknowledged before it
@@ -123,6 +125,11 @@ func TestPacedCloneWithOpenSSH(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "big")
 		h.mustGit("", h.aliceKey, "clone", "--no-checkout", h.url("team/big.git"), dir)
 		h.env.Fsck(dir)
+		// OpenSSH returns window as git reads: the writer never waits for
+		// long enough to give pacing up.
+		if logs := h.logs.String(); strings.Contains(logs, "output pacing stopped") {
+			t.Fatalf("pacing stopped for OpenSSH:\n%s", logs)
+		}
 	}
 }
 
@@ -227,6 +234,7 @@ func TestPacedWriterRunsPerHalfLimit(t *testing.T) {
 	w, win := fakeWindow(window)
 	w.rtt.Store(1)                                         // a round trip measured: paced
 	w.rated, w.rateSince = true, time.Now().Add(time.Hour) // rate 0, kept: allowance = limit
+	w.minReturn = 40 << 10                                 // the client returns window as OpenSSH does
 	ch := &recordingChannel{w: w}
 	pw := pacedWriter{Channel: ch, window: w, limit: limit}
 
@@ -304,6 +312,7 @@ func TestServeFileUnpacedUpToMax(t *testing.T) {
 	w, win := fakeWindow(window)
 	w.rtt.Store(1)                                         // a round trip measured
 	w.rated, w.rateSince = true, time.Now().Add(time.Hour) // rate 0, kept: allowance = limit
+	w.minReturn = 40 << 10                                 // the client returns window as OpenSSH does
 	ch := &recordingChannel{w: w}
 	cw := &channelWriter{pacedWriter: pacedWriter{Channel: ch, window: w, limit: limit}}
 	file := func(size int64) *os.File {
@@ -386,6 +395,7 @@ func TestStreamDoneUnpacedStreamFilePaced(t *testing.T) {
 	w, _ := fakeWindow(window)
 	w.rtt.Store(1)
 	w.rated, w.rateSince = true, time.Now().Add(time.Hour) // allowance = limit
+	w.minReturn = 40 << 10                                 // the client returns window as OpenSSH does
 	cw := &channelWriter{pacedWriter: pacedWriter{Channel: &recordingChannel{w: w}, window: w, limit: limit}}
 	f, err := os.CreateTemp(t.TempDir(), "recording")
 	if err != nil {
@@ -463,5 +473,106 @@ func TestServeFileIdleDeadline(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("sending to a stalled client did not end at the idle timeout")
 		}
+	}
+}
+
+// thresholdChannel is a session channel whose client returns window as
+// jsch and libssh2 do: nothing until more than threshold is unreturned,
+// then all of it at once (once it has read it: at once here).
+type thresholdChannel struct {
+	gossh.Channel
+	w          *channelWindow
+	threshold  uint32
+	unreturned uint32
+	returns    []uint32
+}
+
+func (c *thresholdChannel) Write(p []byte) (int, error) {
+	c.w.cond.L.Lock()
+	defer c.w.cond.L.Unlock()
+	*c.w.win -= uint32(len(p))
+	if c.unreturned += uint32(len(p)); c.unreturned > c.threshold {
+		*c.w.win += c.unreturned
+		c.returns = append(c.returns, c.unreturned)
+		c.unreturned = 0
+		c.w.cond.Broadcast()
+	}
+	return len(p), nil
+}
+
+// pacedWrite writes size bytes through a paced writer over ch's window at
+// the default limit, the round trip and rate measured (allowance: the
+// limit), and reports how long it took or that it did not end in 10 s.
+func pacedWrite(t *testing.T, w *channelWindow, ch gossh.Channel, size int) time.Duration {
+	t.Helper()
+	w.rtt.Store(1)
+	w.rated, w.rateSince = true, time.Now().Add(time.Hour)
+	pw := pacedWriter{Channel: ch, window: w, limit: DefaultMaxUnacked}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := pw.Write(make([]byte, size))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		w.cond.L.Lock()
+		t.Fatalf("the writer waits with %d KiB unacknowledged for a client that returns window only past its threshold", w.unacked()>>10)
+	}
+	return time.Since(start)
+}
+
+// TestPacingLetsThresholdClientsAdjust: a client that returns window only
+// once more than half its 1 MiB window (jsch) or a quarter of its 2 MiB
+// window (libssh2, once it has grown its window by its read buffer) is
+// unreturned gets its whole output,
+// at once (not through the stall fallback), and pacing still bounds what
+// it holds to about its smallest return plus a piece. Before, the writer
+// waited at 512 KiB unacknowledged for an adjust those clients send only
+// past it.
+func TestPacingLetsThresholdClientsAdjust(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		window, threshold uint32
+	}{
+		{"jsch", 1 << 20, 512 << 10},
+		{"libssh2", 2 << 20, 512 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, _ := fakeWindow(tc.window)
+			ch := &thresholdChannel{w: w, threshold: tc.threshold}
+			took := pacedWrite(t, w, ch, 16<<20)
+			w.cond.L.Lock()
+			defer w.cond.L.Unlock()
+			if w.stalled {
+				t.Fatalf("the writer stalled (stallWait) before the client adjusted; took %v", took)
+			}
+			for _, r := range ch.returns {
+				if r > tc.threshold+DefaultMaxUnacked/2 {
+					t.Fatalf("the client returned %d KiB at once, want at most its threshold and a piece: %v", r>>10, ch.returns)
+				}
+			}
+		})
+	}
+}
+
+// TestPacingStallFallback: a client whose returns are small yet come only
+// past a threshold above the limit (no known client does so) is not
+// waited for forever: after stallWait with no return the channel is no
+// longer paced.
+func TestPacingStallFallback(t *testing.T) {
+	w, _ := fakeWindow(2 << 20)
+	w.minReturn = 40 << 10 // it once returned little
+	ch := &thresholdChannel{w: w, threshold: 1 << 20}
+	took := pacedWrite(t, w, ch, 4<<20)
+	w.cond.L.Lock()
+	stalled := w.stalled
+	w.cond.L.Unlock()
+	if !stalled || took < stallWait {
+		t.Fatalf("stalled %v after %v: want the fallback after %v", stalled, took, stallWait)
 	}
 }

@@ -159,6 +159,9 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	defer out.SetWriteDeadline(time.Time{})
 	res, err := call.Run(c.ctx, ch, out, ch.Stderr())
 	stopRTT()
+	if paced.stalled() {
+		c.log.Info("output pacing stopped", "service", service, "repo", path, "reason", "the client returned no window for "+stallWait.String()+" while output waited")
+	}
 	if err != nil {
 		c.log.Info("request ended early", "service", service, "repo", path, "error", err.Error())
 	}
