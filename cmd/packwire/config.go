@@ -107,6 +107,14 @@ func configValue(f *flag.Flag, v any) (string, error) {
 			return strconv.FormatFloat(n, 'g', -1, 64), nil
 		}
 		return "", fmt.Errorf("want a number, got %s", tomlType(v))
+	case sizeOf:
+		switch n := v.(type) {
+		case int64:
+			return strconv.FormatInt(n, 10), nil
+		case string:
+			return n, nil
+		}
+		return "", fmt.Errorf("want a size: a whole number of bytes or a string (\"512K\", \"1M\"), got %s", tomlType(v))
 	case time.Duration:
 		if s, ok := v.(string); ok {
 			return s, nil
@@ -148,6 +156,8 @@ func checkValue(f *flag.Flag, v string) error {
 		_, err = strconv.ParseFloat(v, 64)
 	case time.Duration:
 		_, err = parseDuration(v)
+	case sizeOf:
+		err = byteSize{new(int)}.Set(v)
 	}
 	return err
 }

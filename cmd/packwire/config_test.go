@@ -101,6 +101,43 @@ func TestServeConfigFileErrors(t *testing.T) {
 	}
 }
 
+// TestServeSizeFlag: --ssh-max-unacked takes sizes as its help says (it
+// was refused as "not a whole number"), on the command line and in the
+// config file, as a string or a whole number; a bad one names the flag.
+func TestServeSizeFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		text string
+		want int
+	}{
+		{args: []string{"--ssh-max-unacked", "1M"}, want: 1 << 20},
+		{args: []string{"--ssh-max-unacked=768K"}, want: 768 << 10},
+		{args: []string{"--ssh-max-unacked", "300000"}, want: 300000},
+		{args: []string{"--ssh-max-unacked", "0"}, want: 0},
+		{text: "ssh-max-unacked = \"2MiB\"\n", want: 2 << 20},
+		{text: "ssh-max-unacked = 524288\n", want: 512 << 10},
+		{want: server.Defaults.SSHMaxUnacked},
+	} {
+		args := c.args
+		if c.text != "" {
+			args = []string{"--config", writeConfig(t, c.text)}
+		}
+		cfg, _, err := parseServe(args, io.Discard)
+		if err != nil || cfg.SSHMaxUnacked != c.want {
+			t.Errorf("%q %q: %d, %v; want %d", args, c.text, cfg.SSHMaxUnacked, err, c.want)
+		}
+	}
+	for _, args := range [][]string{{"--ssh-max-unacked", "1X"}, {"--ssh-max-unacked", "-1"}, {"--config", writeConfig(t, "ssh-max-unacked = \"lots\"\n")}} {
+		_, _, err := parseServe(args, io.Discard)
+		if _, ok := err.(usageError); !ok || !strings.Contains(err.Error(), "ssh-max-unacked") || !strings.Contains(err.Error(), "a size like") {
+			t.Errorf("%q: %v, want a usage error naming the flag and what a size is", args, err)
+		}
+	}
+	if _, _, err := parseServe([]string{"--help"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--ssh-max-unacked SIZE") || !strings.Contains(err.Error(), "(default 512K)") {
+		t.Errorf("help does not show the flag as a size with its default: %v", err)
+	}
+}
+
 // TestServeConfigFileEndToEnd: the real binary serves what its config file
 // says (transports off or on, the data directory), and a flag overrides a
 // key; a bad file stops it with exit 2 before anything is created.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"packwire/internal/units"
 )
 
 // parseInterspersed parses flags wherever they stand among the positional
@@ -217,6 +219,8 @@ func placeholder(f *flag.Flag) string {
 		return ""
 	case time.Duration:
 		return "DURATION"
+	case sizeOf:
+		return "SIZE"
 	case int, int64, uint, uint64:
 		return "N"
 	case float64:
@@ -245,6 +249,53 @@ func defaultText(f *flag.Flag) string {
 		}
 	}
 	return "(default " + def + ")"
+}
+
+// byteSize is an int flag that takes a size as units.ParseBytes reads it
+// (524288, 512K, 1M, 1MiB); its default shows as a size too.
+type byteSize struct{ n *int }
+
+// sizeOf is what a byteSize's Get returns, so that help, the TOML file and
+// error messages can tell a size from a count.
+type sizeOf int
+
+func sizeVar(fs *flag.FlagSet, p *int, name string, value int, usage string) {
+	*p = value
+	fs.Var(byteSize{p}, name, usage)
+}
+
+func (b byteSize) String() string {
+	if b.n == nil {
+		return "0"
+	}
+	return formatSize(int64(*b.n))
+}
+
+func (b byteSize) Set(s string) error {
+	v, err := units.ParseBytes(s)
+	if err != nil {
+		return errors.New("a size like 524288, 512K or 1M")
+	}
+	if v > 1<<31-1 {
+		return errors.New("at most 2G-1")
+	}
+	*b.n = int(v)
+	return nil
+}
+
+func (b byteSize) Get() any { return sizeOf(*b.n) }
+
+// formatSize writes n in the largest unit that keeps it whole: 512K, 1M.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		shift  uint
+		suffix string
+	}{{30, "G"}, {20, "M"}, {10, "K"}} {
+		if n != 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // acceptDays lets every duration flag of fs take days too ("30d", "1d12h"),
