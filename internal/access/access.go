@@ -280,7 +280,13 @@ func (c *Controller) IsServerAdmin(ctx context.Context, p Principal) bool {
 // anonymous (read-only), not an error: identity is the key, never the
 // SSH user name.
 func (c *Controller) PrincipalForKey(ctx context.Context, key ssh.PublicKey) (Principal, error) {
-	fingerprint := ssh.FingerprintSHA256(key)
+	return c.PrincipalForFingerprint(ctx, ssh.FingerprintSHA256(key))
+}
+
+// PrincipalForFingerprint is PrincipalForKey by the key's SHA256
+// fingerprint: an open SSH connection asks again before each command, as
+// its key may have been removed since it authenticated.
+func (c *Controller) PrincipalForFingerprint(ctx context.Context, fingerprint string) (Principal, error) {
 	version, ok, err := c.Store.Version(ctx)
 	if err != nil {
 		return Principal{}, err

@@ -58,9 +58,19 @@ func (c *conn) serveSession(ch gossh.Channel, reqs <-chan *gossh.Request) {
 				defer close(done)
 				defer c.endCommand()
 				var status uint32
-				if shell {
+				switch refusal := c.checkKey(); {
+				case refusal != "":
+					// Before any git runs, the greeting included: the key
+					// may have been removed since the connection began.
+					c.log.Info("refused", "reason", refusal)
+					if !shell {
+						pktline.WriteError(ch, refusal)
+					}
+					fmt.Fprintf(ch.Stderr(), "fatal: %s\n", refusal)
+					status = exitRefused
+				case shell:
 					status = c.refuseShell(ch)
-				} else {
+				default:
 					status = c.exec(ch, command, protocol)
 				}
 				finish(ch, status)

@@ -32,6 +32,7 @@ type Server struct {
 	IdleTimeout    time.Duration  // close a connection once no command ran for this long after its last; 0: never
 	MaxConnections int            // 0: no limit
 	MaxSessions    int            // session channels open at once per connection; 0: no limit
+	KeyRecheck     time.Duration  // how often open connections' keys are checked again once the store changed; 0: keyRecheckInterval
 	MaxUnacked     int            // bytes of a command's output sent and not yet acknowledged by the client's window; 0: DefaultMaxUnacked, <0: the client's whole window
 	Log            *slog.Logger
 
@@ -43,6 +44,7 @@ type Server struct {
 	open      atomic.Int64       // connections now open, counted against MaxConnections
 	accepted  atomic.Int64       // connections accepted since start
 	pacingOff sync.Once          // logs once that windowOf failed
+	stopKeys  chan struct{}      // closed by Close: ends watchKeys
 }
 
 // DefaultCiphers are AES only. The client's preference decides which
@@ -90,6 +92,16 @@ func (s *Server) Serve(l net.Listener) error {
 		return ErrServerClosed
 	}
 	s.listener = l
+	if s.stopKeys == nil {
+		s.stopKeys = make(chan struct{})
+		if s.Access != nil {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.watchKeys(s.stopKeys)
+			}()
+		}
+	}
 	s.mu.Unlock()
 	err := accept.Loop(l, s.log().With("transport", "ssh"), s.isClosed, func(nc net.Conn) {
 		if tc, ok := nc.(*net.TCPConn); ok {
@@ -136,6 +148,10 @@ func (s *Server) isClosed() bool {
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
+	if s.stopKeys != nil {
+		close(s.stopKeys)
+		s.stopKeys = nil
+	}
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
@@ -333,6 +349,7 @@ type conn struct {
 	lastActive time.Time   // last command end or channel open, for IdleTimeout
 	idleTimer  *time.Timer // from the first command's end; nil without IdleTimeout
 	draining   bool        // server closed: close once running is 0
+	revoked    string      // why the key no longer stands for principal ("": it does); see revoke
 }
 
 // expireInit closes a connection that sent no command within InitTimeout.
@@ -430,7 +447,13 @@ func (c *conn) openSession() (ok, firstRefusal bool) {
 func (c *conn) closeSession() {
 	c.mu.Lock()
 	c.sessions--
+	closeNow := c.revoked != "" && c.sessions == 0 && c.running == 0
+	reason := c.revoked
 	c.mu.Unlock()
+	if closeNow {
+		c.log.Info("connection closed", "reason", reason)
+		c.ssh.Close()
+	}
 }
 
 func (c *conn) drain() {
@@ -513,6 +536,8 @@ func (c *conn) openChannel(newCh gossh.NewChannel) {
 		newCh.Reject(gossh.Prohibited, "packwire: port forwarding is not supported")
 	case c.isDraining():
 		newCh.Reject(gossh.ResourceShortage, "packwire: server is shutting down, retry shortly")
+	case c.revocation() != "":
+		newCh.Reject(gossh.Prohibited, "packwire: "+c.revocation()+"; connect again")
 	default:
 		// As OpenSSH's MaxSessions: each session may run a git.
 		if ok, first := c.openSession(); !ok {
