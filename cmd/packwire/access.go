@@ -300,7 +300,7 @@ func parseRule(f []string) (store.Rule, error) {
 
 func cmdKeyRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	const syn = "key remove FINGERPRINT|PUBKEY_FILE [--data DIR]"
-	data, pos, err := openData(ctx, "key remove", syn, "Remove an SSH key, named by its SHA256 fingerprint or by its public key file.", args, stderr, nil)
+	data, pos, err := openData(ctx, "key remove", syn, "Remove an SSH key, named by its SHA256 fingerprint or by its public key file.\nA running server refuses the next command of every SSH connection open with the\nkey and closes it (one with no command running within 2 s).", args, stderr, nil)
 	if err != nil {
 		return err
 	}

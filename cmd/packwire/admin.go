@@ -165,7 +165,7 @@ func cmdUserList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func cmdUserRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	data, pos, err := openData(ctx, "user remove", "user remove NAME [--data DIR]", "Remove a user with their keys, tokens and grants.", args, stderr, nil)
+	data, pos, err := openData(ctx, "user remove", "user remove NAME [--data DIR]", "Remove a user with their keys, tokens and grants.\nA running server refuses the next command of the user's open SSH connections\nand closes them (those with no command running within 2 s).", args, stderr, nil)
 	if err != nil {
 		return err
 	}
