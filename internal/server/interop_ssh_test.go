@@ -214,6 +214,11 @@ func TestLibraryClientsOverSSH(t *testing.T) {
 				t.Fatalf("the fetch did not bring branch more at %s:\n%s", want, refs)
 			}
 			s.env.Fsck(dirs[0])
+			// Paced all along, by the client's own returns: the fallback
+			// for clients that return nothing never had to step in.
+			if logs := s.logs.String(); strings.Contains(logs, "output pacing stopped") {
+				t.Fatalf("pacing gave up on %s:\n%s", client.name, lastLines(logs, 20))
+			}
 		})
 	}
 }
