@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"packwire/internal/gitexec"
@@ -215,14 +216,18 @@ func firstCommand(body *requestBody) string {
 
 // capabilityFilter drops the object-info line from a v2 capability
 // advertisement (git's output to its first flush) on its way to the
-// client; everything after that passes as it is written.
+// client; everything after that passes as it is written. Writes may come
+// from git's relay and from a refusal at once (the admission gate's).
 type capabilityFilter struct {
+	mu   sync.Mutex
 	w    io.Writer
 	head []byte // the advertisement's packets not yet whole
 	done bool
 }
 
 func (f *capabilityFilter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.done {
 		return f.w.Write(p)
 	}
