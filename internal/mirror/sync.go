@@ -16,6 +16,7 @@ import (
 	"packwire/internal/governor"
 	"packwire/internal/outbox"
 	"packwire/internal/repo"
+	"packwire/internal/repolock"
 )
 
 // Kinds of the governor records mirrors leave.
@@ -79,6 +80,16 @@ func (s *Syncer) Sync(ctx context.Context, r repo.Repo, reason string) (SyncResu
 	if !cfg.IsPullMirror() {
 		return res, fmt.Errorf("%s: %w", r.Name, ErrNotMirror)
 	}
+	// One sync of a repository at a time, in this process or another (the
+	// scheduler's and `repo sync`): two would read the same refs and the
+	// second's transaction would fail on the first's. The second waits,
+	// then finds what upstream has beyond the first.
+	lock, err := repolock.Serial(ctx, r.Path, syncLockFile)
+	if err != nil {
+		return res, fmt.Errorf("%s: waiting for the sync under way: %w", r.Name, err)
+	}
+	defer lock.Release()
+	res.Start = time.Now()
 	var txn refTransaction
 	if s.Transaction != nil {
 		// First: on a cluster's primary it also applies the repository's
@@ -381,6 +392,9 @@ type State struct {
 }
 
 const stateFile = "packwire-mirror.json"
+
+// syncLockFile is held (repolock.Serial) while a sync runs.
+const syncLockFile = "packwire-mirror-sync.lock"
 
 // ReadState reads a pull mirror's last sync (zero: never synced).
 func ReadState(r repo.Repo) (State, error) {

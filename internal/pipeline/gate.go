@@ -52,6 +52,8 @@ type admissionGate struct {
 	// intercept answers a whole fetch request from the fetch cache, or
 	// reports it did not (nil: no fetch cache).
 	intercept func(request []byte) (handled bool, err error)
+	// refuseCommand, if set, refuses a v2 command line (Pipeline.refusedCommand).
+	refuseCommand func(line string) *Error
 
 	scan    []byte // read, not yet parsed into whole packets
 	out     []byte // parsed, for git
@@ -161,6 +163,14 @@ func (g *admissionGate) feed(b []byte) error {
 			continue
 		}
 		line := strings.TrimSuffix(string(pkt[4:]), "\n")
+		if g.v2 && g.holding == holdNothing && n > 4 && g.refuseCommand != nil {
+			if perr := g.refuseCommand(line); perr != nil {
+				g.decided = true
+				g.stopHolding()
+				g.refuse(perr)
+				return perr
+			}
+		}
 		if hold := g.packet(n, line); hold > g.holding {
 			if g.holding == holdNothing && g.v2 {
 				g.holdStart = time.Now()

@@ -113,6 +113,10 @@ type Pipeline struct {
 	// Reach refuses wants of objects no visible ref reaches; nil: git's
 	// own rules (protocol v2 serves any object by id).
 	Reach *reach.Checker
+	// ObjectInfo serves protocol v2's object-info command (the size of
+	// any object by id, reachable or not); off: neither advertised nor
+	// answered, as git does with transfer.advertiseObjectInfo off.
+	ObjectInfo bool
 	// TempDir holds request bodies too large to keep in memory ("": the
 	// system's).
 	TempDir string
@@ -476,6 +480,10 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			packcache.EnvRepoPath+"="+c.Repo.Path)
 	}
 	spec.Progress = &rc.progress
+	if !p.ObjectInfo && req.Service == gitexec.UploadPack && protocol.Version(req.Protocol) == 2 && (!req.StatelessRPC || req.AdvertiseRefs) {
+		// The answer starts with git's capability advertisement.
+		stdout = &capabilityFilter{w: stdout}
+	}
 	// Without a governor nothing reads the classification: skip the taps,
 	// unless the admission gate needs the classifier.
 	v2 := protocol.Version(req.Protocol) == 2
@@ -506,8 +514,9 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		if watch == nil {
 			watch = classifier
 		}
-		gate = newAdmissionGate(stdin, watch, v2, func() error { return c.admitNow(ctx, p.Limiter) },
+		gate = newAdmissionGate(c.haveFiltered(ctx, stdin), watch, v2, func() error { return c.admitNow(ctx, p.Limiter) },
 			func(lines []string) error { return c.checkWants(ctx, lines) }, stdout, p.RequestPace, cancel)
+		gate.refuseCommand = p.refusedCommand
 		if p.FetchCache != nil && req.Service == gitexec.UploadPack {
 			// Stamped before git starts: a v0 advertisement is git's view
 			// of the refs at some moment after this (sessionFetch).

@@ -207,8 +207,19 @@ func (c *Call) runStateless(ctx context.Context, spec gitexec.Spec, stdin io.Rea
 	if err != nil {
 		return gitexec.Result{}, err
 	}
+	v2 := protocol.Version(c.Request.Protocol) == 2
+	if perr := p.refusedCommand(firstCommand(body)); v2 && perr != nil {
+		body.close()
+		pktline.WriteError(stdout, perr.Message)
+		return gitexec.Result{BytesIn: body.size}, perr
+	}
+	refsOnly := v2 && isLsRefs(body.mem)
+	if !refsOnly {
+		if body, err = c.withoutUnreachableHaves(ctx, body); err != nil {
+			return gitexec.Result{}, err
+		}
+	}
 	defer body.close()
-	refsOnly := protocol.Version(c.Request.Protocol) == 2 && isLsRefs(body.mem)
 	if !refsOnly {
 		if err := c.checkWants(ctx, pktLines(body.reader())); err != nil {
 			var perr *Error

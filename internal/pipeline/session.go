@@ -92,10 +92,24 @@ func (c *Call) v2Command(ctx context.Context, plain, stateless gitexec.Spec, bod
 	if body.file == nil {
 		cmd, err = fetchcache.InspectCommand(body.mem)
 	}
+	if perr := p.refusedCommand(firstCommand(body)); perr != nil {
+		pktline.WriteError(stdout, perr.Message)
+		return gitexec.Result{BytesIn: body.size}, perr
+	}
 	switch {
 	case err == nil && cmd.Name == "ls-refs":
 		return c.runLsRefs(ctx, plain, body.mem, cmd.Key, stdout, stderr)
 	case body.file != nil || cmd.Name == "fetch":
+		filtered, ferr := c.withoutUnreachableHaves(ctx, body)
+		if ferr != nil {
+			return gitexec.Result{}, ferr
+		}
+		if filtered != body {
+			// body was closed: emptied, the caller's close is a no-op.
+			defer filtered.close()
+			*body = requestBody{}
+			body = filtered
+		}
 		if err := c.checkWants(ctx, pktLines(body.reader())); err != nil {
 			var perr *Error
 			errors.As(err, &perr)
@@ -116,8 +130,8 @@ func (c *Call) v2Command(ctx context.Context, plain, stateless gitexec.Spec, bod
 		}
 		return res, err
 	default:
-		// Another command (object-info), or one git will refuse in its
-		// own words: no pack, no slot.
+		// Another command (object-info, when served), or one git will
+		// refuse in its own words: no pack, no slot.
 		return p.Runner.Run(ctx, plain, body.reader(), stdout, stderr)
 	}
 }

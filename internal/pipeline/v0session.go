@@ -268,7 +268,7 @@ func (c *Call) sessionGit(ctx context.Context, cancel context.CancelCauseFunc, s
 		recording = &recordingWriter{verify: verify, rec: rec, in: in, adv: adv}
 		out = recording
 	}
-	gate := newAdmissionGate(in.reader(), io.Discard, false, func() error { return c.admitNow(ctx, p.Limiter) },
+	gate := newAdmissionGate(c.haveFiltered(ctx, in.reader()), io.Discard, false, func() error { return c.admitNow(ctx, p.Limiter) },
 		func(lines []string) error { return c.checkWants(ctx, lines) }, stdout, p.RequestPace, cancel)
 	if stamp.Digest != "" && !stamp.Racy {
 		gate.intercept = func(request []byte) (bool, error) {

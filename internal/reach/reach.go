@@ -1,5 +1,6 @@
-// Package reach decides whether the objects a fetch wants may be served:
-// only objects reachable from the refs a client can see. git's own
+// Package reach decides whether the objects a fetch wants may be served,
+// and which of the objects it says it has may be acknowledged: only
+// objects reachable from the refs a client can see. git's own
 // upload-pack serves any object by id in protocol v2 (and in v0 a blob
 // with uploadpack.allowReachableSHA1InWant), so a deleted branch that held
 // a secret would stay fetchable by its id until gc removed its objects.
@@ -122,6 +123,82 @@ func (c *Checker) Unreachable(ctx context.Context, repoPath string, wants []stri
 		}
 	}
 	return out, u, nil
+}
+
+// UnreachableHaves returns the ids of "have" lines that no visible ref
+// may be shown to reach, for dropping before git sees them: upload-pack
+// ACKs any object it has, which would confirm that an unreachable object
+// (a deleted branch's commit, a secret's blob) exists. Haves that are ref
+// tips are decided from the ref files; the others in one rev-list. A have
+// is only a hint (git sends more of the pack without it), so an error the
+// other way is harmless: without a bitmap, a tree or blob deep in history
+// counts as unreachable. Ids the repository lacks are left in: git ACKs
+// none of them.
+func (c *Checker) UnreachableHaves(ctx context.Context, repoPath string, haves []string) ([]string, Usage, error) {
+	var u Usage
+	if len(haves) == 0 {
+		return nil, u, nil
+	}
+	tips, err := c.visibleTips(repoPath)
+	if err != nil {
+		return nil, u, err
+	}
+	var others []string
+	for _, h := range haves {
+		if !tips[h] {
+			others = append(others, h)
+		}
+	}
+	if len(others) == 0 {
+		return nil, u, nil
+	}
+	git := c.GitPath
+	if git == "" {
+		git = "git"
+	}
+	// Printed: reached from a have, not from a visible ref. With
+	// --ignore-missing, ids git does not have are passed over.
+	args := []string{"-c", "safe.directory=*", "rev-list", "--objects", "--no-object-names", "--ignore-missing"}
+	if hasBitmap(repoPath) {
+		args = append(args, "--use-bitmap-index")
+	}
+	args = append(args, "--not", "--exclude="+Hidden+"*", "--all", "--stdin")
+	cmd := exec.CommandContext(ctx, git, args...)
+	cmd.Dir = repoPath
+	cmd.Env = append(gitexec.Environ(), "GIT_DIR="+repoPath)
+	cmd.Stdin = strings.NewReader(strings.Join(others, "\n") + "\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, u, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, u, err
+	}
+	asked := make(map[string]bool, len(others))
+	for _, id := range others {
+		asked[id] = true
+	}
+	printed := map[string]bool{}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if id := sc.Text(); asked[id] {
+			printed[id] = true
+		}
+	}
+	err = cmd.Wait()
+	u.add(cmd.ProcessState)
+	if err != nil {
+		return nil, u, fmt.Errorf("rev-list: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	var drop []string
+	for _, id := range others {
+		if printed[id] {
+			drop = append(drop, id)
+		}
+	}
+	return drop, u, nil
 }
 
 // revList asks git which of ids visible refs do not reach. With a bitmap
@@ -301,6 +378,24 @@ func Tips(repoPath string) (map[string]bool, error) {
 		return nil
 	})
 	return tips, err
+}
+
+// Haves returns the object ids of the "have <id>" lines in pkt-line
+// payloads.
+func Haves(lines []string) []string {
+	var ids []string
+	for _, l := range lines {
+		if id, ok := HaveID(l); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// HaveID returns the id of a "have <id>" payload.
+func HaveID(line string) (string, bool) {
+	id, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "have ")
+	return id, ok && oid.Valid(id)
 }
 
 // Wants returns the object ids of the "want" lines in pkt-line payloads

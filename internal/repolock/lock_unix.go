@@ -23,6 +23,16 @@ func tryLock(f *os.File, exclusive bool) error {
 	return err
 }
 
+// waitLock takes an exclusive flock on f, waiting for it.
+func waitLock(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}
+
 func unlock(f *os.File) { syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }
 
 // ReleaseBeforeMove is false: a directory moves with files open in it.

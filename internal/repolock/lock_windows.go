@@ -22,6 +22,13 @@ func tryLock(f *os.File, exclusive bool) error {
 	return err
 }
 
+// waitLock takes an exclusive LockFileEx lock on f's first byte, waiting
+// for it.
+func waitLock(f *os.File) error {
+	var ol windows.Overlapped
+	return windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK, 0, 1, 0, &ol)
+}
+
 func unlock(f *os.File) {
 	var ol windows.Overlapped
 	windows.UnlockFileEx(windows.Handle(f.Fd()), 0, 1, 0, &ol)

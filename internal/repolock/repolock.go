@@ -5,7 +5,9 @@
 // server, take it exclusively without waiting, so they are refused while
 // anyone works in the repository. The lock is an flock (LockFileEx on
 // Windows): the kernel drops it when a holder dies, so a killed push never
-// leaves a repository locked.
+// leaves a repository locked. Serial takes another file of the repository
+// the same way, exclusively and waiting, for work that must not overlap
+// itself across processes.
 package repolock
 
 import (
@@ -53,7 +55,7 @@ const pollInterval = 5 * time.Millisecond
 // before the lock was held; once it is held, the repository stays.
 func Shared(ctx context.Context, dir string) (*Lock, error) {
 	for {
-		l, err := take(dir, false)
+		l, err := take(dir, FileName, false)
 		if !errors.Is(err, ErrBusy) {
 			return l, err
 		}
@@ -67,14 +69,62 @@ func Shared(ctx context.Context, dir string) (*Lock, error) {
 
 // TryShared takes the lock shared, or fails with ErrBusy at once while a
 // delete or rename holds it.
-func TryShared(dir string) (*Lock, error) { return take(dir, false) }
+func TryShared(dir string) (*Lock, error) { return take(dir, FileName, false) }
 
 // TryExclusive takes the lock exclusively for a move, or fails with ErrBusy
 // at once while anyone holds it.
-func TryExclusive(dir string) (*Lock, error) { return take(dir, true) }
+func TryExclusive(dir string) (*Lock, error) { return take(dir, FileName, true) }
 
-func take(dir string, exclusive bool) (*Lock, error) {
-	path := filepath.Join(dir, FileName)
+// Serial takes an exclusive lock on the file name in dir (not the move
+// lock), waiting until ctx ends while another holder has it, in this
+// process or another: for work on one repository that must not overlap
+// itself, such as a pull mirror's sync (internal/mirror), which both the
+// server's scheduler and the `repo sync` command run. The wait is the
+// kernel's (a blocking flock), not a poll, so a holder that takes the lock
+// again at once cannot keep a waiter out for long.
+func Serial(ctx context.Context, dir, name string) (*Lock, error) {
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ErrMoved
+	}
+	if err != nil {
+		return nil, err
+	}
+	got := make(chan error, 1)
+	go func() { got <- waitLock(f) }()
+	select {
+	case err = <-got:
+	case <-ctx.Done():
+		// The wait cannot be cut short: the lock is given up once it comes.
+		go func() {
+			if <-got == nil {
+				unlock(f)
+			}
+			f.Close()
+		}()
+		return nil, ctx.Err()
+	}
+	if err == nil && !still(f, path) {
+		unlock(f)
+		err = ErrMoved
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Lock{f: f}, nil
+}
+
+// still tells whether the open file f is still the one at path.
+func still(f *os.File, path string) bool {
+	held, err1 := f.Stat()
+	now, err2 := os.Stat(path)
+	return err1 == nil && err2 == nil && os.SameFile(held, now)
+}
+
+func take(dir, name string, exclusive bool) (*Lock, error) {
+	path := filepath.Join(dir, name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ErrMoved // the directory itself is gone
@@ -88,9 +138,7 @@ func take(dir string, exclusive bool) (*Lock, error) {
 	}
 	// Opened, then moved away before the lock was ours: the file we hold
 	// is no longer the one at path.
-	held, err1 := f.Stat()
-	now, err2 := os.Stat(path)
-	if err1 != nil || err2 != nil || !os.SameFile(held, now) {
+	if !still(f, path) {
 		unlock(f)
 		f.Close()
 		return nil, ErrMoved

@@ -1,9 +1,12 @@
 package repolock
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -74,5 +77,55 @@ func TestSharedAfterMove(t *testing.T) {
 	}
 	if _, err := TryShared(dir); !errors.Is(err, ErrMoved) {
 		t.Fatalf("TryShared on a missing directory: %v, want ErrMoved", err)
+	}
+}
+
+// Serial's holder in another process (this test binary, run again) keeps
+// a second Serial waiting until it exits; the lock is then taken.
+func TestSerialAcrossProcesses(t *testing.T) {
+	if dir := os.Getenv("REPOLOCK_SERIAL_HOLD"); dir != "" {
+		l, err := Serial(context.Background(), dir, "serial.lock")
+		if err != nil {
+			os.Exit(3)
+		}
+		os.Stdout.WriteString("held\n")
+		io.Copy(io.Discard, os.Stdin) // until the parent closes it
+		l.Release()
+		os.Exit(0)
+	}
+	dir := t.TempDir()
+	child := exec.Command(os.Args[0], "-test.run=^TestSerialAcrossProcesses$")
+	child.Env = append(os.Environ(), "REPOLOCK_SERIAL_HOLD="+dir)
+	stdin, _ := child.StdinPipe()
+	stdout, _ := child.StdoutPipe()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "held\n" {
+		t.Fatalf("holder said %q", line)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := Serial(ctx, dir, "serial.lock"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Serial while another process holds it: %v, want a wait cut by its context", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := Serial(context.Background(), dir, "serial.lock")
+		l.Release()
+		got <- err
+	}()
+	stdin.Close()
+	if err := child.Wait(); err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serial still waiting after the holder exited")
 	}
 }

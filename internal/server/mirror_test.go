@@ -366,3 +366,43 @@ func TestPushMirror(t *testing.T) {
 		t.Fatal("a removed push mirror still receives pushes")
 	}
 }
+
+// TestPullMirrorSyncsSerialized: syncs of one mirror asked for at once
+// (three on demand, as `repo sync` and the cluster's RPC run them, while
+// the scheduler syncs it every few milliseconds) all succeed and leave it
+// equal to upstream: the later ones wait for the one under way and find
+// what it left. Before, two syncs read the same refs and the second's
+// transaction failed ("cannot lock ref ... is at X but expected Y").
+func TestPullMirrorSyncsSerialized(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.MirrorCheck = 10 * time.Millisecond })
+	ctx := context.Background()
+	upstream := filepath.Join(t.TempDir(), "up.git")
+	s.env.Build(upstream, gittest.Shape{Commits: 3})
+	r, _, err := mirror.Import(ctx, s.Data.Repos, "m", "file://"+upstream, mirror.ImportOptions{Mirror: true, Interval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := filepath.Join(t.TempDir(), "w")
+	s.env.Git("", "clone", "-q", upstream, w)
+	for round := range 5 {
+		commitAndPush(t, s.env, w, upstream)
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() {
+				_, err := s.Mirrors.Sync(ctx, r, "test")
+				errs <- err
+			}()
+		}
+		for range 3 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a sync beside others failed: %v", round, err)
+			}
+		}
+		if a, b := refsOf(t, s.env, upstream), refsOf(t, s.env, r.Path); a != b {
+			t.Fatalf("round %d: mirror differs from upstream:\n%s\n%s", round, b, a)
+		}
+	}
+	if logs := s.logs.String(); strings.Contains(logs, "sync failed") {
+		t.Fatalf("a scheduled sync failed:\n%s", logs)
+	}
+}

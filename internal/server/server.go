@@ -124,6 +124,9 @@ type Config struct {
 	// AllowUnreachableWants serves any object by id, as git's protocol v2
 	// does; off: only objects a visible ref reaches (internal/reach).
 	AllowUnreachableWants bool
+	// ObjectInfo serves protocol v2's object-info (any object's size by
+	// id, reachable or not); off: neither advertised nor answered.
+	ObjectInfo bool
 
 	MetricsAddr string // separate listener for /metrics; empty: /metrics on the HTTP listener
 	// MetricsPublic serves /metrics on the HTTP listener to anyone; off, it
@@ -336,6 +339,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		RequestPace:  pipeline.Pace{Grace: cfg.InitTimeout, MinRate: cfg.RequestMinRate, Max: cfg.RequestTimeout},
 
 		MaxPerClient: cfg.MaxRequestsPerClient,
+		ObjectInfo:   cfg.ObjectInfo,
 	}
 	if !cfg.AllowUnreachableWants {
 		s.Pipeline.Reach = &reach.Checker{}
