@@ -17,6 +17,7 @@ import (
 	"packwire/internal/datadir"
 	"packwire/internal/server"
 	"packwire/internal/transport/forwarded"
+	sshtransport "packwire/internal/transport/ssh"
 )
 
 // parseServe reads serve's flags and --config file into a server
@@ -34,7 +35,10 @@ then exits 0.
 keys are the flag names without "--": max-pack-jobs = 8, http = ":8080",
 timeout = "10m", fetch-cache = false, trusted-proxies = ["10.0.0.0/8"].
 Flags on the command line override the file; an unknown key or a value of
-the wrong type is an error naming its line. Durations take days too (30d).`, stderr)
+the wrong type is an error naming its line. Durations take days too (30d).
+Every count, size, rate and duration is 0 or more, and --ssh-ciphers names
+known ciphers: a value out of range, on the command line or in the file,
+stops serve with exit status 2, naming the flag or key and the range.`, stderr)
 	cfg := d
 	configFile := fs.String("config", os.Getenv(envConfig), "read flags from this TOML file (keys: the flag names); the command line overrides it")
 	fs.StringVar(&cfg.DataDir, "data", datadir.Dir(), "data directory, created on first start; $PACKWIRE_DATA sets the default")
@@ -97,6 +101,18 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 	fs.DurationVar(&cfg.MirrorCheck, "mirror-check-interval", d.MirrorCheck, "how often read-only mirrors are checked for a due sync, each on its own --interval (0: never; packwire repo sync still syncs)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running requests get to finish before they are killed")
 	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")
+	// Every count, size and duration must be 0 or more: a value the server
+	// cannot use is refused here, naming the flag or the file's key and
+	// line, not met later as a server that refuses every client.
+	checkFlags(fs, map[string]func(any) error{
+		"database-max-conns": atLeast(1),
+		"ssh-ciphers": func(v any) error {
+			if v == "" {
+				return nil
+			}
+			return sshtransport.CheckCiphers(strings.Split(v.(string), ","))
+		},
+	})
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return cfg, 0, err
@@ -111,9 +127,6 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 	}
 	if cfg.TrustedProxies, err = forwarded.Parse(*trusted); err != nil {
 		return cfg, 0, usagef("--trusted-proxies: %v", err)
-	}
-	if cfg.DatabaseMaxConns < 1 {
-		return cfg, 0, usagef("--database-max-conns %d: at least 1", cfg.DatabaseMaxConns)
 	}
 	if err := checkTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
 		return cfg, 0, err

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -550,4 +552,18 @@ func (c *conn) openChannel(newCh gossh.NewChannel) {
 			c.serveSession(ch, reqs)
 		}()
 	}
+}
+
+// CheckCiphers reports the first name in ciphers that x/crypto/ssh does
+// not implement: it would drop it silently, and a list of such names
+// leaves the server offering none, refusing every client.
+func CheckCiphers(ciphers []string) error {
+	known := append(gossh.SupportedAlgorithms().Ciphers, gossh.InsecureAlgorithms().Ciphers...)
+	for _, c := range ciphers {
+		if !slices.Contains(known, c) {
+			return fmt.Errorf("unknown cipher %q: the ciphers are %s (and, with known weaknesses, %s)", c,
+				strings.Join(gossh.SupportedAlgorithms().Ciphers, ", "), strings.Join(gossh.InsecureAlgorithms().Ciphers, ", "))
+		}
+	}
+	return nil
 }
