@@ -243,6 +243,9 @@ func OpenWith(ctx context.Context, path string, migrations []string) (*Store, er
 	// the start: a deferred one that upgrades after another process wrote
 	// fails with "database is locked" at once, without waiting.
 	q.Add("_txlock", "immediate")
+	if err := makePrivate(path); err != nil {
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, err
