@@ -138,28 +138,42 @@ func configValue(f *flag.Flag, v any) (string, error) {
 	return "", fmt.Errorf("want a string, got %s", tomlType(v))
 }
 
-// checkValue parses v as f would, without setting f.
+// checkValue parses v as f would and checks it against f's rule (see
+// checkFlags), without setting f.
 func checkValue(f *flag.Flag, v string) error {
 	g, ok := f.Value.(flag.Getter)
 	if !ok {
 		return nil
 	}
+	var parsed any = v
 	var err error
 	switch g.Get().(type) {
 	case bool:
 		_, err = strconv.ParseBool(v)
-	case int, int64:
-		_, err = strconv.ParseInt(v, 10, 64)
+	case int:
+		var n int64
+		n, err = strconv.ParseInt(v, 10, 64)
+		parsed = int(n)
+	case int64:
+		parsed, err = strconv.ParseInt(v, 10, 64)
 	case uint, uint64:
 		_, err = strconv.ParseUint(v, 10, 64)
 	case float64:
-		_, err = strconv.ParseFloat(v, 64)
+		parsed, err = strconv.ParseFloat(v, 64)
 	case time.Duration:
-		_, err = parseDuration(v)
+		parsed, err = parseDuration(v)
 	case sizeOf:
-		err = byteSize{new(int)}.Set(v)
+		var n int
+		err = byteSize{&n}.Set(v)
+		parsed = sizeOf(n)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if rule := ruleOf(f); rule != nil {
+		return rule(parsed)
+	}
+	return nil
 }
 
 func tomlType(v any) string {

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +201,78 @@ func TestServeDatabaseMaxConns(t *testing.T) {
 	}
 	if _, _, err := parseServe([]string{"--database-max-conns", "0"}, io.Discard); err == nil {
 		t.Fatal("--database-max-conns 0 accepted")
+	}
+}
+
+// serveFlagsTaking lists serve's flags whose --help placeholder is ph ("N",
+// "DURATION", "F"): every one of a class, whatever is added later.
+func serveFlagsTaking(t *testing.T, ph string) []string {
+	t.Helper()
+	_, _, err := parseServe([]string{"--help"}, io.Discard)
+	help, ok := err.(helpText)
+	if !ok {
+		t.Fatalf("serve --help: %v", err)
+	}
+	var names []string
+	for _, line := range strings.Split(help.text, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "--") && f[1] == ph {
+			names = append(names, strings.TrimPrefix(f[0], "--"))
+		}
+	}
+	return names
+}
+
+// TestServeRefusesOutOfRange: a negative count, size, rate or duration, a
+// database pool below 1 and an SSH cipher x/crypto does not know stop
+// serve with a usage error (exit 2) naming the flag or the file's key and
+// the range, for every such flag of serve, on the command line and in the
+// config file (also when the command line overrides the key). The old code
+// started with all of them ("ssh-ciphers = none" then refused every SSH
+// client).
+func TestServeRefusesOutOfRange(t *testing.T) {
+	counts, durations := serveFlagsTaking(t, "N"), serveFlagsTaking(t, "DURATION")
+	if len(counts) < 20 || len(durations) < 15 || !slices.Contains(counts, "max-connections") || !slices.Contains(durations, "timeout") {
+		t.Fatalf("flags found in --help: %v %v", counts, durations)
+	}
+	// good overrides bad on the command line: the file is checked anyway.
+	type bad struct{ key, flagValue, tomlValue, want, good string }
+	var cases []bad
+	for _, name := range counts {
+		if name != "database-max-conns" {
+			cases = append(cases, bad{name, "-1", "-1", "must be a whole number of 0 or more", "1"})
+		}
+	}
+	for _, name := range durations {
+		cases = append(cases, bad{name, "-1s", `"-1s"`, "must be a duration of 0 or more", "1s"})
+	}
+	cases = append(cases,
+		bad{"database-max-conns", "0", "0", "must be a whole number of 1 or more", "1"},
+		bad{"ssh-ciphers", "none", `"none"`, `unknown cipher "none": the ciphers are aes128-gcm@openssh.com`, "aes128-ctr"},
+		bad{"ssh-ciphers", "aes128-ctr,nope", `["aes128-ctr", "nope"]`, `unknown cipher "nope"`, "aes128-ctr"})
+	for _, c := range cases {
+		_, _, err := parseServe([]string{"--" + c.key, c.flagValue}, io.Discard)
+		want := "--" + c.key + " " + c.flagValue + ": " + c.want
+		if ue, ok := err.(usageError); !ok || !strings.Contains(ue.msg, want) {
+			t.Errorf("--%s %s: %v, want a usage error with %q", c.key, c.flagValue, err, want)
+		}
+		path := writeConfig(t, "# tuning\n"+c.key+" = "+c.tomlValue+"\n")
+		for _, args := range [][]string{{"--config", path}, {"--config", path, "--" + c.key, c.good}} {
+			_, _, err = parseServe(args, io.Discard)
+			if ue, ok := err.(usageError); !ok || !strings.Contains(ue.msg, "config "+path+":2: "+c.key+" = ") || !strings.Contains(ue.msg, c.want) {
+				t.Errorf("%s = %s in the file, args %q: %v, want a usage error naming line 2 and %q", c.key, c.tomlValue, args[2:], err, c.want)
+			}
+		}
+	}
+	// Cancelled: a serve that started would stop at once, not hang the test.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stderr strings.Builder
+	if code := run(ctx, []string{"serve", "--timeout", "-1s", "--data", t.TempDir(), "--git", "127.0.0.1:0", "--http", "", "--ssh", ""}, io.Discard, &stderr); code != 2 {
+		t.Errorf("serve --timeout -1s: exit %d, want 2: %s", code, stderr.String())
+	}
+	// In range, they are taken: 0 where it means "off", a known cipher.
+	cfg, _, err := parseServe([]string{"--max-connections", "0", "--timeout", "0", "--ssh-ciphers", "aes256-ctr,aes128-gcm@openssh.com"}, io.Discard)
+	if err != nil || cfg.MaxConnections != 0 || cfg.IdleTimeout != 0 || len(cfg.SSHCiphers) != 2 {
+		t.Fatalf("values in range: %v %+v", err, cfg)
 	}
 }

@@ -351,3 +351,84 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	return v, nil
 }
+
+// checked is a flag whose values must pass check wherever they come from:
+// Set refuses one that does not, which covers the command line and the
+// config file (applyConfig sets flags through Set), and checkValue asks
+// check about a file's value that the command line overrides.
+type checked struct {
+	flag.Getter
+	check func(v any) error // v as Get returns it: int, int64, float64, time.Duration, string
+}
+
+func (c checked) Set(s string) error {
+	old := c.Getter.String()
+	if err := c.Getter.Set(s); err != nil {
+		return err
+	}
+	if err := c.check(c.Getter.Get()); err != nil {
+		c.Getter.Set(old)
+		return err
+	}
+	return nil
+}
+
+// checkFlags makes every flag of fs a checked one: a flag named in rules
+// takes its rule, every other count, size, rate and duration must be 0 or
+// more (no flag of serve means anything by a negative value), and other
+// flags take any value. Call it once the flags are defined.
+func checkFlags(fs *flag.FlagSet, rules map[string]func(any) error) {
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		rule := rules[f.Name]
+		if rule == nil {
+			switch g.Get().(type) {
+			case int, int64, float64, time.Duration:
+				rule = atLeast(0)
+			default:
+				return
+			}
+		}
+		f.Value = checked{g, rule}
+	})
+}
+
+// atLeast is the rule of a number or duration of min or more.
+func atLeast(min int64) func(any) error {
+	return func(v any) error {
+		var n float64
+		what := "a whole number"
+		switch v := v.(type) {
+		case int:
+			n = float64(v)
+		case int64:
+			n = float64(v)
+		case float64:
+			n, what = v, "a number"
+		case time.Duration:
+			if v < time.Duration(min) {
+				return fmt.Errorf("must be a duration of %v or more", min) // nanoseconds: min is 0 here
+			}
+			return nil
+		}
+		if n < float64(min) {
+			return fmt.Errorf("must be %s of %d or more", what, min)
+		}
+		return nil
+	}
+}
+
+// ruleOf is the check of a flag made by checkFlags, nil for another.
+func ruleOf(f *flag.Flag) func(any) error {
+	v := f.Value
+	if d, ok := v.(dayDuration); ok {
+		v = d.Getter
+	}
+	if c, ok := v.(checked); ok {
+		return c.check
+	}
+	return nil
+}

@@ -17,6 +17,7 @@ import (
 	"packwire/internal/datadir"
 	"packwire/internal/server"
 	"packwire/internal/transport/forwarded"
+	sshtransport "packwire/internal/transport/ssh"
 )
 
 // parseServe reads serve's flags and --config file into a server
@@ -34,7 +35,10 @@ then exits 0.
 keys are the flag names without "--": max-pack-jobs = 8, http = ":8080",
 timeout = "10m", fetch-cache = false, trusted-proxies = ["10.0.0.0/8"].
 Flags on the command line override the file; an unknown key or a value of
-the wrong type is an error naming its line. Durations take days too (30d).`, stderr)
+the wrong type is an error naming its line. Durations take days too (30d).
+Every count, size, rate and duration is 0 or more, and --ssh-ciphers names
+known ciphers: a value out of range, on the command line or in the file,
+stops serve with exit status 2, naming the flag or key and the range.`, stderr)
 	cfg := d
 	configFile := fs.String("config", os.Getenv(envConfig), "read flags from this TOML file (keys: the flag names); the command line overrides it")
 	fs.StringVar(&cfg.DataDir, "data", datadir.Dir(), "data directory, created on first start; $PACKWIRE_DATA sets the default")
@@ -53,6 +57,7 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 	fs.DurationVar(&cfg.InitTimeout, "init-timeout", d.InitTimeout, "time a client has to send its request (git:// request line, SSH handshake, HTTP headers)")
 	fs.DurationVar(&cfg.IdleTimeout, "timeout", d.IdleTimeout, "end a request when no data moved either way for this long (0: never)")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", d.MaxConnections, "concurrent connections per git://, SSH and HTTP listener; more are refused (git://: an ERR line; SSH: closed before the handshake; HTTP: 503 with Retry-After and a one-line text) and logged (0: no limit)")
+	fs.IntVar(&cfg.MaxStartupsPerAddress, "max-startups-per-address", d.MaxStartupsPerAddress, "connections per client address and listener that have not sent a complete request yet (git:// request line, SSH first command, HTTP request headers), as OpenSSH's PerSourceMaxStartups: one address cannot fill --max-connections with idle connections; more are refused as over --max-connections, with their own reason, and logged. Trusted proxies (--trusted-proxies) are not bounded (0: an eighth of --max-connections, at least 10; as large as --max-connections: off)")
 	fs.Int64Var(&cfg.MaxRequestBody, "max-request-body", d.MaxRequestBody, "bound in bytes on an HTTP fetch request body after gzip decoding")
 	ciphers := fs.String("ssh-ciphers", "", "SSH ciphers offered, comma-separated (default: AES-GCM and AES-CTR; not chacha20-poly1305, which OpenSSH clients prefer and which costs the server ~5x the CPU of AES here; the client's order decides among those offered)")
 	fs.DurationVar(&cfg.SSHKeepAlive, "ssh-keepalive", d.SSHKeepAlive, "interval of SSH keepalive probes; 3 unanswered close a connection with no command running (0: off; TCP keepalive finds a vanished client during a command)")
@@ -97,6 +102,18 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 	fs.DurationVar(&cfg.MirrorCheck, "mirror-check-interval", d.MirrorCheck, "how often read-only mirrors are checked for a due sync, each on its own --interval (0: never; packwire repo sync still syncs)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running requests get to finish before they are killed")
 	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")
+	// Every count, size and duration must be 0 or more: a value the server
+	// cannot use is refused here, naming the flag or the file's key and
+	// line, not met later as a server that refuses every client.
+	checkFlags(fs, map[string]func(any) error{
+		"database-max-conns": atLeast(1),
+		"ssh-ciphers": func(v any) error {
+			if v == "" {
+				return nil
+			}
+			return sshtransport.CheckCiphers(strings.Split(v.(string), ","))
+		},
+	})
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return cfg, 0, err
@@ -111,9 +128,6 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 	}
 	if cfg.TrustedProxies, err = forwarded.Parse(*trusted); err != nil {
 		return cfg, 0, usagef("--trusted-proxies: %v", err)
-	}
-	if cfg.DatabaseMaxConns < 1 {
-		return cfg, 0, usagef("--database-max-conns %d: at least 1", cfg.DatabaseMaxConns)
 	}
 	if err := checkTLS(cfg.TLSCert, cfg.TLSKey); err != nil {
 		return cfg, 0, err

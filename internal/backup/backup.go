@@ -198,6 +198,9 @@ func vacuumInto(ctx context.Context, src, dst string) error {
 		return err
 	}
 	defer db.Close()
+	if err := store.CreatePrivate(dst); err != nil {
+		return err
+	}
 	_, err = db.DB.ExecContext(ctx, "VACUUM INTO ?", dst)
 	return err
 }

@@ -70,7 +70,7 @@ func Restore(ctx context.Context, dir, dataDir string, opts Options) (*Manifest,
 	if err := st.Close(); err != nil {
 		return nil, stats, err
 	}
-	if err := moveIntoPlace(tmp, dataDir, 0o755); err != nil { // as datadir.Open makes it
+	if err := moveIntoPlace(tmp, dataDir, 0o700); err != nil { // as datadir.Create makes it: it holds the store and host keys
 		return nil, stats, err
 	}
 	return m, stats, nil

@@ -135,6 +135,11 @@ func open(ctx context.Context, dir, database string, create bool) (*Data, error)
 	}
 	switch {
 	case create:
+		// 0700: it holds the store (webhook secrets, token hashes) and the
+		// host keys. An existing directory keeps its mode (an operator's).
+		if err := os.MkdirAll(abs, 0o700); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
 		if err := os.MkdirAll(filepath.Join(abs, "repos"), 0o755); err != nil {
 			return nil, fmt.Errorf("data directory: %w", err)
 		}

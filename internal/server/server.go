@@ -82,12 +82,17 @@ type Config struct {
 	InitTimeout    time.Duration // for the first request line / SSH handshake
 	IdleTimeout    time.Duration // no data either way for this long ends a request
 	MaxConnections int           // per listener (git://, SSH, HTTP); 0: no limit
-	MaxRequestBody int64         // decoded HTTP fetch request bound
-	SSHCiphers     []string
-	SSHKeepAlive   time.Duration
-	SSHIdleTimeout time.Duration // close an SSH connection once no command ran for this long after its last (0: never)
-	SSHMaxSessions int           // session channels open at once per SSH connection (0: no limit)
-	SSHMaxUnacked  int           // output an SSH client may hold unread, by estimate (0: its whole window)
+	// MaxStartupsPerAddress bounds, per listener and client address, the
+	// connections that have not sent a complete request yet (see
+	// accept.Startups); 0: an eighth of MaxConnections, at least 10 (none
+	// without MaxConnections). Trusted proxies are not bounded.
+	MaxStartupsPerAddress int
+	MaxRequestBody        int64 // decoded HTTP fetch request bound
+	SSHCiphers            []string
+	SSHKeepAlive          time.Duration
+	SSHIdleTimeout        time.Duration // close an SSH connection once no command ran for this long after its last (0: never)
+	SSHMaxSessions        int           // session channels open at once per SSH connection (0: no limit)
+	SSHMaxUnacked         int           // output an SSH client may hold unread, by estimate (0: its whole window)
 
 	PackCache             bool          // share identical pack-objects runs between fetches
 	PackCacheMaxBytes     int64         // finished packs kept on disk, in total
@@ -447,9 +452,11 @@ func (s *Server) Start() error {
 		}
 		// The cap sits under TLS: net/http must see the *tls.Conn (HTTP/2,
 		// r.TLS), and a refused connection never reaches it.
-		httpL = accept.NewListener(httpL, cfg.MaxConnections, func(c net.Conn) {
-			httptransport.RefuseConnection(c, tlsConfig, cfg.MaxConnections)
+		capped := accept.NewListener(httpL, cfg.MaxConnections, func(c net.Conn, msg string) {
+			httptransport.RefuseConnection(c, tlsConfig, msg)
 		}, cfg.Log.With("transport", "http"))
+		capped.Startups = s.startups()
+		httpL = capped
 		if tlsConfig != nil {
 			httpL = tls.NewListener(httpL, tlsConfig)
 		}
@@ -469,7 +476,8 @@ func (s *Server) Start() error {
 
 	if gitL != nil {
 		s.GitAddr = gitL.Addr()
-		s.daemon = &daemon.Server{Pipeline: s.Pipeline, InitTimeout: cfg.InitTimeout, MaxConnections: cfg.MaxConnections, Log: cfg.Log}
+		s.daemon = &daemon.Server{Pipeline: s.Pipeline, InitTimeout: cfg.InitTimeout, MaxConnections: cfg.MaxConnections,
+			Startups: s.startups(), Log: cfg.Log}
 		s.serve("git://", func() error { return s.daemon.Serve(gitL) }, daemon.ErrServerClosed)
 	}
 	if httpL != nil {
@@ -536,8 +544,10 @@ func (s *Server) Start() error {
 		if len(cfg.TrustedProxies) > 0 {
 			handler = cfg.TrustedProxies.Handler(handler)
 		}
+		handler = startedHandler(handler)
 		s.http = &nethttp.Server{
 			Handler:           handler,
+			ConnContext:       accept.ConnContext,
 			ReadHeaderTimeout: cfg.InitTimeout,
 			IdleTimeout:       cfg.IdleTimeout,
 			MaxHeaderBytes:    64 << 10,
@@ -576,6 +586,7 @@ func (s *Server) Start() error {
 			KeepAlive:      cfg.SSHKeepAlive,
 			IdleTimeout:    cfg.SSHIdleTimeout,
 			MaxConnections: cfg.MaxConnections,
+			Startups:       s.startups(),
 			MaxSessions:    cfg.SSHMaxSessions,
 			MaxUnacked:     cmp.Or(cfg.SSHMaxUnacked, -1), // the flag's 0 is off
 			Log:            cfg.Log,
@@ -583,6 +594,26 @@ func (s *Server) Start() error {
 		s.serve("ssh", func() error { return s.ssh.Serve(sshL) }, sshtransport.ErrServerClosed)
 	}
 	return nil
+}
+
+// startups is a listener's bound per address on connections that have
+// not sent their request yet (each listener has its own, as each has its
+// own MaxConnections).
+func (s *Server) startups() *accept.Startups {
+	perAddress := s.Config.MaxStartupsPerAddress
+	if perAddress == 0 && s.Config.MaxConnections > 0 {
+		perAddress = max(10, s.Config.MaxConnections/8)
+	}
+	return accept.NewStartups(perAddress, s.Config.TrustedProxies.Contains)
+}
+
+// startedHandler tells the HTTP listener that a connection's request has
+// arrived whole: it no longer counts among its address's startups.
+func startedHandler(next nethttp.Handler) nethttp.Handler {
+	return nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		accept.Started(r.Context())
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) serve(what string, serve func() error, closed error) {

@@ -53,6 +53,33 @@ CREATE TABLE delivery_attempts (
 	PRIMARY KEY (delivery_id, attempt)
 );`
 
+// hookIDsMigration is migration 12: a hook's id is never given to
+// another. SQLite's INTEGER PRIMARY KEY takes the largest id in use plus
+// one, so after the newest hook was removed the next took its id, and
+// "hook deliveries N" listed the removed hook's deliveries as the new
+// one's; AUTOINCREMENT never goes back (the table is rebuilt to get it).
+// Its counter starts past every id a delivery still names, so ids removed
+// before this migration are not reused either. PostgreSQL's identity
+// column is a sequence, which never went back.
+const hookIDsMigration = sqliteOnly + `
+CREATE TABLE hooks_autoincrement (
+	id           INTEGER PRIMARY KEY AUTOINCREMENT,
+	repo_pattern TEXT NOT NULL,
+	url          TEXT NOT NULL,
+	secret       TEXT NOT NULL DEFAULT '',
+	events       TEXT NOT NULL,
+	created      INTEGER NOT NULL
+);
+INSERT INTO hooks_autoincrement(id, repo_pattern, url, secret, events, created)
+	SELECT id, repo_pattern, url, secret, events, created FROM hooks;
+DROP TABLE hooks;
+ALTER TABLE hooks_autoincrement RENAME TO hooks;
+INSERT INTO sqlite_sequence(name, seq) SELECT 'hooks', 0
+	WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'hooks');
+UPDATE sqlite_sequence SET seq = max(seq,
+	(SELECT coalesce(max(CAST(target AS INTEGER)), 0) FROM deliveries WHERE kind = 'webhook'))
+	WHERE name = 'hooks';`
+
 // Delivery states.
 const (
 	DeliveryPending   = "pending"   // waiting for its first attempt or a retry

@@ -201,12 +201,18 @@ var migrations = []string{
 		node TEXT NOT NULL,
 		PRIMARY KEY (repo, node)
 	);`,
+	// 12: hook ids are never reused (PostgreSQL's identity column never
+	// did): a new hook taking a removed one's id would show its deliveries.
+	hookIDsMigration,
 }
 
 // postgresOnly splits a migration: what follows it is applied on
 // PostgreSQL only (Engine.ddl), where the two engines' dialects differ
-// (triggers).
-const postgresOnly = "\n-- PostgreSQL only:\n"
+// (triggers). sqliteOnly, before it, starts a part applied on SQLite only.
+const (
+	postgresOnly = "\n-- PostgreSQL only:\n"
+	sqliteOnly   = "\n-- SQLite only:\n"
+)
 
 // accessTriggers moves access_version on every statement that writes one
 // of tables (truncation included; a cascade from users writes the others).
@@ -237,6 +243,9 @@ func OpenWith(ctx context.Context, path string, migrations []string) (*Store, er
 	// the start: a deferred one that upgrades after another process wrote
 	// fails with "database is locked" at once, without waiting.
 	q.Add("_txlock", "immediate")
+	if err := makePrivate(path); err != nil {
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, err
@@ -391,7 +400,11 @@ func (s *Store) migratePostgres(ctx context.Context, schema string, migrations [
 		return fmt.Errorf("the database's schema (version %d) is newer than this packwire's (%d): upgrade packwire", version, len(migrations))
 	}
 	for i := version; i < len(migrations); i++ {
-		if _, err := tx.ExecContext(ctx, Postgres.ddl(migrations[i])); err != nil {
+		q := Postgres.ddl(migrations[i])
+		if strings.TrimSpace(q) == "" {
+			continue // SQLite's alone
+		}
+		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("migration %d: %w", i+1, err)
 		}
 	}

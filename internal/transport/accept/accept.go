@@ -2,7 +2,8 @@
 // (git://, SSH) and a listener wrapper (HTTP) that ride out transient
 // accept failures, such as running out of file descriptors, with a capped
 // backoff and tell a listener closed on purpose from one that failed; a
-// connection cap for HTTP; TCP quick ACKs.
+// connection cap for HTTP; a bound per address on connections that have
+// not sent their request yet (Startups); TCP quick ACKs.
 package accept
 
 import (

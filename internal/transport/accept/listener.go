@@ -1,7 +1,10 @@
 package accept
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,11 +23,17 @@ const maxRefusing = 128
 // over the cap is handed to refuse in a goroutine of its own and never
 // reaches the server, so net/http's hijacking and TLS never meet it.
 // Connections count from Accept until their Close.
+//
+// Startups, when set before the first Accept, bounds per address the
+// connections that have not sent a request yet: one over it is handed to
+// refuse too, with its own reason, and counts against nothing. The server
+// reports a request's arrival with Started.
 type Listener struct {
 	net.Listener
-	max    int64
-	refuse func(net.Conn)
-	log    *slog.Logger
+	Startups *Startups
+	max      int64
+	refuse   func(c net.Conn, msg string)
+	log      *slog.Logger
 
 	open      atomic.Int64
 	refusing  atomic.Int64
@@ -34,9 +43,10 @@ type Listener struct {
 }
 
 // NewListener wraps l. max <= 0 means no cap. refuse answers a connection
-// over the cap (it is closed after refuse returns); nil closes it at once.
-// log (nil: slog.Default) gets the refusals and the accept episodes.
-func NewListener(l net.Listener, max int, refuse func(net.Conn), log *slog.Logger) *Listener {
+// over a bound with msg, the reason in git's words (it is closed after
+// refuse returns); nil closes it at once. log (nil: slog.Default) gets the
+// refusals and the accept episodes.
+func NewListener(l net.Listener, max int, refuse func(c net.Conn, msg string), log *slog.Logger) *Listener {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -61,7 +71,13 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.backoff.succeeded()
-		conn := &countedConn{Conn: c, open: &l.open}
+		started, ok := l.Startups.Begin(c.RemoteAddr())
+		if !ok {
+			l.log.Warn("connection refused", "reason", StartupsReason(l.Startups.Max()), "remote", c.RemoteAddr().String())
+			l.Startups.Refuse(c, l.answer(StartupsMessage(l.Startups.Max())))
+			continue
+		}
+		conn := &countedConn{Conn: c, open: &l.open, started: started}
 		if n := l.open.Add(1); l.max > 0 && n > l.max {
 			l.turnAway(conn)
 			continue
@@ -97,22 +113,70 @@ func (l *Listener) turnAway(c net.Conn) {
 	go func() {
 		defer l.refusing.Add(-1)
 		defer c.Close()
-		l.refuse(c)
+		l.refuse(c, BusyMessage(int(l.max)))
 	}()
 }
 
-// countedConn gives its slot back on the first Close.
+// answer is refuse with msg, or nil when there is no refuse.
+func (l *Listener) answer(msg string) func(net.Conn) {
+	if l.refuse == nil {
+		return nil
+	}
+	return func(c net.Conn) { l.refuse(c, msg) }
+}
+
+// countedConn gives its slot back on the first Close, and its place among
+// its address's startups on Started or Close.
 type countedConn struct {
 	net.Conn
-	open   *atomic.Int64
-	closed atomic.Bool
+	open    *atomic.Int64
+	started func()
+	closed  atomic.Bool
 }
 
 func (c *countedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		c.open.Add(-1)
+		c.started()
 	}
 	return c.Conn.Close()
+}
+
+type connKey struct{}
+
+// ConnContext is for net/http's Server.ConnContext: it keeps the
+// connection in its requests' context for Started.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// Started reports that the connection of a request with a ConnContext
+// context has sent a complete request: it no longer counts among its
+// address's startups.
+func Started(ctx context.Context) {
+	c, _ := ctx.Value(connKey{}).(net.Conn)
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if cc, ok := c.(*countedConn); ok {
+		cc.started()
+	}
+}
+
+// BusyMessage is the refusal of a connection over --max-connections, as
+// git shows it after "remote:" or "remote error:".
+func BusyMessage(max int) string {
+	return fmt.Sprintf("server busy: too many connections (max %d), retry later", max)
+}
+
+// StartupsReason is what the log says of a connection refused by Startups.
+func StartupsReason(max int) string {
+	return fmt.Sprintf("too many connections from this address that have not sent a request yet (max %d)", max)
+}
+
+// StartupsMessage is the refusal of a connection over Startups' bound.
+func StartupsMessage(max int) string {
+	return fmt.Sprintf("server busy: too many connections from your address that have not sent a request yet (max %d), retry later", max)
 }
 
 // ReadFrom keeps sendfile: net/http uses it when the connection has it.

@@ -21,7 +21,7 @@ func TestListenerCap(t *testing.T) {
 	}
 	logs := &syncBuffer{}
 	refused := make(chan string, 10)
-	l := NewListener(inner, 2, func(c net.Conn) {
+	l := NewListener(inner, 2, func(c net.Conn, _ string) {
 		io.WriteString(c, "busy\n")
 		refused <- c.RemoteAddr().String()
 	}, slog.New(slog.NewTextHandler(logs, nil)))

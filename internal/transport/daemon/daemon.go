@@ -29,6 +29,7 @@ type Server struct {
 	Pipeline       *pipeline.Pipeline
 	InitTimeout    time.Duration // time allowed for the request line
 	MaxConnections int
+	Startups       *accept.Startups // per address, connections before their request line; nil: no bound
 	Log            *slog.Logger
 
 	conns    atomic.Int64
@@ -160,17 +161,20 @@ func (s *Server) log() *slog.Logger {
 }
 
 func (s *Server) handle(conn net.Conn) {
-	defer conn.Close()
 	remote := conn.RemoteAddr().String()
+	started, ok := s.Startups.Begin(conn.RemoteAddr())
+	if !ok {
+		s.log().Warn("connection refused", "transport", "git", "remote", remote, "reason", accept.StartupsReason(s.Startups.Max()))
+		s.Startups.Refuse(conn, func(c net.Conn) { readThenRefuse(c, accept.StartupsMessage(s.Startups.Max())) })
+		return
+	}
+	defer started()
+	defer conn.Close()
 	n := s.conns.Add(1)
 	defer s.conns.Add(-1)
 	if s.MaxConnections > 0 && n > int64(s.MaxConnections) {
 		s.log().Warn("connection refused: too many connections", "transport", "git", "remote", remote, "max", s.MaxConnections)
-		// Read the request first: a client still writing it when the
-		// connection closes dies of EPIPE instead of showing the message.
-		conn.SetReadDeadline(time.Now().Add(time.Second))
-		pktline.NewReader(conn).Read()
-		refuse(conn, fmt.Sprintf("server busy: too many connections (max %d), retry later", s.MaxConnections))
+		readThenRefuse(conn, accept.BusyMessage(s.MaxConnections))
 		return
 	}
 	if !s.track(conn, true) {
@@ -180,6 +184,7 @@ func (s *Server) handle(conn net.Conn) {
 		conn.SetReadDeadline(time.Now().Add(s.InitTimeout))
 	}
 	kind, line, err := pktline.NewReader(conn).Read()
+	started()
 	if !s.track(conn, false) {
 		return
 	}
@@ -271,6 +276,15 @@ func (c fileConn) sendFile(f *os.File, n int64) (int64, error) {
 		c.SetWriteDeadline(time.Time{})
 	}
 	return sent, nil
+}
+
+// readThenRefuse reads the request line for up to a second, then refuses:
+// a client still writing it when the connection closes dies of EPIPE
+// instead of showing the message.
+func readThenRefuse(conn net.Conn, msg string) {
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	pktline.NewReader(conn).Read()
+	refuse(conn, msg)
 }
 
 // refuse sends an ERR packet and half-closes, then waits briefly for the

@@ -14,13 +14,13 @@ import (
 // cap: git does not act on it, but other clients and proxies may.
 const connectionRetryAfter = 5
 
-// RefuseConnection answers a connection over the server's connection cap
-// with a minimal "503 Service Unavailable" and a one-line text body, which
-// git prints as "remote: server busy: ...". It speaks HTTP itself, so the
+// RefuseConnection answers a connection over one of the server's
+// connection bounds with a minimal "503 Service Unavailable" and msg as a
+// one-line text body, which git prints as "remote: server busy: ...". It speaks HTTP itself, so the
 // connection never reaches net/http. With tlsConfig it completes the TLS
 // handshake first, offering HTTP/1.1 only (ALPN would otherwise pick h2,
 // which this answer is not). It is bounded to a few seconds.
-func RefuseConnection(conn net.Conn, tlsConfig *tls.Config, maxConns int) {
+func RefuseConnection(conn net.Conn, tlsConfig *tls.Config, msg string) {
 	conn.SetDeadline(time.Now().Add(2 * time.Second))
 	if tlsConfig != nil {
 		cfg := tlsConfig.Clone()
@@ -34,7 +34,7 @@ func RefuseConnection(conn net.Conn, tlsConfig *tls.Config, maxConns int) {
 	// Read the request head first: closing while the client still writes
 	// it would reset the connection before the answer is read.
 	http.ReadRequest(bufio.NewReaderSize(conn, 4096))
-	msg := fmt.Sprintf("server busy: too many connections (max %d), retry later\n", maxConns)
+	msg += "\n"
 	fmt.Fprintf(conn, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"+
 		"Retry-After: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", connectionRetryAfter, len(msg), msg)
 	// Half-close, then take what is left of a request body until the client

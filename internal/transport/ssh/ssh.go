@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,15 +27,16 @@ import (
 type Server struct {
 	Pipeline       *pipeline.Pipeline
 	Access         *access.Controller
-	HostKeys       []gossh.Signer // one per key type; see offeredHostKey for RSA
-	Ciphers        []string       // preference order offered; nil: DefaultCiphers
-	InitTimeout    time.Duration  // handshake + first exec must finish within this
-	KeepAlive      time.Duration  // interval of keepalive@openssh.com probes; 0: off
-	IdleTimeout    time.Duration  // close a connection once no command ran for this long after its last; 0: never
-	MaxConnections int            // 0: no limit
-	MaxSessions    int            // session channels open at once per connection; 0: no limit
-	KeyRecheck     time.Duration  // how often open connections' keys are checked again once the store changed; 0: keyRecheckInterval
-	MaxUnacked     int            // bytes of a command's output sent and not yet acknowledged by the client's window; 0: DefaultMaxUnacked, <0: the client's whole window
+	HostKeys       []gossh.Signer   // one per key type; see offeredHostKey for RSA
+	Ciphers        []string         // preference order offered; nil: DefaultCiphers
+	InitTimeout    time.Duration    // handshake + first exec must finish within this
+	KeepAlive      time.Duration    // interval of keepalive@openssh.com probes; 0: off
+	IdleTimeout    time.Duration    // close a connection once no command ran for this long after its last; 0: never
+	MaxConnections int              // 0: no limit
+	Startups       *accept.Startups // per address, connections before their first command; nil: no bound
+	MaxSessions    int              // session channels open at once per connection; 0: no limit
+	KeyRecheck     time.Duration    // how often open connections' keys are checked again once the store changed; 0: keyRecheckInterval
+	MaxUnacked     int              // bytes of a command's output sent and not yet acknowledged by the client's window; 0: DefaultMaxUnacked, <0: the client's whole window
 	Log            *slog.Logger
 
 	mu        sync.Mutex
@@ -241,10 +244,18 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
 	start := time.Now()
 	s.accepted.Add(1)
 	defer nc.Close()
-	n := s.open.Add(1)
-	defer s.open.Add(-1)
 	remote := nc.RemoteAddr().String()
 	log := s.log().With("transport", "ssh", "remote", remote)
+	// Closed before the banner, as OpenSSH's sshd does past MaxStartups:
+	// SSH has no way to say why before the key exchange.
+	started, ok := s.Startups.Begin(nc.RemoteAddr())
+	if !ok {
+		log.Warn("connection refused", "reason", accept.StartupsReason(s.Startups.Max()))
+		return
+	}
+	defer started()
+	n := s.open.Add(1)
+	defer s.open.Add(-1)
 	if s.MaxConnections > 0 && n > int64(s.MaxConnections) {
 		log.Warn("connection refused", "reason", fmt.Sprintf("too many connections (max %d)", s.MaxConnections))
 		return
@@ -268,7 +279,7 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log}
+	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log, started: started}
 	if perms := sconn.Permissions; perms != nil {
 		c.keyFingerprint = perms.Extensions[extKey]
 	}
@@ -339,6 +350,7 @@ type conn struct {
 	keyFingerprint string
 	log            *slog.Logger
 	initTimer      *time.Timer
+	started        func()         // the first command is here: no longer among its address's startups
 	wg             sync.WaitGroup // everything started for this connection
 
 	mu         sync.Mutex
@@ -371,6 +383,9 @@ func (c *conn) beginCommand() {
 		c.sawCommand = true
 		if c.initTimer != nil {
 			c.initTimer.Stop()
+		}
+		if c.started != nil {
+			c.started()
 		}
 	}
 	c.running++
@@ -562,4 +577,18 @@ func (c *conn) openChannel(newCh gossh.NewChannel) {
 			c.serveSession(ch, reqs)
 		}()
 	}
+}
+
+// CheckCiphers reports the first name in ciphers that x/crypto/ssh does
+// not implement: it would drop it silently, and a list of such names
+// leaves the server offering none, refusing every client.
+func CheckCiphers(ciphers []string) error {
+	known := append(gossh.SupportedAlgorithms().Ciphers, gossh.InsecureAlgorithms().Ciphers...)
+	for _, c := range ciphers {
+		if !slices.Contains(known, c) {
+			return fmt.Errorf("unknown cipher %q: the ciphers are %s (and, with known weaknesses, %s)", c,
+				strings.Join(gossh.SupportedAlgorithms().Ciphers, ", "), strings.Join(gossh.InsecureAlgorithms().Ciphers, ", "))
+		}
+	}
+	return nil
 }
