@@ -114,7 +114,7 @@ func answerKey(kind string, args []string, spec gitexec.Spec, user, stamp string
 func (c *Call) cachedAnswer(ctx context.Context, kind string, spec gitexec.Spec, st repostate.Stamp, request, key []byte, keep func([]byte) bool, stdout, stderr io.Writer) (gitexec.Result, error) {
 	p := c.p
 	if st.Digest == "" || st.Racy {
-		return p.Runner.Run(ctx, spec, bytes.NewReader(request), stdout, stderr)
+		return c.startGit(ctx, spec, bytes.NewReader(request), stdout, stderr)
 	}
 	k := answerKey(kind, p.Runner.Args(spec), spec, c.Request.Principal.User, st.Digest, key)
 	body, wait := p.answers.lookup(k)
@@ -134,13 +134,13 @@ func (c *Call) cachedAnswer(ctx context.Context, kind string, spec gitexec.Spec,
 	}
 	if wait != nil {
 		// The run waited for gave nothing to keep: run git as without the cache.
-		return p.Runner.Run(ctx, spec, bytes.NewReader(request), stdout, stderr)
+		return c.startGit(ctx, spec, bytes.NewReader(request), stdout, stderr)
 	}
 	// This request runs git for everyone asking the same meanwhile. git's
 	// answer is collected before it goes out, so a slow client of the run
 	// holds up nobody else; one too large to keep passes through.
 	capture := &answerWriter{w: stdout, release: func() { p.answers.finish(k, nil) }}
-	res, err := p.Runner.Run(ctx, spec, bytes.NewReader(request), capture, stderr)
+	res, err := c.startGit(ctx, spec, bytes.NewReader(request), capture, stderr)
 	if capture.passing {
 		return res, err
 	}

@@ -224,7 +224,7 @@ func (c *Call) lead(ctx context.Context, spec gitexec.Spec, body []byte, reader 
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := p.Runner.Run(runCtx, spec, bytes.NewReader(body), nil, nil)
+		res, err := c.startGit(runCtx, spec, bytes.NewReader(body), nil, nil)
 		failed := err
 		if failed == nil && res.ExitCode != 0 {
 			failed = fmt.Errorf("git exited with status %d: %s", res.ExitCode, res.Stderr)
@@ -254,7 +254,7 @@ func (c *Call) runUncached(ctx context.Context, spec gitexec.Spec, stdin io.Read
 	if err := c.admitNow(ctx, c.p.Limiter); err != nil {
 		return gitexec.Result{}, err
 	}
-	return c.p.Runner.Run(ctx, spec, stdin, stdout, stderr)
+	return c.startGit(ctx, spec, stdin, stdout, stderr)
 }
 
 // admitNow takes a slot of lim (the pipeline's Limiter, or Pushes) for a

@@ -145,6 +145,10 @@ type Pipeline struct {
 
 	answers answerCache // advertisements and ls-refs answers by repository state
 
+	gitStarts atomic.Int64 // git processes requests started (startGit)
+	// spawn, if set, runs git in startGit's stead (tests: a git in process).
+	spawn func(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error)
+
 	mu       sync.Mutex
 	draining bool
 	running  map[uint64]*runningCall // by Call.ID, under mu: what Active shows
@@ -213,6 +217,10 @@ type Call struct {
 	side      sideRuns      // a session's fetch cache answers (sessionFetch)
 
 	running *runningCall // set by Run, for views of running requests
+	// input is the client's stream, counting its reads; gitStarts the
+	// gits started for the request (startGit: never more than 1 + reads).
+	input     *clientInput
+	gitStarts atomic.Int64
 	// CPU (ns) of the checks of wanted objects: git run outside the relay.
 	checkUser, checkSys atomic.Int64
 	pushOutcome         pushOutcome // what a push's report says, when it says more than git's exit
@@ -499,7 +507,15 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	var gate *admissionGate
 	session := c.servesV2Session()
 	recorded := c.recordsV0Session()
-	clientIn := stdin // the transport's own, before any tap
+	clientIn := stdin // the transport's own, for its read deadline
+	c.input = &clientInput{r: stdin}
+	stdin = c.input
+	if req.Service == gitexec.UploadPack && !req.StatelessRPC && c.route.Relay == nil {
+		// A git:// or SSH session: it ends once nothing moved for the idle
+		// timeout, whatever it is doing.
+		moved := func() int64 { return c.input.Reads() + rc.progress.BytesOut.Load() }
+		defer idleWatch(p.Runner.IdleTimeout, moved, cancel)()
+	}
 	switch {
 	case recorded:
 		// runV0Session reads the client itself and makes its gates.
@@ -542,9 +558,9 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 		c.outcome = governor.PackCacheRelayed
 		res, err = c.route.Relay.Relay(ctx, req, c.Repo.Name, stdin, stdout, stderr)
 	case recorded:
-		res, gate, err = c.runV0Session(ctx, cancel, spec, clientIn, watch, stdout, stderr)
+		res, gate, err = c.runV0Session(ctx, cancel, spec, stdin, watch, stdout, stderr)
 	case session:
-		res, err = c.runV2Session(ctx, cancel, plain, spec, clientIn, stdin, stdout, stderr)
+		res, err = c.runV2Session(ctx, plain, spec, clientIn, stdin, stdout, stderr)
 	case req.Service == gitexec.ReceivePack && !req.AdvertiseRefs:
 		res, err = c.runPush(ctx, spec, stdin, stdout, stderr)
 	case cachesCapabilities(req):
@@ -554,7 +570,7 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	case req.Service == gitexec.UploadPack && req.StatelessRPC && !req.AdvertiseRefs:
 		res, err = c.runStateless(ctx, spec, stdin, stdout, stderr)
 	default:
-		res, err = p.Runner.Run(ctx, spec, stdin, stdout, stderr)
+		res, err = c.startGit(ctx, spec, stdin, stdout, stderr)
 	}
 
 	if gate != nil {

@@ -70,7 +70,7 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 	if !req.StatelessRPC {
 		adv := spec
 		adv.StatelessRPC, adv.AdvertiseRefs = true, true
-		res, err := p.Runner.Run(ctx, adv, bytes.NewReader(nil), stdout, stderr)
+		res, err := c.startGit(ctx, adv, bytes.NewReader(nil), stdout, stderr)
 		total = res
 		if err != nil || res.ExitCode != 0 {
 			return total, err
@@ -214,7 +214,7 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		out = rw
 	}
 	body := io.MultiReader(bytes.NewReader(preq.Encode(plan.kept)), in)
-	res, err := p.Runner.Run(ctx, spec, body, out, stderr)
+	res, err := c.startGit(ctx, spec, body, out, stderr)
 	pushDone()
 	if rw != nil && err == nil && res.ExitCode != 0 && !rw.Reported() && len(plan.kept) > 0 {
 		// receive-pack died before its report (git 2.39 dies when a

@@ -243,7 +243,7 @@ func (c *Call) runStateless(ctx context.Context, spec gitexec.Spec, stdin io.Rea
 			return gitexec.Result{}, err
 		}
 	}
-	return p.Runner.Run(ctx, spec, body.reader(), stdout, stderr)
+	return c.startGit(ctx, spec, body.reader(), stdout, stderr)
 }
 
 // isLsRefs tells a v2 request whose first packet is "command=ls-refs".

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -39,8 +40,7 @@ func (c *Call) servesV2Session() bool {
 //
 // clientIn is the transport's stream under stdin (which may be a tap of
 // it), for its read deadline.
-func (c *Call) runV2Session(ctx context.Context, cancel context.CancelCauseFunc, plain, spec gitexec.Spec, clientIn, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
-	p := c.p
+func (c *Call) runV2Session(ctx context.Context, plain, spec gitexec.Spec, clientIn, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error) {
 	var total sideRuns
 	// Reads from the client end with the request: an idle or too slow
 	// client, a shutdown. A net.Conn has read deadlines; an SSH channel
@@ -63,9 +63,13 @@ func (c *Call) runV2Session(ctx context.Context, cancel context.CancelCauseFunc,
 	stateless := spec
 	stateless.StatelessRPC = true
 	plain.StatelessRPC = true
-	client := bufio.NewReaderSize(&idleReader{r: stdin, idle: p.Runner.IdleTimeout, cancel: cancel}, 64<<10)
+	// Waiting for a command ends at the idle timeout (Run's idleWatch).
+	client := bufio.NewReaderSize(stdin, 64<<10)
 	for {
-		body, err := c.readCommand(ctx, client, readDeadliner(unblock), stdout)
+		body, err := c.readCommand(ctx, client, readDeadliner(unblock), stdout, stderr)
+		if errors.Is(err, errBadPktLine) {
+			total.add(gitexec.Result{ExitCode: 128}) // as git dies of it
+		}
 		if body == nil || err != nil {
 			if errors.Is(err, io.EOF) {
 				err = nil // the client ended the session
@@ -86,13 +90,12 @@ func (c *Call) runV2Session(ctx context.Context, cancel context.CancelCauseFunc,
 
 // v2Command answers one whole command of a v2 session.
 func (c *Call) v2Command(ctx context.Context, plain, stateless gitexec.Spec, body *requestBody, stdout, stderr io.Writer) (gitexec.Result, error) {
-	p := c.p
 	var cmd fetchcache.Command
 	var err error
 	if body.file == nil {
 		cmd, err = fetchcache.InspectCommand(body.mem)
 	}
-	if perr := p.refusedCommand(firstCommand(body)); perr != nil {
+	if perr := c.p.refusedCommand(firstCommand(body)); perr != nil {
 		pktline.WriteError(stdout, perr.Message)
 		return gitexec.Result{BytesIn: body.size}, perr
 	}
@@ -132,15 +135,17 @@ func (c *Call) v2Command(ctx context.Context, plain, stateless gitexec.Spec, bod
 	default:
 		// Another command (object-info, when served), or one git will
 		// refuse in its own words: no pack, no slot.
-		return p.Runner.Run(ctx, plain, body.reader(), stdout, stderr)
+		return c.startGit(ctx, plain, body.reader(), stdout, stderr)
 	}
 }
 
 // readCommand reads the session's next command whole (to its flush) under
 // the pipeline's Pace, which starts at its first byte: waiting for a
 // command is the idle timeout's. It returns nil at the end of the session
-// (a flush alone, or EOF before a command).
-func (c *Call) readCommand(ctx context.Context, client *bufio.Reader, unblock readDeadliner, stdout io.Writer) (*requestBody, error) {
+// (a flush alone, or EOF before a command). A packet that is not one
+// ends the session as it ends git's (serve.c dies of it): in git's words,
+// as an ERR packet and, over SSH, on stderr.
+func (c *Call) readCommand(ctx context.Context, client *bufio.Reader, unblock readDeadliner, stdout, stderr io.Writer) (*requestBody, error) {
 	first, err := client.Peek(4)
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || len(first) > 0 && errors.Is(err, io.EOF) {
@@ -153,16 +158,24 @@ func (c *Call) readCommand(ctx context.Context, client *bufio.Reader, unblock re
 		return nil, nil
 	}
 	body, err := c.readRequest(ctx, &commandReader{r: client}, unblock)
+	if bad := (*badPktLine)(nil); errors.As(err, &bad) {
+		c.p.log().Info("refused", "id", c.ID, "transport", c.Request.Transport, "repo", c.Repo.Name, "user", c.Request.Principal.String(), "reason", bad.Error())
+		if stderr != nil {
+			fmt.Fprintf(stderr, "fatal: %s\n", bad)
+		}
+		err = &Error{Code: CodeBadRequest, Message: bad.Error(), Err: bad}
+	}
 	var perr *Error
 	if errors.As(err, &perr) {
-		pktline.WriteError(stdout, perr.Message) // too slow: in git's words
+		pktline.WriteError(stdout, perr.Message) // too slow, or not a packet: in git's words
 	}
 	return body, err
 }
 
 // commandReader passes on the client's packets up to and including the
-// flush that ends a v2 command, then reports EOF. Anything that is not a
-// pkt-line ends the command where it starts (git refuses what it got).
+// flush that ends a v2 command, then reports EOF. A length that is not a
+// packet's ends the command with a *badPktLine, its 4 bytes left unread:
+// nothing after them can be framed.
 type commandReader struct {
 	r    *bufio.Reader
 	left int // bytes of the current packet not passed on yet
@@ -185,7 +198,7 @@ func (c *commandReader) Read(p []byte) (int, error) {
 		switch {
 		case perr != nil || n == 3 || n > pktline.MaxLength:
 			c.done = true
-			return 0, io.EOF
+			return 0, &badPktLine{head: string(head), n: n, parsed: perr == nil}
 		case n == 0:
 			c.done = true
 			c.left = 4
@@ -201,23 +214,29 @@ func (c *commandReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// idleReader cancels the request (gitexec.ErrIdle) when the client sends
-// nothing for idle while the session waits for it.
-type idleReader struct {
-	r      io.Reader
-	idle   time.Duration
-	cancel context.CancelCauseFunc
+// badPktLine is a length prefix no packet has, as the client sent it.
+type badPktLine struct {
+	head   string
+	n      int  // the length, if parsed
+	parsed bool // four hex digits, of a length no packet has (1-3, too large)
 }
 
-func (i *idleReader) Read(p []byte) (int, error) {
-	if i.idle <= 0 {
-		return i.r.Read(p)
+// errBadPktLine matches every *badPktLine (errors.Is).
+var errBadPktLine = errors.New("bad pkt-line")
+
+// Error is git's message for it (pkt-line.c).
+func (b *badPktLine) Error() string {
+	switch {
+	case !b.parsed:
+		return "protocol error: bad line length character: " + printable(b.head)
+	case b.n < 4:
+		return fmt.Sprintf("protocol error: bad line length %d", b.n)
+	default:
+		return fmt.Sprintf("protocol error: bad line length %d", b.n-4) // git counts the payload
 	}
-	t := time.AfterFunc(i.idle, func() { i.cancel(gitexec.ErrIdle) })
-	n, err := i.r.Read(p)
-	t.Stop()
-	return n, err
 }
+
+func (b *badPktLine) Is(target error) bool { return target == errBadPktLine }
 
 // readDeadliner gives readRequest the session's way to end a blocked read.
 type readDeadliner func(time.Time) error

@@ -285,7 +285,7 @@ func (c *Call) sessionGit(ctx context.Context, cancel context.CancelCauseFunc, s
 	if stderr != nil {
 		stderr = quietAfterRefusal{w: stderr, refused: gate.refusedC}
 	}
-	res, err := p.Runner.Run(runCtx, spec, gate, out, stderr)
+	res, err := c.startGit(runCtx, spec, gate, out, stderr)
 	if verify.differs.Load() {
 		p.log().Error("v0 session: git's answer differs from the replay already sent; session ended", "repo", c.Repo.Name)
 		pktline.WriteError(stdout, "packwire: this fetch's shared answer could not be continued, fetch again")
