@@ -62,8 +62,8 @@ func check(ctx context.Context, c *testCluster, h *history, repos []string, sett
 			}
 			if first == nil {
 				first = refs
-			} else if d := diff(first, refs); d != "" {
-				v.copies = append(v.copies, fmt.Sprintf("%s: %s's refs differ from %s's: %s", repo, n.name, c.nodes[0].name, d))
+			} else if d := diff(first, refs, chain); d != "" {
+				v.copies = append(v.copies, fmt.Sprintf("%s: %s's refs differ from %s's (there): %s", repo, n.name, c.nodes[0].name, d))
 			}
 		}
 		// Stale reads: a successful read missing a push acknowledged
@@ -138,16 +138,16 @@ func short(oid string) string {
 }
 
 // diff names refs that differ between a and b (at most 5).
-func diff(a, b map[string]string) string {
+func diff(a, b map[string]string, chain map[string]int) string {
 	var d []string
 	for ref, oid := range a {
 		if b[ref] != oid {
-			d = append(d, fmt.Sprintf("%s %s/%s", ref, short(oid), short(b[ref])))
+			d = append(d, fmt.Sprintf("%s %s there, %s here", ref, describe(oid, chain), describe(b[ref], chain)))
 		}
 	}
 	for ref, oid := range b {
 		if _, ok := a[ref]; !ok {
-			d = append(d, fmt.Sprintf("%s -/%s", ref, short(oid)))
+			d = append(d, fmt.Sprintf("%s missing there, %s here", ref, describe(oid, chain)))
 		}
 	}
 	sort.Strings(d)

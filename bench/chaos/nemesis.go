@@ -19,8 +19,10 @@ type nemesis struct {
 	// primary: the fault hits the repository's primary, so a failover is
 	// expected (or, for a partition, refused pushes until it heals).
 	primary bool
-	// hold and rest in a long run, and in a -short one.
+	// hold and rest in a long run, and in a -short one, which runs
+	// shortCycles cycles (0: one).
 	hold, rest, shortHold, shortRest time.Duration
+	shortCycles                      int
 	inject                           func(ctx context.Context, f *fault) error
 }
 
@@ -63,7 +65,7 @@ var nemeses = []nemesis{
 			return f.c.start(n)
 		}},
 	{name: "pause-primary", about: "SIGSTOP of the primary's node for the hold, then SIGCONT", primary: true,
-		hold: 15 * time.Second, rest: 10 * time.Second, shortHold: 6 * time.Second, shortRest: 2 * time.Second,
+		hold: 15 * time.Second, rest: 10 * time.Second, shortHold: 5 * time.Second, shortRest: 2 * time.Second,
 		inject: func(ctx context.Context, f *fault) error {
 			n := f.c.byName(f.primary)
 			f.event("SIGSTOP", n.name)
@@ -73,7 +75,7 @@ var nemeses = []nemesis{
 			return nil
 		}},
 	{name: "pause-primary-mid-push", about: "SIGSTOP of the primary's node while a push is in flight, for the hold", primary: true,
-		hold: 15 * time.Second, rest: 10 * time.Second, shortHold: 6 * time.Second, shortRest: 2 * time.Second,
+		hold: 15 * time.Second, rest: 10 * time.Second, shortHold: 5 * time.Second, shortRest: 2 * time.Second,
 		inject: func(ctx context.Context, f *fault) error {
 			n := f.c.byName(f.primary)
 			// A push under way for a random 20-120 ms: inside its replication
@@ -90,7 +92,7 @@ var nemeses = []nemesis{
 			return nil
 		}},
 	{name: "pause-replica", about: "SIGSTOP of one replica's node 0.7 s every 3 s (it keeps catching up)",
-		hold: 700 * time.Millisecond, rest: 2300 * time.Millisecond, shortHold: 700 * time.Millisecond, shortRest: 1300 * time.Millisecond,
+		hold: 700 * time.Millisecond, rest: 2300 * time.Millisecond, shortHold: 700 * time.Millisecond, shortRest: 1300 * time.Millisecond, shortCycles: 3,
 		inject: func(ctx context.Context, f *fault) error {
 			n := f.replica()
 			f.event("SIGSTOP", n.name)
@@ -100,14 +102,14 @@ var nemeses = []nemesis{
 			return nil
 		}},
 	{name: "pg-restart", about: "PostgreSQL fast restart (connections cut)",
-		rest: 10 * time.Second, shortRest: 4 * time.Second,
+		rest: 10 * time.Second, shortRest: 3 * time.Second, shortCycles: 2,
 		inject: func(ctx context.Context, f *fault) error {
 			f.event("PostgreSQL fast restart", "")
 			f.c.pgHalt()
 			return f.c.pgResume()
 		}},
 	{name: "pg-kill", about: "PostgreSQL SIGKILL (every backend), started again at once (crash recovery)",
-		rest: 10 * time.Second, shortRest: 4 * time.Second,
+		rest: 10 * time.Second, shortRest: 3 * time.Second, shortCycles: 2,
 		inject: func(ctx context.Context, f *fault) error {
 			f.event("PostgreSQL SIGKILL", "")
 			f.c.pgKill()
@@ -122,7 +124,7 @@ var nemeses = []nemesis{
 			return f.c.pgResume()
 		}},
 	{name: "pg-blackhole", about: "the primary's PostgreSQL connections blackholed (bytes stop, nothing closed) for the hold", primary: true,
-		hold: 30 * time.Second, rest: 10 * time.Second, shortHold: 6 * time.Second, shortRest: 3 * time.Second,
+		hold: 30 * time.Second, rest: 10 * time.Second, shortHold: 5 * time.Second, shortRest: 3 * time.Second,
 		inject: func(ctx context.Context, f *fault) error {
 			n := f.c.byName(f.primary)
 			f.event("PostgreSQL blackholed", n.name)
@@ -132,7 +134,7 @@ var nemeses = []nemesis{
 			return nil
 		}},
 	{name: "partition", about: "node-to-node traffic between the primary and the replicas blackholed both ways for the hold (each keeps PostgreSQL and its clients)", primary: true,
-		hold: 20 * time.Second, rest: 10 * time.Second, shortHold: 6 * time.Second, shortRest: 3 * time.Second,
+		hold: 20 * time.Second, rest: 10 * time.Second, shortHold: 5 * time.Second, shortRest: 3 * time.Second,
 		inject: func(ctx context.Context, f *fault) error {
 			p := f.primary
 			f.event("partitioned from the replicas", p)
@@ -165,15 +167,16 @@ func (f *fault) replica() *node {
 	return f.c.nodes[0]
 }
 
-// cycles runs nm for duration (at least one cycle), each cycle against
-// the repository's primary at its start; the cluster is healed after each.
+// cycles runs nm for duration (in a -short run, its shortCycles), each
+// cycle against the repository's primary at its start; the cluster is
+// healed after each, and rests before the next.
 func (nm nemesis) cycles(ctx context.Context, c *testCluster, h *history, repo string, duration time.Duration, short bool) error {
 	hold, rest := nm.hold, nm.rest
 	if short {
 		hold, rest = nm.shortHold, nm.shortRest
 	}
 	start := time.Now()
-	for first := true; first || time.Since(start) < duration; first = false {
+	for n := 1; ; n++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -196,9 +199,11 @@ func (nm nemesis) cycles(ctx context.Context, c *testCluster, h *history, repo s
 		if err != nil {
 			return err
 		}
+		if short && n >= max(nm.shortCycles, 1) || !short && time.Since(start) >= duration {
+			return nil
+		}
 		sleep(ctx, rest)
 	}
-	return nil
 }
 
 // sleep waits d or until ctx ends: the length of a fault, not a wait for
