@@ -55,13 +55,15 @@ func (p *proxy) setCut(cut func(source string) bool) {
 }
 
 // waitOpen returns once a connection from source may move bytes, or the
-// proxy is closed.
-func (p *proxy) waitOpen(source string, closed <-chan struct{}) bool {
+// connection is closed. The source is found when a cut first asks (it
+// costs a walk of /proc), for connections opened before the cut too
+// (nodes keep theirs alive).
+func (p *proxy) waitOpen(source func() string, closed <-chan struct{}) bool {
 	for {
 		p.mu.Lock()
 		cut, changed := p.cut, p.changed
 		p.mu.Unlock()
-		if cut == nil || !cut(source) {
+		if cut == nil || !cut(source()) {
 			return true
 		}
 		select {
@@ -84,10 +86,12 @@ func (p *proxy) serve() {
 
 func (p *proxy) handle(c net.Conn) {
 	defer c.Close()
-	source := ""
-	if p.source != nil {
-		source = p.source(c.RemoteAddr())
-	}
+	source := sync.OnceValue(func() string {
+		if p.source == nil {
+			return ""
+		}
+		return p.source(c.RemoteAddr())
+	})
 	closed := make(chan struct{})
 	defer close(closed)
 	if !p.waitOpen(source, closed) {

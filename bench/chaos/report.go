@@ -108,6 +108,9 @@ func reportTable(w io.Writer, results []phaseResult) {
 			}
 			fmt.Fprintf(w, "- %s %s: %s (primary was %s), healed after %s\n", e.at.Format("15:04:05.000"), who, e.what, e.primary, secs(e.healed.Sub(e.at)))
 		}
+		if len(r.readsByTransport) > 0 {
+			fmt.Fprintf(w, "- Successful reads by transport: HTTP %d, SSH %d, git:// %d\n", r.readsByTransport[overHTTP], r.readsByTransport[overSSH], r.readsByTransport[overGit])
+		}
 		list(w, "Lost (acknowledged, missing from a copy at the end)", r.v.lost)
 		list(w, "Stale reads (missed a push acknowledged before the read started)", r.v.stale)
 		list(w, "Copies", r.v.copies)
