@@ -37,6 +37,13 @@ func check(ctx context.Context, c *testCluster, h *history, repos []string, sett
 	defer h.mu.Unlock()
 	for _, repo := range repos {
 		chain := indexOf(h.chains[repo])
+		recorded := "unknown"
+		if p, err := c.placement(ctx, repo); err == nil {
+			recorded = fmt.Sprintf("generation %d:", p.Generation)
+			for _, r := range p.Replicas {
+				recorded += fmt.Sprintf(" %s at %d", r.Node, r.Generation)
+			}
+		}
 		var first map[string]string
 		for _, n := range c.nodes {
 			bare := filepath.Join(n.dir, "repos", repo+".git")
@@ -63,7 +70,7 @@ func check(ctx context.Context, c *testCluster, h *history, repos []string, sett
 			if first == nil {
 				first = refs
 			} else if d := diff(first, refs, chain); d != "" {
-				v.copies = append(v.copies, fmt.Sprintf("%s: %s's refs differ from %s's (there): %s", repo, n.name, c.nodes[0].name, d))
+				v.copies = append(v.copies, fmt.Sprintf("%s: %s's refs differ from %s's (there): %s; the cluster records %s", repo, n.name, c.nodes[0].name, d, recorded))
 			}
 		}
 		// Stale reads: a successful read missing a push acknowledged

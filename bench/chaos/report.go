@@ -111,16 +111,16 @@ func reportTable(w io.Writer, results []phaseResult) {
 		if len(r.readsByTransport) > 0 {
 			fmt.Fprintf(w, "- Successful reads by transport: HTTP %d, SSH %d, git:// %d\n", r.readsByTransport[overHTTP], r.readsByTransport[overSSH], r.readsByTransport[overGit])
 		}
-		list(w, "Lost (acknowledged, missing from a copy at the end)", r.v.lost)
-		list(w, "Stale reads (missed a push acknowledged before the read started)", r.v.stale)
-		list(w, "Copies", r.v.copies)
+		list(w, fmt.Sprintf("Lost (acknowledged, missing from a copy at the end): %d", len(r.v.lost)), r.v.lost)
+		list(w, fmt.Sprintf("Stale reads (missed a push acknowledged before the read started): %d", len(r.v.stale)), r.v.stale)
+		list(w, fmt.Sprintf("Copies: %d", len(r.v.copies)), r.v.copies)
 		if len(r.failReasons) > 0 {
 			var reasons []string
 			for k, n := range r.failReasons {
 				reasons = append(reasons, fmt.Sprintf("%dx %s", n, k))
 			}
 			sort.Slice(reasons, func(i, j int) bool { return leadingCount(reasons[i]) > leadingCount(reasons[j]) })
-			list(w, "Failed pushes (the client's last words)", reasons)
+			list(w, fmt.Sprintf("Failed pushes: %d, with %d distinct last words of the client", r.pushesFailed, len(reasons)), reasons)
 		}
 		fmt.Fprintln(w)
 	}
@@ -130,7 +130,7 @@ func list(w io.Writer, title string, items []string) {
 	if len(items) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "- %s: %d\n", title, len(items))
+	fmt.Fprintf(w, "- %s\n", title)
 	for i, it := range items {
 		if i == 10 {
 			fmt.Fprintf(w, "  - and %d more\n", len(items)-10)

@@ -307,8 +307,14 @@ func parseRefs(out string) map[string]string {
 	return refs
 }
 
+// lastLines is the last n non-blank lines of s, joined with " | ".
 func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
+	var lines []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
