@@ -329,6 +329,16 @@ func settled(p cluster.Placement) bool {
 	return ok
 }
 
+// records is what the cluster records of repos' copies, to compare.
+func (c *testCluster) records(ctx context.Context, repos []string) string {
+	var b strings.Builder
+	for _, r := range repos {
+		p, err := c.placement(ctx, r)
+		fmt.Fprintf(&b, "%s %s %d %+v %v;", r, p.Primary, p.Generation, p.Replicas, err)
+	}
+	return b.String()
+}
+
 // waitSettled waits until every repo is settled, or within passes.
 func (c *testCluster) waitSettled(ctx context.Context, repos []string, within time.Duration) error {
 	deadline := time.Now().Add(within)

@@ -136,14 +136,18 @@ type workload struct {
 	readers int
 }
 
-func (w *workload) run(ctx context.Context) {
+// run runs the workload until stopping ends; then each client finishes
+// what it is doing (a push cut by the client could land on some copies
+// after the checker has read them). Clients' git commands end only with
+// hard (^C).
+func (w *workload) run(stopping, ctx context.Context) {
 	var wg sync.WaitGroup
 	for r, repo := range w.repos {
 		for _, kind := range []string{branchPerPush, fastForward} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w.push(ctx, repo, kind, r)
+				w.push(stopping, ctx, repo, kind, r)
 			}()
 		}
 	}
@@ -151,7 +155,7 @@ func (w *workload) run(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.read(ctx, i)
+			w.read(stopping, ctx, i)
 		}()
 	}
 	wg.Wait()
@@ -177,7 +181,7 @@ func (w *workload) pickNode(i int) *node {
 // push commits and pushes in a loop: a new branch each time, or the next
 // fast-forward of one branch; to a live node (another relays to the
 // primary), over HTTP and SSH in turn.
-func (w *workload) push(ctx context.Context, repo, kind string, pusher int) {
+func (w *workload) push(stopping, ctx context.Context, repo, kind string, pusher int) {
 	g := w.c.git
 	work := filepath.Join(w.dir, fmt.Sprintf("%s-%s", repo, kind))
 	if out, err := g.run(ctx, time.Minute, "", "init", "-q", "-b", "main", work); err != nil {
@@ -185,7 +189,7 @@ func (w *workload) push(ctx context.Context, repo, kind string, pusher int) {
 		return
 	}
 	key := repo + " " + kind
-	for n := 0; ctx.Err() == nil; n++ {
+	for n := 0; stopping.Err() == nil; n++ {
 		os.WriteFile(filepath.Join(work, "f"), []byte(fmt.Sprintf("%s %d\n", key, n)), 0o644)
 		if out, err := g.run(ctx, time.Minute, work, "add", "f"); err != nil {
 			w.gitFailed(ctx, "git add", err, out)
@@ -226,7 +230,7 @@ func (w *workload) push(ctx context.Context, repo, kind string, pusher int) {
 		w.h.inFlight.Add(-1)
 		rec.end = time.Now()
 		if ctx.Err() != nil && err != nil {
-			// Cut by the end of the phase: not an answer of the server's.
+			// Cut by ^C: not an answer of the server's.
 			return
 		}
 		rec.acked = err == nil
@@ -249,10 +253,10 @@ func (w *workload) push(ctx context.Context, repo, kind string, pusher int) {
 // read lists a repository's refs (every fifth time a full clone) from one
 // node after another over one transport, recording what the cluster said
 // of that node's copy just before.
-func (w *workload) read(ctx context.Context, reader int) {
+func (w *workload) read(stopping, ctx context.Context, reader int) {
 	g := w.c.git
 	transport := []string{overHTTP, overSSH, overGit}[reader%3]
-	for n := 0; ctx.Err() == nil; n++ {
+	for n := 0; stopping.Err() == nil; n++ {
 		repo := w.repos[n%len(w.repos)]
 		nd := w.pickNode(n/len(w.repos) + reader)
 		if nd == nil {
