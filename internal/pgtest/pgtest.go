@@ -160,6 +160,23 @@ func (s *Server) Restart() error {
 	return s.launch()
 }
 
+// Halt stops postgres with a fast shutdown and keeps its data; Resume
+// starts it again (the chaos suite's "PostgreSQL down").
+func (s *Server) Halt() { s.stopProcess() }
+
+// Kill stops postgres and its backends with SIGKILL, as a crash would;
+// Resume starts it again (crash recovery).
+func (s *Server) Kill() {
+	killGroup(s.cmd)
+	<-s.exited
+}
+
+// Resume starts a halted or killed postgres on the same port and data.
+func (s *Server) Resume() error { return s.launch() }
+
+// Port is the loopback port postgres listens on.
+func (s *Server) Port() int { return s.port }
+
 func (s *Server) waitReady(within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {

@@ -1,0 +1,326 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// gitEnv runs the real git client with an isolated HOME and an SSH key
+// the workload's user owns.
+type gitEnv struct {
+	vars []string
+	key  string // private key file; its .pub is registered
+}
+
+func newGitEnv(home string) (*gitEnv, error) {
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return nil, err
+	}
+	key := filepath.Join(home, "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("ssh-keygen (the OpenSSH client is needed: scripts/install-deps): %v %s", err, out)
+	}
+	return &gitEnv{key: key, vars: []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C",
+		"GIT_AUTHOR_NAME=Chaos", "GIT_AUTHOR_EMAIL=chaos@example.com", "GIT_COMMITTER_NAME=Chaos", "GIT_COMMITTER_EMAIL=chaos@example.com",
+		"GIT_SSH_COMMAND=ssh -F /dev/null -i " + key + " -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes -o ConnectTimeout=10"}}, nil
+}
+
+// run runs git in dir within timeout; on the timeout (or ctx's end) git
+// and whatever it started (ssh, remote helpers) are killed as a group.
+func (g *gitEnv) run(ctx context.Context, timeout time.Duration, dir string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = g.vars
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// The transports clients use; pushes go over HTTP and SSH.
+const (
+	overHTTP = "http"
+	overSSH  = "ssh"
+	overGit  = "git"
+)
+
+func (c *testCluster) repoURL(n *node, transport, repo string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch transport {
+	case overSSH:
+		return fmt.Sprintf("ssh://git@%s/%s", n.sshAddr, repo)
+	case overGit:
+		return fmt.Sprintf("git://%s/%s", n.gitAddr, repo)
+	}
+	return fmt.Sprintf("http://%s:%s@%s/%s", workloadUser, c.token, n.httpAddr, repo)
+}
+
+// Push kinds: a new branch per push (no later push touches it, so a lost
+// one stays visible), or the next commit of a branch fast-forwarded.
+const (
+	branchPerPush = "branch"
+	fastForward   = "ff"
+)
+
+// pushRecord is one push as the client saw it.
+type pushRecord struct {
+	repo, kind, ref, commit string
+	pusher, index           int // the pusher and the commit's place in its chain
+	node, transport         string
+	start, end              time.Time
+	acked                   bool
+	primaryAfter            string // the repository's primary read right after the acknowledgement
+	out                     string // the client's last lines when not acknowledged
+}
+
+// readRecord is one read: which node, when, what refs it saw, and whether
+// the cluster recorded that node's copy current just before.
+type readRecord struct {
+	repo, node, transport string
+	start, end            time.Time
+	ok                    bool
+	refs                  map[string]string
+	recorded              string // "current", "behind" or "unknown" (PostgreSQL not answering)
+	out                   string
+}
+
+// history is everything the clients did in one phase.
+type history struct {
+	mu     sync.Mutex
+	pushes []pushRecord
+	reads  []readRecord
+	events []event
+	chains map[string][]string // fast-forward pusher key -> its commits in order
+
+	inFlight atomic.Int64 // pushes under way (the mid-push pause waits for one)
+}
+
+func (h *history) addPush(p pushRecord) {
+	h.mu.Lock()
+	h.pushes = append(h.pushes, p)
+	h.mu.Unlock()
+}
+
+func (h *history) addRead(r readRecord) {
+	h.mu.Lock()
+	h.reads = append(h.reads, r)
+	h.mu.Unlock()
+}
+
+func (h *history) addEvent(e event) {
+	h.mu.Lock()
+	h.events = append(h.events, e)
+	h.mu.Unlock()
+}
+
+// workload runs the pushers and readers on repos until ctx ends.
+type workload struct {
+	c       *testCluster
+	h       *history
+	repos   []string
+	dir     string
+	readers int
+}
+
+// run runs the workload until stopping ends; then each client finishes
+// what it is doing (a push cut by the client could land on some copies
+// after the checker has read them). Clients' git commands end only with
+// hard (^C).
+func (w *workload) run(stopping, ctx context.Context) {
+	var wg sync.WaitGroup
+	for r, repo := range w.repos {
+		for _, kind := range []string{branchPerPush, fastForward} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.push(stopping, ctx, repo, kind, r)
+			}()
+		}
+	}
+	for i := 0; i < w.readers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.read(stopping, ctx, i)
+		}()
+	}
+	wg.Wait()
+}
+
+// gitFailed reports a local git command that failed, unless the phase
+// ended under it.
+func (w *workload) gitFailed(ctx context.Context, what string, err error, out string) {
+	if ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "chaos: %s: %v %s\n", what, err, out)
+	}
+}
+
+// pickNode spreads requests over the live nodes.
+func (w *workload) pickNode(i int) *node {
+	live := w.c.live()
+	if len(live) == 0 {
+		return nil
+	}
+	return live[i%len(live)]
+}
+
+// push commits and pushes in a loop: a new branch each time, or the next
+// fast-forward of one branch; to a live node (another relays to the
+// primary), over HTTP and SSH in turn.
+func (w *workload) push(stopping, ctx context.Context, repo, kind string, pusher int) {
+	g := w.c.git
+	work := filepath.Join(w.dir, fmt.Sprintf("%s-%s", repo, kind))
+	if out, err := g.run(ctx, time.Minute, "", "init", "-q", "-b", "main", work); err != nil {
+		w.gitFailed(ctx, "git init", err, out)
+		return
+	}
+	key := repo + " " + kind
+	for n := 0; stopping.Err() == nil; n++ {
+		os.WriteFile(filepath.Join(work, "f"), []byte(fmt.Sprintf("%s %d\n", key, n)), 0o644)
+		if out, err := g.run(ctx, time.Minute, work, "add", "f"); err != nil {
+			w.gitFailed(ctx, "git add", err, out)
+			return
+		}
+		if out, err := g.run(ctx, time.Minute, work, "commit", "-qm", fmt.Sprintf("%s %d", key, n)); err != nil {
+			w.gitFailed(ctx, "git commit", err, out)
+			return
+		}
+		head, err := g.run(ctx, time.Minute, work, "rev-parse", "HEAD")
+		if err != nil {
+			return
+		}
+		head = strings.TrimSpace(head)
+		ref := "refs/heads/ff"
+		if kind == branchPerPush {
+			ref = fmt.Sprintf("refs/heads/b-%d", n)
+		} else {
+			w.h.mu.Lock()
+			if w.h.chains == nil {
+				w.h.chains = map[string][]string{}
+			}
+			w.h.chains[repo] = append(w.h.chains[repo], head)
+			w.h.mu.Unlock()
+		}
+		nd := w.pickNode(n + pusher)
+		if nd == nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		transport := overHTTP
+		if n%2 == 1 {
+			transport = overSSH
+		}
+		rec := pushRecord{repo: repo, kind: kind, ref: ref, commit: head, pusher: pusher, index: n, node: nd.name, transport: transport, start: time.Now()}
+		w.h.inFlight.Add(1)
+		out, err := g.run(ctx, time.Minute, work, "push", "--porcelain", w.c.repoURL(nd, transport, repo), "HEAD:"+ref)
+		w.h.inFlight.Add(-1)
+		rec.end = time.Now()
+		if ctx.Err() != nil && err != nil {
+			// Cut by ^C: not an answer of the server's.
+			return
+		}
+		rec.acked = err == nil
+		if rec.acked {
+			if p, err := w.c.placement(context.Background(), repo); err == nil {
+				rec.primaryAfter = p.Primary
+			}
+		} else {
+			rec.out = lastLines(out, 3)
+		}
+		w.h.addPush(rec)
+		if !rec.acked {
+			// Not a synchronisation: a pause before trying again, as a
+			// client's retry would.
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// read lists a repository's refs (every fifth time a full clone) from one
+// node after another over one transport, recording what the cluster said
+// of that node's copy just before.
+func (w *workload) read(stopping, ctx context.Context, reader int) {
+	g := w.c.git
+	transport := []string{overHTTP, overSSH, overGit}[reader%3]
+	for n := 0; stopping.Err() == nil; n++ {
+		repo := w.repos[n%len(w.repos)]
+		nd := w.pickNode(n/len(w.repos) + reader)
+		if nd == nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		rec := readRecord{repo: repo, node: nd.name, transport: transport, recorded: "unknown"}
+		if p, err := w.c.placement(ctx, repo); err == nil {
+			rec.recorded = "behind"
+			if r, ok := p.Replica(nd.name); ok && r.Healthy && r.Generation == p.Generation {
+				rec.recorded = "current"
+			}
+		}
+		url := w.c.repoURL(nd, transport, repo)
+		rec.start = time.Now()
+		var out string
+		var err error
+		if n%5 == 4 {
+			clone := filepath.Join(w.dir, fmt.Sprintf("clone-%d", reader))
+			os.RemoveAll(clone)
+			if out, err = g.run(ctx, time.Minute, "", "clone", "-q", "--mirror", url, clone); err == nil {
+				out, err = g.run(ctx, time.Minute, clone, "for-each-ref", "--format=%(objectname)\t%(refname)")
+			}
+			os.RemoveAll(clone)
+		} else {
+			out, err = g.run(ctx, time.Minute, "", "ls-remote", url)
+		}
+		rec.end = time.Now()
+		if ctx.Err() != nil && err != nil {
+			return
+		}
+		rec.ok = err == nil
+		if rec.ok {
+			rec.refs = parseRefs(out)
+		} else {
+			rec.out = lastLines(out, 3)
+			time.Sleep(100 * time.Millisecond)
+		}
+		w.h.addRead(rec)
+	}
+}
+
+// parseRefs reads "<oid>\t<ref>" lines (ls-remote, for-each-ref).
+func parseRefs(out string) map[string]string {
+	refs := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		oid, ref, ok := strings.Cut(line, "\t")
+		if ok && strings.HasPrefix(ref, "refs/") && !strings.HasSuffix(ref, "^{}") {
+			refs[ref] = oid
+		}
+	}
+	return refs
+}
+
+// lastLines is the last n non-blank lines of s, joined with " | ".
+func lastLines(s string, n int) string {
+	var lines []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
