@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -234,5 +235,30 @@ func TestNoFailoverRightAfterReconnecting(t *testing.T) {
 			t.Fatal("a silent primary was not replaced")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPlaceSpreadsPrimaries: with every repository on every node (three
+// nodes, three copies) the primaries go to the node with the fewest
+// first, so three new repositories get three different primaries, and a
+// fourth the first node again (before: every one on node a).
+func TestPlaceSpreadsPrimaries(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t).DB
+	const timeout = 10 * time.Second
+	join(t, db, "a", "b", "c")
+	var got []string
+	for _, name := range []string{"r1", "r2", "r3", "r4"} {
+		p, err := Place(ctx, db, name, "", 3, timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Replicas) != 3 {
+			t.Fatalf("%s placed on %+v, want three nodes", name, p.Replicas)
+		}
+		got = append(got, p.Primary)
+	}
+	if want := "a b c a"; strings.Join(got, " ") != want {
+		t.Fatalf("primaries %v, want %s", got, want)
 	}
 }

@@ -91,8 +91,7 @@ func PlaceMirror(ctx context.Context, db *store.DB, repo, source, mirror string,
 	if err := nameFree(ctx, tx, repo, ""); err != nil {
 		return Placement{}, err
 	}
-	nodes, err := queryStrings(ctx, tx, `SELECT nd.name FROM nodes nd WHERE `+healthySQL+`
-		ORDER BY (SELECT count(*) FROM replicas rp WHERE rp.node = nd.name), nd.name LIMIT ?`, timeout.Milliseconds(), n)
+	nodes, err := pickNodes(ctx, tx, n, timeout)
 	if err != nil {
 		return Placement{}, err
 	}
@@ -120,6 +119,41 @@ func PlaceMirror(ctx context.Context, db *store.DB, repo, source, mirror string,
 		p.Replicas = append(p.Replicas, Replica{Node: node, Generation: -1})
 	}
 	return p, tx.Commit()
+}
+
+// placeOn picks a new repository's n healthy nodes, those with the fewest
+// copies first (then by name), and puts first among them the one with
+// the fewest primaries (then by name): with every repository on every
+// node (three nodes, three copies), copy counts tie, and the primaries
+// would otherwise all go to the first node by name.
+func pickNodes(ctx context.Context, tx *store.Tx, n int, timeout time.Duration) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT nd.name, (SELECT count(*) FROM cluster_repos c WHERE c.primary_node = nd.name) FROM nodes nd WHERE `+healthySQL+`
+		ORDER BY (SELECT count(*) FROM replicas rp WHERE rp.node = nd.name), nd.name LIMIT ?`, timeout.Milliseconds(), n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var nodes []string
+	var primaries []int64
+	first := 0
+	for rows.Next() {
+		var name string
+		var k int64
+		if err := rows.Scan(&name, &k); err != nil {
+			return nil, err
+		}
+		nodes, primaries = append(nodes, name), append(primaries, k)
+		if last := len(nodes) - 1; k < primaries[first] || k == primaries[first] && name < nodes[first] {
+			first = last
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(nodes) > 0 {
+		nodes[0], nodes[first] = nodes[first], nodes[0]
+	}
+	return nodes, nil
 }
 
 // Locate reads a repository's placement, with each replica's node URL and
