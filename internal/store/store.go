@@ -201,6 +201,12 @@ var migrations = []string{
 		node TEXT NOT NULL,
 		PRIMARY KEY (repo, node)
 	);`,
+	// 12: the digest of a cluster repository's ref set at its generation
+	// (cluster.RefDigest), written with the generation: a copy is
+	// recorded at a generation only when its own refs have that digest.
+	// NULL: not known yet (a row from before, a restore); the next
+	// generation writes it.
+	`ALTER TABLE cluster_repos ADD COLUMN digest TEXT;`,
 }
 
 // postgresOnly splits a migration: what follows it is applied on

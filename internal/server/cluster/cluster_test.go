@@ -63,7 +63,7 @@ func TestPlacementAndFailover(t *testing.T) {
 		t.Fatalf("second placement %+v %v: want d", p2, err)
 	}
 	for _, r := range p.Replicas {
-		if ok, err := SetReplicaGeneration(ctx, db, "team/app", r.Node, 0); !ok || err != nil {
+		if ok, err := SetReplicaGeneration(ctx, db, "team/app", r.Node, 0, EmptyDigest); !ok || err != nil {
 			t.Fatalf("replica %s at 0: %v %v", r.Node, ok, err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestPlacementAndFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A stale copy cannot be recorded as current.
-	if ok, _ := SetReplicaGeneration(ctx, db, "team/app", "c", 0); ok {
+	if ok, _ := SetReplicaGeneration(ctx, db, "team/app", "c", 0, EmptyDigest); ok {
 		t.Fatal("a replica recorded at a generation the repository has left")
 	}
 	// Nothing happens while a heartbeats.
@@ -183,7 +183,7 @@ func TestNoFailoverRightAfterReconnecting(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"a", "b"} {
-		if ok, err := SetReplicaGeneration(ctx, db, "app", n, 0); !ok || err != nil {
+		if ok, err := SetReplicaGeneration(ctx, db, "app", n, 0, EmptyDigest); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 	}

@@ -21,8 +21,12 @@ type Placement struct {
 	CommitAge  time.Duration
 	Primary    string
 	Generation int64
-	Epoch      int64
-	Replicas   []Replica
+	// Digest is the digest of the generation's refs (RefDigest); "": not
+	// known (a row from before digests, a restore), any copy's refs are
+	// taken as the generation's until the next push writes one.
+	Digest   string
+	Epoch    int64
+	Replicas []Replica
 }
 
 // Replica is one node's copy.
@@ -103,8 +107,14 @@ func PlaceMirror(ctx context.Context, db *store.DB, repo, source, mirror string,
 	if mirror != "" {
 		mirrorArg, settings = mirror, 1
 	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms, committed_ms, source, mirror, settings) VALUES(?, ?, "+dbNowMS+", "+dbNowMS+", ?, ?, ?)",
-		repo, nodes[0], source, mirrorArg, settings)
+	// Generation 0 of a new repository has no refs; an import's first
+	// generation is the primary's (Imported).
+	var digest any = EmptyDigest
+	if source != "" {
+		digest = nil
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms, committed_ms, source, mirror, settings, digest) VALUES(?, ?, "+dbNowMS+", "+dbNowMS+", ?, ?, ?, ?)",
+		repo, nodes[0], source, mirrorArg, settings, digest)
 	if store.IsUnique(err) {
 		return Placement{}, fmt.Errorf("repository %s: %w", repo, store.ErrExists)
 	}
@@ -159,10 +169,14 @@ func pickNodes(ctx context.Context, tx *store.Tx, n int, timeout time.Duration) 
 // Locate reads a repository's placement, with each replica's node URL and
 // health; ErrNotPlaced if the cluster does not know it.
 func Locate(ctx context.Context, db *store.DB, repo string, timeout time.Duration) (Placement, error) {
+	return locate(ctx, db, repo, timeout)
+}
+
+func locate(ctx context.Context, db querier, repo string, timeout time.Duration) (Placement, error) {
 	p := Placement{Repo: repo}
 	// One query, one round trip (every request asks): the repository's
 	// row with its replicas, from one snapshot.
-	rows, err := db.QueryContext(ctx, `SELECT c.primary_node, c.generation, c.epoch, c.source, `+dbNowMS+` - c.committed_ms,
+	rows, err := db.QueryContext(ctx, `SELECT c.primary_node, c.generation, COALESCE(c.digest, ''), c.epoch, c.source, `+dbNowMS+` - c.committed_ms,
 		rp.node, nd.url, rp.generation, `+healthySQL+`
 		FROM cluster_repos c LEFT JOIN (replicas rp JOIN nodes nd ON nd.name = rp.node) ON rp.repo = c.name
 		WHERE c.name = ? ORDER BY rp.node`, timeout.Milliseconds(), repo)
@@ -176,7 +190,7 @@ func Locate(ctx context.Context, db *store.DB, repo string, timeout time.Duratio
 		var node, url sql.NullString
 		var gen sql.NullInt64
 		var healthy sql.NullBool
-		if err := rows.Scan(&p.Primary, &p.Generation, &p.Epoch, &p.Source, &ageMS, &node, &url, &gen, &healthy); err != nil {
+		if err := rows.Scan(&p.Primary, &p.Generation, &p.Digest, &p.Epoch, &p.Source, &ageMS, &node, &url, &gen, &healthy); err != nil {
 			return p, err
 		}
 		found = true
@@ -196,11 +210,21 @@ func Locate(ctx context.Context, db *store.DB, repo string, timeout time.Duratio
 
 // SetReplicaGeneration records that node's copy of repo holds generation
 // gen, only if the repository is still at gen (a push committed meanwhile
-// leaves the copy behind, to be caught up again). It tells whether it was
-// recorded.
-func SetReplicaGeneration(ctx context.Context, db *store.DB, repo, node string, gen int64) (bool, error) {
-	res, err := db.ExecContext(ctx, `UPDATE replicas SET generation = ? WHERE repo = ? AND node = ?
-		AND (SELECT generation FROM cluster_repos WHERE name = ?) = ?`, gen, repo, node, repo, gen)
+// leaves the copy behind, to be caught up again) and digest, the digest
+// of the copy's refs read after its writes, is gen's (unless gen's is
+// not known). It tells whether it was recorded.
+func SetReplicaGeneration(ctx context.Context, db *store.DB, repo, node string, gen int64, digest string) (bool, error) {
+	return setReplicaGeneration(ctx, db, repo, node, gen, digest)
+}
+
+// execer runs a statement: a pool or a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func setReplicaGeneration(ctx context.Context, q execer, repo, node string, gen int64, digest string) (bool, error) {
+	res, err := q.ExecContext(ctx, `UPDATE replicas SET generation = ? WHERE repo = ? AND node = ?
+		AND EXISTS (SELECT 1 FROM cluster_repos WHERE name = ? AND generation = ? AND (digest IS NULL OR digest = ?))`, gen, repo, node, repo, gen, digest)
 	if err != nil {
 		return false, err
 	}
@@ -294,14 +318,15 @@ func ReadStatus(ctx context.Context, db *store.DB, timeout time.Duration) (Statu
 }
 
 // Imported records that the primary imported the repository (its first
-// generation), if nothing happened to it meanwhile.
-func Imported(ctx context.Context, db *store.DB, repo, node string) error {
+// generation, whose refs have digest), if nothing happened to it
+// meanwhile.
+func Imported(ctx context.Context, db *store.DB, repo, node, digest string) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = 1, committed_ms = "+dbNowMS+" WHERE name = ? AND primary_node = ? AND generation = 0", repo, node)
+	res, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = 1, digest = ?, committed_ms = "+dbNowMS+" WHERE name = ? AND primary_node = ? AND generation = 0", digest, repo, node)
 	if err != nil {
 		return err
 	}
