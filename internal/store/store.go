@@ -201,12 +201,14 @@ var migrations = []string{
 		node TEXT NOT NULL,
 		PRIMARY KEY (repo, node)
 	);`,
-	// 12: the digest of a cluster repository's ref set at its generation
-	// (cluster.RefDigest), written with the generation: a copy is
+	// 12: the digest of a cluster repository's ref set (cluster.RefDigest)
+	// and the generation it is of, written with the generation: a copy is
 	// recorded at a generation only when its own refs have that digest.
-	// NULL: not known yet (a row from before, a restore); the next
-	// generation writes it.
-	`ALTER TABLE cluster_repos ADD COLUMN digest TEXT;`,
+	// Known only while digest_generation is the row's generation: NULL
+	// (a row from before, a restore), or a generation a node without
+	// digests committed since, is not known; the next push writes it.
+	`ALTER TABLE cluster_repos ADD COLUMN digest TEXT;
+	ALTER TABLE cluster_repos ADD COLUMN digest_generation INTEGER;`,
 }
 
 // postgresOnly splits a migration: what follows it is applied on

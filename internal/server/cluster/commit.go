@@ -110,7 +110,7 @@ func (p *PushTxn) begin(ctx context.Context, timeout time.Duration) (mine int64,
 	locked, own := false, false
 	err = p.conn.Batch(ctx,
 		store.Statement{Query: "BEGIN"},
-		store.Statement{Query: "SELECT primary_node, generation, COALESCE(digest, ''), epoch FROM cluster_repos WHERE name = ? FOR UPDATE", Args: []any{p.repo},
+		store.Statement{Query: "SELECT primary_node, generation, " + knownDigest("") + ", epoch FROM cluster_repos WHERE name = ? FOR UPDATE", Args: []any{p.repo},
 			Row: func(scan func(...any) error) error {
 				locked = true
 				return scan(&primary, &p.Generation, &p.Digest, &p.epoch)
@@ -171,7 +171,7 @@ func (p *PushTxn) Commit(ctx context.Context, voters []string, digest string) er
 	}
 	bumped := -1
 	commit := store.Statement{Query: `WITH bumped AS (
-		UPDATE cluster_repos SET generation = generation + 1, digest = NULLIF(?, ''), committed_ms = ` + dbNowMS + ` WHERE name = ? AND primary_node = ? AND epoch = ? RETURNING 1
+		UPDATE cluster_repos SET generation = generation + 1, digest = NULLIF(?, ''), digest_generation = generation + 1, committed_ms = ` + dbNowMS + ` WHERE name = ? AND primary_node = ? AND epoch = ? RETURNING 1
 	), voted AS (` + voted + `)
 	SELECT (SELECT count(*) FROM bumped)`, Args: args, Row: func(scan func(...any) error) error { return scan(&bumped) }}
 	stmts := []store.Statement{commit}

@@ -151,3 +151,48 @@ func TestHoldPushesCatchesUpUnderPushes(t *testing.T) {
 	}
 	moved(pushes.Load())
 }
+
+// TestDigestKnownOnlyForItsGeneration: a generation committed without a
+// digest (by a node from before digests; a row from before the
+// migration) has none known, even though the row still holds the one
+// before: copies are recorded at it as before. A generation with a
+// digest records only copies with that digest.
+func TestDigestKnownOnlyForItsGeneration(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t).DB
+	const timeout = 5 * time.Second
+	join(t, db, "a", "b")
+	placeOn(t, db, "app", 2, timeout)
+	if pl, _ := Locate(ctx, db, "app", timeout); pl.Digest != EmptyDigest {
+		t.Fatalf("a new repository's digest %q, want the empty set's", pl.Digest)
+	}
+	// An old node's commit: the generation moves, the digest does not.
+	if _, err := db.Exec("UPDATE cluster_repos SET generation = generation + 1 WHERE name = 'app'"); err != nil {
+		t.Fatal(err)
+	}
+	if pl, _ := Locate(ctx, db, "app", timeout); pl.Digest != "" {
+		t.Fatalf("generation 1's digest %q, want none known", pl.Digest)
+	}
+	if ok, err := SetReplicaGeneration(ctx, db, "app", "b", 1, "anything"); !ok || err != nil {
+		t.Fatalf("recording a copy at a generation without a digest: %v %v", ok, err)
+	}
+	if ok, _ := SetReplicaGeneration(ctx, db, "app", "a", 1, "anything"); !ok {
+		t.Fatal("a not recorded")
+	}
+	p, err := BeginPush(ctx, db, "app", "a", timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx, nil, "d2"); err != nil {
+		t.Fatal(err)
+	}
+	if pl, _ := Locate(ctx, db, "app", timeout); pl.Digest != "d2" || pl.Generation != 2 {
+		t.Fatalf("after a push with a digest: %+v", pl)
+	}
+	if ok, _ := SetReplicaGeneration(ctx, db, "app", "b", 2, "other"); ok {
+		t.Fatal("a copy with other refs recorded at a generation with a digest")
+	}
+	if ok, _ := SetReplicaGeneration(ctx, db, "app", "b", 2, "d2"); !ok {
+		t.Fatal("a copy with the generation's refs not recorded")
+	}
+}

@@ -22,8 +22,9 @@ type Placement struct {
 	Primary    string
 	Generation int64
 	// Digest is the digest of the generation's refs (RefDigest); "": not
-	// known (a row from before digests, a restore), any copy's refs are
-	// taken as the generation's until the next push writes one.
+	// known (a row from before digests, a restore, a generation committed
+	// by a node without digests), any copy's refs are taken as the
+	// generation's until the next push writes one.
 	Digest   string
 	Epoch    int64
 	Replicas []Replica
@@ -109,12 +110,12 @@ func PlaceMirror(ctx context.Context, db *store.DB, repo, source, mirror string,
 	}
 	// Generation 0 of a new repository has no refs; an import's first
 	// generation is the primary's (Imported).
-	var digest any = EmptyDigest
+	var digest, digestGen any = EmptyDigest, 0
 	if source != "" {
-		digest = nil
+		digest, digestGen = nil, nil
 	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms, committed_ms, source, mirror, settings, digest) VALUES(?, ?, "+dbNowMS+", "+dbNowMS+", ?, ?, ?, ?)",
-		repo, nodes[0], source, mirrorArg, settings, digest)
+	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms, committed_ms, source, mirror, settings, digest, digest_generation) VALUES(?, ?, "+dbNowMS+", "+dbNowMS+", ?, ?, ?, ?, ?)",
+		repo, nodes[0], source, mirrorArg, settings, digest, digestGen)
 	if store.IsUnique(err) {
 		return Placement{}, fmt.Errorf("repository %s: %w", repo, store.ErrExists)
 	}
@@ -176,7 +177,7 @@ func locate(ctx context.Context, db querier, repo string, timeout time.Duration)
 	p := Placement{Repo: repo}
 	// One query, one round trip (every request asks): the repository's
 	// row with its replicas, from one snapshot.
-	rows, err := db.QueryContext(ctx, `SELECT c.primary_node, c.generation, COALESCE(c.digest, ''), c.epoch, c.source, `+dbNowMS+` - c.committed_ms,
+	rows, err := db.QueryContext(ctx, `SELECT c.primary_node, c.generation, `+knownDigest("c.")+`, c.epoch, c.source, `+dbNowMS+` - c.committed_ms,
 		rp.node, nd.url, rp.generation, `+healthySQL+`
 		FROM cluster_repos c LEFT JOIN (replicas rp JOIN nodes nd ON nd.name = rp.node) ON rp.repo = c.name
 		WHERE c.name = ? ORDER BY rp.node`, timeout.Milliseconds(), repo)
@@ -217,6 +218,13 @@ func SetReplicaGeneration(ctx context.Context, db *store.DB, repo, node string, 
 	return setReplicaGeneration(ctx, db, repo, node, gen, digest)
 }
 
+// knownDigest is the SQL of a cluster_repos row's digest (columns named
+// with prefix, its table's alias): ” unless it is of the row's
+// generation (Placement.Digest).
+func knownDigest(prefix string) string {
+	return "COALESCE(CASE WHEN " + prefix + "digest_generation = " + prefix + "generation THEN " + prefix + "digest END, '')"
+}
+
 // execer runs a statement: a pool or a transaction.
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -224,7 +232,7 @@ type execer interface {
 
 func setReplicaGeneration(ctx context.Context, q execer, repo, node string, gen int64, digest string) (bool, error) {
 	res, err := q.ExecContext(ctx, `UPDATE replicas SET generation = ? WHERE repo = ? AND node = ?
-		AND EXISTS (SELECT 1 FROM cluster_repos WHERE name = ? AND generation = ? AND (digest IS NULL OR digest = ?))`, gen, repo, node, repo, gen, digest)
+		AND EXISTS (SELECT 1 FROM cluster_repos WHERE name = ? AND generation = ? AND (`+knownDigest("")+` IN ('', ?)))`, gen, repo, node, repo, gen, digest)
 	if err != nil {
 		return false, err
 	}
@@ -326,7 +334,7 @@ func Imported(ctx context.Context, db *store.DB, repo, node, digest string) erro
 		return err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = 1, digest = ?, committed_ms = "+dbNowMS+" WHERE name = ? AND primary_node = ? AND generation = 0", digest, repo, node)
+	res, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = 1, digest = ?, digest_generation = 1, committed_ms = "+dbNowMS+" WHERE name = ? AND primary_node = ? AND generation = 0", digest, repo, node)
 	if err != nil {
 		return err
 	}
