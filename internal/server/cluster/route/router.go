@@ -300,6 +300,11 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 	}()
 	for round := 0; round < catchUpRounds; round++ {
 		done, err := rt.catchUpRound(ctx, name)
+		if errors.Is(err, errNoSource) {
+			// The copies at the generation moved on before they were read
+			// (pushes go on), or none holds it: the held round tells.
+			continue
+		}
 		if err != nil || done {
 			return err
 		}
@@ -333,7 +338,7 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 
 // catchUpRounds is how many catch-up rounds run while pushes go on
 // before the last one holds them (cluster.HoldPushes).
-const catchUpRounds = 3
+const catchUpRounds = 2
 
 // catchUpRound is one round of catchUp without holding pushes: it tells
 // whether this copy is now recorded at the repository's generation (or
@@ -448,8 +453,11 @@ func (rt *Router) catchUpSource(ctx context.Context, pl cluster.Placement) (clus
 	if len(why) == 0 {
 		why = append(why, "none is healthy and at it")
 	}
-	return cluster.Replica{}, fmt.Errorf("no copy proven to hold generation %d to catch up from (%s)", pl.Generation, strings.Join(why, "; "))
+	return cluster.Replica{}, fmt.Errorf("%w %d to catch up from (%s)", errNoSource, pl.Generation, strings.Join(why, "; "))
 }
+
+// errNoSource: no copy is proven to hold the generation a catch-up read.
+var errNoSource = errors.New("no copy proven to hold generation")
 
 // dropRefs deletes every ref of a copy but this node's own (LocalRefs),
 // in one transaction.
