@@ -245,7 +245,13 @@ func TestClusterNeverCatchesUpFromAStaleCopy(t *testing.T) {
 	}
 	two := c.commit("two")
 	c.env.Git(c.work, "push", "-q", c.pushURL(primary), "HEAD:refs/heads/b2")
-	c.waitAll(2)
+	// cluster status --json shows the generation's digest: every copy's.
+	r := c.waitAll(2)
+	for _, n := range []string{"a", "b", "c"} {
+		if d, err := cluster.CopyDigest(c.bare(n)); err != nil || d != r.Digest {
+			t.Fatalf("generation 2's digest %q, %s's refs have %q (%v)", r.Digest, n, d, err)
+		}
+	}
 	c.env.Git(c.bare(primary), "update-ref", "-d", "refs/heads/b2")
 	if _, err := c.db.Exec("UPDATE replicas SET generation = -1 WHERE repo = 'team/app' AND node = $1", lagging); err != nil {
 		t.Fatal(err)

@@ -264,6 +264,7 @@ type RepoStatus struct {
 	Name       string    `json:"name"`
 	Primary    string    `json:"primary"`
 	Generation int64     `json:"generation"`
+	Digest     string    `json:"digest,omitempty"` // the generation's refs' (RefDigest); none: not known
 	Epoch      int64     `json:"epoch"`
 	Replicas   []Replica `json:"replicas"`
 }
@@ -320,7 +321,7 @@ func ReadStatus(ctx context.Context, db *store.DB, timeout time.Duration) (Statu
 		if p.Replicas == nil {
 			p.Replicas = []Replica{}
 		}
-		st.Repos = append(st.Repos, RepoStatus{Name: p.Repo, Primary: p.Primary, Generation: p.Generation, Epoch: p.Epoch, Replicas: p.Replicas})
+		st.Repos = append(st.Repos, RepoStatus{Name: p.Repo, Primary: p.Primary, Generation: p.Generation, Digest: p.Digest, Epoch: p.Epoch, Replicas: p.Replicas})
 	}
 	return st, nil
 }
