@@ -254,7 +254,7 @@ func cmdClusterVerify(ctx context.Context, args []string, stdout, stderr io.Writ
 	const syn = "cluster verify [REPO...] [--no-repair] [--wait D] [--json] [--database URL]"
 	var asJSON, noRepair bool
 	var wait, timeout time.Duration
-	data, pos, err := openData(ctx, "cluster verify", syn, "Compare each repository's replicas with its primary: every ref under refs/ read\nthrough its node, and a checksum of them. A replica that differs is repaired:\nmarked stale, so that its node fetches everything from the primary again\n(refs the primary lacks deleted); verify then waits for the repairs and\nchecks again. Exits 1 if a replica still differs.\n\n"+clusterNote, args, stderr,
+	data, pos, err := openData(ctx, "cluster verify", syn, "Compare each repository's copies with its newest generation: every ref under\nrefs/ read through its node, and their digest against the one recorded with\nthe generation. A copy recorded at the generation whose refs differ is\nrepaired: marked stale, so that its node fetches everything again from a copy\nthat holds the generation's refs (refs that copy lacks deleted); never towards\na copy behind the generation, the primary's included. verify then waits for\nthe repairs and for copies catching up, and checks again. Exits 1 if a copy\nstill differs.\n\n"+clusterNote, args, stderr,
 		func(fs *flag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, "machine-readable output")
 			fs.BoolVar(&noRepair, "no-repair", false, "only compare")
@@ -279,13 +279,15 @@ func cmdClusterVerify(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	repaired := false
+	// Repaired copies, and copies still catching up (a copy just added,
+	// one behind the generation), are waited for.
+	waiting := false
 	for _, c := range checks {
 		for _, cp := range c.Copies {
-			repaired = repaired || cp.Repaired
+			waiting = waiting || cp.Repaired || cp.Generation != c.Generation
 		}
 	}
-	for deadline := time.Now().Add(wait); repaired && !allEqual(checks) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(wait); waiting && !allEqual(checks) && time.Now().Before(deadline); {
 		time.Sleep(500 * time.Millisecond)
 		again, err := cluster.Verify(ctx, data.Store.DB, secret, pos, false, timeout)
 		if err != nil {
@@ -330,7 +332,7 @@ func cmdClusterVerify(ctx context.Context, args []string, stdout, stderr io.Writ
 		tw.Flush()
 	}
 	if !allEqual(checks) {
-		return errors.New("cluster verify: some replicas differ from their primary")
+		return errors.New("cluster verify: some copies differ from their generation's refs")
 	}
 	return nil
 }

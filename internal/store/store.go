@@ -204,6 +204,14 @@ var migrations = []string{
 	// 12: hook ids are never reused (PostgreSQL's identity column never
 	// did): a new hook taking a removed one's id would show its deliveries.
 	hookIDsMigration,
+	// 13: the digest of a cluster repository's ref set (cluster.RefDigest)
+	// and the generation it is of, written with the generation: a copy is
+	// recorded at a generation only when its own refs have that digest.
+	// Known only while digest_generation is the row's generation: NULL
+	// (a row from before, a restore), or a generation a node without
+	// digests committed since, is not known; the next push writes it.
+	`ALTER TABLE cluster_repos ADD COLUMN digest TEXT;
+	ALTER TABLE cluster_repos ADD COLUMN digest_generation INTEGER;`,
 }
 
 // postgresOnly splits a migration: what follows it is applied on

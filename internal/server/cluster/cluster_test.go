@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestPlacementAndFailover(t *testing.T) {
 		t.Fatalf("second placement %+v %v: want d", p2, err)
 	}
 	for _, r := range p.Replicas {
-		if ok, err := SetReplicaGeneration(ctx, db, "team/app", r.Node, 0); !ok || err != nil {
+		if ok, err := SetReplicaGeneration(ctx, db, "team/app", r.Node, 0, EmptyDigest); !ok || err != nil {
 			t.Fatalf("replica %s at 0: %v %v", r.Node, ok, err)
 		}
 	}
@@ -74,7 +75,7 @@ func TestPlacementAndFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A stale copy cannot be recorded as current.
-	if ok, _ := SetReplicaGeneration(ctx, db, "team/app", "c", 0); ok {
+	if ok, _ := SetReplicaGeneration(ctx, db, "team/app", "c", 0, EmptyDigest); ok {
 		t.Fatal("a replica recorded at a generation the repository has left")
 	}
 	// Nothing happens while a heartbeats.
@@ -182,7 +183,7 @@ func TestNoFailoverRightAfterReconnecting(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"a", "b"} {
-		if ok, err := SetReplicaGeneration(ctx, db, "app", n, 0); !ok || err != nil {
+		if ok, err := SetReplicaGeneration(ctx, db, "app", n, 0, EmptyDigest); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 	}
@@ -234,5 +235,30 @@ func TestNoFailoverRightAfterReconnecting(t *testing.T) {
 			t.Fatal("a silent primary was not replaced")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPlaceSpreadsPrimaries: with every repository on every node (three
+// nodes, three copies) the primaries go to the node with the fewest
+// first, so three new repositories get three different primaries, and a
+// fourth the first node again (before: every one on node a).
+func TestPlaceSpreadsPrimaries(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t).DB
+	const timeout = 10 * time.Second
+	join(t, db, "a", "b", "c")
+	var got []string
+	for _, name := range []string{"r1", "r2", "r3", "r4"} {
+		p, err := Place(ctx, db, name, "", 3, timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Replicas) != 3 {
+			t.Fatalf("%s placed on %+v, want three nodes", name, p.Replicas)
+		}
+		got = append(got, p.Primary)
+	}
+	if want := "a b c a"; strings.Join(got, " ") != want {
+		t.Fatalf("primaries %v, want %s", got, want)
 	}
 }

@@ -22,8 +22,10 @@ type PushTxn struct {
 	repo, node string
 	epoch      int64
 	marked     bool // MarkStale wrote in the transaction
-	// Generation is the repository's generation before this push.
+	// Generation is the repository's generation before this push, and
+	// Digest its refs' digest ("": not known, see Placement.Digest).
 	Generation int64
+	Digest     string
 	// Total counts the repository's replicas, the primary's included.
 	Total int
 	// Targets are the other replicas that can take the push: healthy and
@@ -108,10 +110,10 @@ func (p *PushTxn) begin(ctx context.Context, timeout time.Duration) (mine int64,
 	locked, own := false, false
 	err = p.conn.Batch(ctx,
 		store.Statement{Query: "BEGIN"},
-		store.Statement{Query: "SELECT primary_node, generation, epoch FROM cluster_repos WHERE name = ? FOR UPDATE", Args: []any{p.repo},
+		store.Statement{Query: "SELECT primary_node, generation, " + knownDigest("") + ", epoch FROM cluster_repos WHERE name = ? FOR UPDATE", Args: []any{p.repo},
 			Row: func(scan func(...any) error) error {
 				locked = true
-				return scan(&primary, &p.Generation, &p.epoch)
+				return scan(&primary, &p.Generation, &p.Digest, &p.epoch)
 			}},
 		store.Statement{Query: `SELECT rp.node, nd.url, rp.generation, ` + healthySQL + ` FROM replicas rp
 		JOIN nodes nd ON nd.name = rp.node WHERE rp.repo = ? ORDER BY rp.node`, Args: []any{timeout.Milliseconds(), p.repo},
@@ -145,15 +147,17 @@ func (p *PushTxn) begin(ctx context.Context, timeout time.Duration) (mine int64,
 	return mine, nil
 }
 
-// Commit records the push: the repository's next generation and the
-// voters' (the other replicas that hold it). The primary's own copy is
-// recorded once git has written its refs (RecordCopy).
-func (p *PushTxn) Commit(ctx context.Context, voters []string) error {
+// Commit records the push: the repository's next generation with the
+// digest of its refs, and the voters' (the other replicas that hold it:
+// the caller counts only those whose refs, read after they took the
+// push, have that digest). The primary's own copy is recorded once git
+// has written its refs and they have the digest too (RecordCopy).
+func (p *PushTxn) Commit(ctx context.Context, voters []string, digest string) error {
 	defer p.Rollback()
 	// One statement: the voters are recorded only if the repository's row
 	// moved, which it does only while this node is the primary of this
 	// epoch.
-	args := []any{p.repo, p.node, p.epoch, p.Generation + 1, p.repo}
+	args := []any{digest, p.repo, p.node, p.epoch, p.Generation + 1, p.repo}
 	marks := make([]string, len(voters))
 	for i, v := range voters {
 		marks[i] = "?"
@@ -163,11 +167,11 @@ func (p *PushTxn) Commit(ctx context.Context, voters []string) error {
 	if len(voters) > 0 {
 		voted = "UPDATE replicas SET generation = ? WHERE repo = ? AND node IN (" + strings.Join(marks, ", ") + ") AND EXISTS (SELECT 1 FROM bumped) RETURNING 1"
 	} else {
-		args = args[:3]
+		args = args[:4]
 	}
 	bumped := -1
 	commit := store.Statement{Query: `WITH bumped AS (
-		UPDATE cluster_repos SET generation = generation + 1, committed_ms = ` + dbNowMS + ` WHERE name = ? AND primary_node = ? AND epoch = ? RETURNING 1
+		UPDATE cluster_repos SET generation = generation + 1, digest = NULLIF(?, ''), digest_generation = generation + 1, committed_ms = ` + dbNowMS + ` WHERE name = ? AND primary_node = ? AND epoch = ? RETURNING 1
 	), voted AS (` + voted + `)
 	SELECT (SELECT count(*) FROM bumped)`, Args: args, Row: func(scan func(...any) error) error { return scan(&bumped) }}
 	stmts := []store.Statement{commit}
@@ -307,9 +311,15 @@ func (ts *turns) take(ctx context.Context, db *store.DB, repo string) (func(), e
 
 // RecordCopy records that node's copy of repo holds generation gen, if it
 // was at the one before (a primary after git committed its refs; a
-// replica that took a push after the push was answered). A copy that
-// moved meanwhile is left as it is: stale ones are caught up.
-func RecordCopy(ctx context.Context, db *store.DB, repo, node string, gen int64) error {
+// replica that took a push after the push was answered) and got, the
+// digest of its refs read after its writes, is want, gen's ("": not
+// known); ErrNotTheRefs otherwise, and the copy stays behind, to be
+// caught up. A copy that moved meanwhile is left as it is: stale ones
+// are caught up.
+func RecordCopy(ctx context.Context, db *store.DB, repo, node string, gen int64, want, got string) error {
+	if want != "" && got != want {
+		return fmt.Errorf("%s's copy of %s at generation %d: %w", node, repo, gen, ErrNotTheRefs)
+	}
 	_, err := db.ExecContext(ctx, "UPDATE replicas SET generation = ? WHERE repo = ? AND node = ? AND generation = ?", gen, repo, node, gen-1)
 	return err
 }

@@ -21,7 +21,7 @@ func placedAtZero(t *testing.T, db *store.DB) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"a", "b", "c"} {
-		if ok, err := SetReplicaGeneration(ctx, db, "app", n, 0); err != nil || !ok {
+		if ok, err := SetReplicaGeneration(ctx, db, "app", n, 0, EmptyDigest); err != nil || !ok {
 			t.Fatalf("copy on %s: %v %v", n, ok, err)
 		}
 	}
@@ -57,10 +57,10 @@ func TestPushTxnReadsReplicasOnceLocked(t *testing.T) {
 		t.Fatal("a second push began while the first held the row")
 	default:
 	}
-	if err := first.Commit(ctx, []string{"b"}); err != nil {
+	if err := first.Commit(ctx, []string{"b"}, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := RecordCopy(ctx, db, "app", "a", 1); err != nil {
+	if err := RecordCopy(ctx, db, "app", "a", 1, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	p := <-second
@@ -105,11 +105,11 @@ func TestPushTxnRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Commit(ctx, []string{"b", "c"}); err != nil {
+		if err := p.Commit(ctx, []string{"b", "c"}, ""); err != nil {
 			t.Fatal(err)
 		}
 		turns := netem.Delta(before, proxy.Conns()).Turns
-		if err := RecordCopy(ctx, st.DB, "app", "a", gen); err != nil {
+		if err := RecordCopy(ctx, st.DB, "app", "a", gen, "", ""); err != nil {
 			t.Fatal(err)
 		}
 		return turns

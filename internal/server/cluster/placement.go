@@ -21,8 +21,13 @@ type Placement struct {
 	CommitAge  time.Duration
 	Primary    string
 	Generation int64
-	Epoch      int64
-	Replicas   []Replica
+	// Digest is the digest of the generation's refs (RefDigest); "": not
+	// known (a row from before digests, a restore, a generation committed
+	// by a node without digests), any copy's refs are taken as the
+	// generation's until the next push writes one.
+	Digest   string
+	Epoch    int64
+	Replicas []Replica
 }
 
 // Replica is one node's copy.
@@ -91,8 +96,7 @@ func PlaceMirror(ctx context.Context, db *store.DB, repo, source, mirror string,
 	if err := nameFree(ctx, tx, repo, ""); err != nil {
 		return Placement{}, err
 	}
-	nodes, err := queryStrings(ctx, tx, `SELECT nd.name FROM nodes nd WHERE `+healthySQL+`
-		ORDER BY (SELECT count(*) FROM replicas rp WHERE rp.node = nd.name), nd.name LIMIT ?`, timeout.Milliseconds(), n)
+	nodes, err := pickNodes(ctx, tx, n, timeout)
 	if err != nil {
 		return Placement{}, err
 	}
@@ -104,8 +108,14 @@ func PlaceMirror(ctx context.Context, db *store.DB, repo, source, mirror string,
 	if mirror != "" {
 		mirrorArg, settings = mirror, 1
 	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms, committed_ms, source, mirror, settings) VALUES(?, ?, "+dbNowMS+", "+dbNowMS+", ?, ?, ?)",
-		repo, nodes[0], source, mirrorArg, settings)
+	// Generation 0 of a new repository has no refs; an import's first
+	// generation is the primary's (Imported).
+	var digest, digestGen any = EmptyDigest, 0
+	if source != "" {
+		digest, digestGen = nil, nil
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO cluster_repos(name, primary_node, created_ms, committed_ms, source, mirror, settings, digest, digest_generation) VALUES(?, ?, "+dbNowMS+", "+dbNowMS+", ?, ?, ?, ?, ?)",
+		repo, nodes[0], source, mirrorArg, settings, digest, digestGen)
 	if store.IsUnique(err) {
 		return Placement{}, fmt.Errorf("repository %s: %w", repo, store.ErrExists)
 	}
@@ -122,13 +132,52 @@ func PlaceMirror(ctx context.Context, db *store.DB, repo, source, mirror string,
 	return p, tx.Commit()
 }
 
+// placeOn picks a new repository's n healthy nodes, those with the fewest
+// copies first (then by name), and puts first among them the one with
+// the fewest primaries (then by name): with every repository on every
+// node (three nodes, three copies), copy counts tie, and the primaries
+// would otherwise all go to the first node by name.
+func pickNodes(ctx context.Context, tx *store.Tx, n int, timeout time.Duration) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT nd.name, (SELECT count(*) FROM cluster_repos c WHERE c.primary_node = nd.name) FROM nodes nd WHERE `+healthySQL+`
+		ORDER BY (SELECT count(*) FROM replicas rp WHERE rp.node = nd.name), nd.name LIMIT ?`, timeout.Milliseconds(), n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var nodes []string
+	var primaries []int64
+	first := 0
+	for rows.Next() {
+		var name string
+		var k int64
+		if err := rows.Scan(&name, &k); err != nil {
+			return nil, err
+		}
+		nodes, primaries = append(nodes, name), append(primaries, k)
+		if last := len(nodes) - 1; k < primaries[first] || k == primaries[first] && name < nodes[first] {
+			first = last
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(nodes) > 0 {
+		nodes[0], nodes[first] = nodes[first], nodes[0]
+	}
+	return nodes, nil
+}
+
 // Locate reads a repository's placement, with each replica's node URL and
 // health; ErrNotPlaced if the cluster does not know it.
 func Locate(ctx context.Context, db *store.DB, repo string, timeout time.Duration) (Placement, error) {
+	return locate(ctx, db, repo, timeout)
+}
+
+func locate(ctx context.Context, db querier, repo string, timeout time.Duration) (Placement, error) {
 	p := Placement{Repo: repo}
 	// One query, one round trip (every request asks): the repository's
 	// row with its replicas, from one snapshot.
-	rows, err := db.QueryContext(ctx, `SELECT c.primary_node, c.generation, c.epoch, c.source, `+dbNowMS+` - c.committed_ms,
+	rows, err := db.QueryContext(ctx, `SELECT c.primary_node, c.generation, `+knownDigest("c.")+`, c.epoch, c.source, `+dbNowMS+` - c.committed_ms,
 		rp.node, nd.url, rp.generation, `+healthySQL+`
 		FROM cluster_repos c LEFT JOIN (replicas rp JOIN nodes nd ON nd.name = rp.node) ON rp.repo = c.name
 		WHERE c.name = ? ORDER BY rp.node`, timeout.Milliseconds(), repo)
@@ -142,7 +191,7 @@ func Locate(ctx context.Context, db *store.DB, repo string, timeout time.Duratio
 		var node, url sql.NullString
 		var gen sql.NullInt64
 		var healthy sql.NullBool
-		if err := rows.Scan(&p.Primary, &p.Generation, &p.Epoch, &p.Source, &ageMS, &node, &url, &gen, &healthy); err != nil {
+		if err := rows.Scan(&p.Primary, &p.Generation, &p.Digest, &p.Epoch, &p.Source, &ageMS, &node, &url, &gen, &healthy); err != nil {
 			return p, err
 		}
 		found = true
@@ -162,11 +211,28 @@ func Locate(ctx context.Context, db *store.DB, repo string, timeout time.Duratio
 
 // SetReplicaGeneration records that node's copy of repo holds generation
 // gen, only if the repository is still at gen (a push committed meanwhile
-// leaves the copy behind, to be caught up again). It tells whether it was
-// recorded.
-func SetReplicaGeneration(ctx context.Context, db *store.DB, repo, node string, gen int64) (bool, error) {
-	res, err := db.ExecContext(ctx, `UPDATE replicas SET generation = ? WHERE repo = ? AND node = ?
-		AND (SELECT generation FROM cluster_repos WHERE name = ?) = ?`, gen, repo, node, repo, gen)
+// leaves the copy behind, to be caught up again) and digest, the digest
+// of the copy's refs read after its writes, is gen's (unless gen's is
+// not known). It tells whether it was recorded.
+func SetReplicaGeneration(ctx context.Context, db *store.DB, repo, node string, gen int64, digest string) (bool, error) {
+	return setReplicaGeneration(ctx, db, repo, node, gen, digest)
+}
+
+// knownDigest is the SQL of a cluster_repos row's digest (columns named
+// with prefix, its table's alias): ” unless it is of the row's
+// generation (Placement.Digest).
+func knownDigest(prefix string) string {
+	return "COALESCE(CASE WHEN " + prefix + "digest_generation = " + prefix + "generation THEN " + prefix + "digest END, '')"
+}
+
+// execer runs a statement: a pool or a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func setReplicaGeneration(ctx context.Context, q execer, repo, node string, gen int64, digest string) (bool, error) {
+	res, err := q.ExecContext(ctx, `UPDATE replicas SET generation = ? WHERE repo = ? AND node = ?
+		AND EXISTS (SELECT 1 FROM cluster_repos WHERE name = ? AND generation = ? AND (`+knownDigest("")+` IN ('', ?)))`, gen, repo, node, repo, gen, digest)
 	if err != nil {
 		return false, err
 	}
@@ -198,6 +264,7 @@ type RepoStatus struct {
 	Name       string    `json:"name"`
 	Primary    string    `json:"primary"`
 	Generation int64     `json:"generation"`
+	Digest     string    `json:"digest,omitempty"` // the generation's refs' (RefDigest); none: not known
 	Epoch      int64     `json:"epoch"`
 	Replicas   []Replica `json:"replicas"`
 }
@@ -254,20 +321,21 @@ func ReadStatus(ctx context.Context, db *store.DB, timeout time.Duration) (Statu
 		if p.Replicas == nil {
 			p.Replicas = []Replica{}
 		}
-		st.Repos = append(st.Repos, RepoStatus{Name: p.Repo, Primary: p.Primary, Generation: p.Generation, Epoch: p.Epoch, Replicas: p.Replicas})
+		st.Repos = append(st.Repos, RepoStatus{Name: p.Repo, Primary: p.Primary, Generation: p.Generation, Digest: p.Digest, Epoch: p.Epoch, Replicas: p.Replicas})
 	}
 	return st, nil
 }
 
 // Imported records that the primary imported the repository (its first
-// generation), if nothing happened to it meanwhile.
-func Imported(ctx context.Context, db *store.DB, repo, node string) error {
+// generation, whose refs have digest), if nothing happened to it
+// meanwhile.
+func Imported(ctx context.Context, db *store.DB, repo, node, digest string) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = 1, committed_ms = "+dbNowMS+" WHERE name = ? AND primary_node = ? AND generation = 0", repo, node)
+	res, err := tx.ExecContext(ctx, "UPDATE cluster_repos SET generation = 1, digest = ?, digest_generation = 1, committed_ms = "+dbNowMS+" WHERE name = ? AND primary_node = ? AND generation = 0", digest, repo, node)
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func placeOn(t *testing.T, db *store.DB, repo string, n int, timeout time.Durati
 		t.Fatal(err)
 	}
 	for _, r := range p.Replicas {
-		if ok, err := SetReplicaGeneration(ctx, db, repo, r.Node, 0); !ok || err != nil {
+		if ok, err := SetReplicaGeneration(ctx, db, repo, r.Node, 0, EmptyDigest); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 	}
@@ -219,12 +219,12 @@ func TestPushesToOneRepositoryTakeTurnsWithoutConnections(t *testing.T) {
 				return
 			}
 			order <- i
-			if err := p.Commit(ctx, nil); err != nil {
+			if err := p.Commit(ctx, nil, ""); err != nil {
 				t.Error(err)
 			}
 			// The next push waits for this copy's record (a primary's
 			// own, once git wrote its refs).
-			if err := RecordCopy(ctx, pool, "app", "a", p.Generation+1); err != nil {
+			if err := RecordCopy(ctx, pool, "app", "a", p.Generation+1, "", ""); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -239,10 +239,10 @@ func TestPushesToOneRepositoryTakeTurnsWithoutConnections(t *testing.T) {
 			t.Fatalf("a query of the node while pushes wait their turn: %v (pool %+v)", err, pool.Stats())
 		}
 	}
-	if err := first.Commit(ctx, nil); err != nil {
+	if err := first.Commit(ctx, nil, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := RecordCopy(ctx, pool, "app", "a", 1); err != nil {
+	if err := RecordCopy(ctx, pool, "app", "a", 1, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()

@@ -29,8 +29,8 @@ func Rename(ctx context.Context, db *store.DB, from, to string) ([]string, error
 	if err := nameFree(ctx, tx, to, from); err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO cluster_repos(name, primary_node, generation, epoch, created_ms, committed_ms, source, head, description, quota, mirror, settings)
-		SELECT ?, primary_node, generation, epoch, created_ms, committed_ms, source, head, description, quota, mirror, settings FROM cluster_repos WHERE name = ?`, to, from); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO cluster_repos(name, primary_node, generation, digest, digest_generation, epoch, created_ms, committed_ms, source, head, description, quota, mirror, settings)
+		SELECT ?, primary_node, generation, digest, digest_generation, epoch, created_ms, committed_ms, source, head, description, quota, mirror, settings FROM cluster_repos WHERE name = ?`, to, from); err != nil {
 		if store.IsUnique(err) {
 			return nil, fmt.Errorf("repository %s: %w", to, store.ErrExists)
 		}

@@ -125,6 +125,9 @@ func Restore(ctx context.Context, db *store.DB, name, stamp string) (Placement, 
 			primary = c
 		}
 	}
+	// No digest: which refs the copies in the trash hold at their
+	// generations is not known, so every copy's are taken as its
+	// generation's until the next push writes one (digest.go).
 	// committed_ms 0: no push of the primary is landing (Committing), so
 	// a primary whose copy was behind catches up from a current one.
 	// The settings come back numbered 1 (the copies' 0): each copy applies

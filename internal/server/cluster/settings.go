@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -162,11 +163,12 @@ func PrimaryBranches(ctx context.Context, db *store.DB, secret, repo string, tim
 		return nil, fmt.Errorf("node %s: %w", primary.Node, err)
 	}
 	var branches []string
-	for _, r := range refs {
-		if _, ref, ok := strings.Cut(r, " "); ok && strings.HasPrefix(ref, "refs/heads/") {
+	for ref := range refs {
+		if strings.HasPrefix(ref, "refs/heads/") {
 			branches = append(branches, strings.TrimPrefix(ref, "refs/heads/"))
 		}
 	}
+	sort.Strings(branches)
 	return branches, nil
 }
 

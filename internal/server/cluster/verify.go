@@ -2,41 +2,47 @@ package cluster
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
-	"sort"
 	"strings"
 	"time"
 
 	"packwire/internal/store"
 )
 
-// CopyCheck is one replica's refs compared with the primary's.
+// CopyCheck is one replica's refs compared with its repository's
+// generation's.
 type CopyCheck struct {
 	Node       string `json:"node"`
 	Generation int64  `json:"generation"`
 	Refs       int    `json:"refs"`
-	Checksum   string `json:"checksum"` // sha256 of its sorted "id ref" lines, refs/ only
-	Equal      bool   `json:"equal"`    // same refs as the primary
+	Checksum   string `json:"checksum"` // its refs' digest (RefDigest), shortened
+	Equal      bool   `json:"equal"`    // its refs are the generation's (the primary's if the generation's digest is not known)
 	Error      string `json:"error,omitempty"`
-	Repaired   bool   `json:"repaired,omitempty"` // marked stale: its node catches it up from the primary
+	Repaired   bool   `json:"repaired,omitempty"` // marked stale: its node catches it up from a copy that holds the generation
 }
 
 // RepoCheck is one repository's verification.
 type RepoCheck struct {
-	Name    string      `json:"name"`
-	Primary string      `json:"primary"`
-	Copies  []CopyCheck `json:"copies"`
+	Name       string      `json:"name"`
+	Primary    string      `json:"primary"`
+	Generation int64       `json:"generation"`
+	Digest     string      `json:"digest"` // the generation's refs' digest, shortened ("": not known yet)
+	Copies     []CopyCheck `json:"copies"`
 }
 
-// Verify reads every replica's refs through its node (as the cluster
-// user) and compares them with the primary's. A replica that differs but
-// is recorded up to date is marked stale (generation -1 when repair is
-// set), so that its node fetches everything from the primary again,
-// deleting what the primary lacks.
+// Verify reads every copy's refs through its node (as the cluster user)
+// and compares their digest with the repository's generation's. With
+// repair, a copy recorded at the generation whose refs are not the
+// generation's is marked stale (generation -1), so that its node fetches
+// everything again from a copy proven to hold the generation, deleting
+// what that lacks; only when such a copy exists (its refs read now have
+// the generation's digest) and the generation did not move while the
+// copies were read. Verify never repairs towards a copy that is behind
+// the newest generation, the primary's included. A repository whose
+// generation's digest is not known yet (no push since digests came)
+// is compared with its primary, and not repaired.
 func Verify(ctx context.Context, db *store.DB, secret string, repos []string, repair bool, timeout time.Duration) ([]RepoCheck, error) {
 	if db.Engine != store.Postgres {
 		return nil, ErrNotClustered
@@ -52,44 +58,98 @@ func Verify(ctx context.Context, db *store.DB, secret string, repos []string, re
 	}
 	var out []RepoCheck
 	for _, name := range repos {
-		pl, err := Locate(ctx, db, name, timeout)
+		rc, err := verifyRepo(ctx, db, secret, name, repair, timeout)
 		if err != nil {
 			return out, err
-		}
-		rc := RepoCheck{Name: name, Primary: pl.Primary}
-		var primarySum string
-		sums := map[string]CopyCheck{}
-		for _, r := range pl.Replicas {
-			c := CopyCheck{Node: r.Node, Generation: r.Generation}
-			refs, err := lsRemote(ctx, RepoURL(r.URL, name), secret)
-			if err != nil {
-				c.Error = err.Error()
-			} else {
-				c.Refs, c.Checksum = len(refs), checksum(refs)
-			}
-			if r.Node == pl.Primary {
-				primarySum = c.Checksum
-			}
-			sums[r.Node] = c
-		}
-		for _, r := range pl.Replicas {
-			c := sums[r.Node]
-			c.Equal = c.Error == "" && primarySum != "" && c.Checksum == primarySum
-			if !c.Equal && repair && r.Node != pl.Primary && primarySum != "" {
-				if _, err := db.ExecContext(ctx, "UPDATE replicas SET generation = -1 WHERE repo = ? AND node = ?", name, r.Node); err != nil {
-					return out, err
-				}
-				c.Repaired = true
-			}
-			rc.Copies = append(rc.Copies, c)
 		}
 		out = append(out, rc)
 	}
 	return out, nil
 }
 
-// lsRemote lists a copy's refs under refs/ (not the nodes' own).
-func lsRemote(ctx context.Context, url, secret string) ([]string, error) {
+func verifyRepo(ctx context.Context, db *store.DB, secret, name string, repair bool, timeout time.Duration) (RepoCheck, error) {
+	for attempt := 0; ; attempt++ {
+		pl, err := Locate(ctx, db, name, timeout)
+		if err != nil {
+			return RepoCheck{}, err
+		}
+		rc := RepoCheck{Name: name, Primary: pl.Primary, Generation: pl.Generation, Digest: ShortDigest(pl.Digest)}
+		want := pl.Digest
+		digests := map[string]string{}
+		for _, r := range pl.Replicas {
+			c := CopyCheck{Node: r.Node, Generation: r.Generation}
+			refs, err := lsRemote(ctx, RepoURL(r.URL, name), secret)
+			if err != nil {
+				c.Error = err.Error()
+			} else {
+				digests[r.Node] = RefDigest(refs)
+				c.Refs, c.Checksum = len(refs), ShortDigest(digests[r.Node])
+			}
+			rc.Copies = append(rc.Copies, c)
+		}
+		if want == "" {
+			want = digests[pl.Primary]
+		}
+		proven := false // a copy at the generation holds its refs: a source to repair from
+		for i, c := range rc.Copies {
+			got, listed := digests[c.Node]
+			rc.Copies[i].Equal = listed && want != "" && got == want
+			proven = proven || rc.Copies[i].Equal && c.Generation == pl.Generation
+		}
+		if !repair || pl.Digest == "" || !proven {
+			return rc, nil
+		}
+		// Only copies recorded at the generation without its refs are
+		// repaired (the others are behind, and catch up anyway), and only
+		// if nothing moved while they were read: a push between its
+		// replication and its commit shows refs ahead of the generation.
+		var wrong []int
+		for i, c := range rc.Copies {
+			if c.Error == "" && !c.Equal && c.Generation == pl.Generation {
+				wrong = append(wrong, i)
+			}
+		}
+		if len(wrong) == 0 {
+			return rc, nil
+		}
+		again, err := Locate(ctx, db, name, timeout)
+		if err != nil {
+			return rc, err
+		}
+		if again.Generation != pl.Generation || again.Epoch != pl.Epoch {
+			if attempt < 3 {
+				continue
+			}
+			return rc, nil // kept moving: compared, not repaired
+		}
+		for _, i := range wrong {
+			c := &rc.Copies[i]
+			res, err := db.ExecContext(ctx, `UPDATE replicas SET generation = -1 WHERE repo = ? AND node = ? AND generation = ?
+				AND EXISTS (SELECT 1 FROM cluster_repos WHERE name = ? AND generation = ?)`, name, c.Node, c.Generation, name, pl.Generation)
+			if err != nil {
+				return rc, err
+			}
+			if k, _ := res.RowsAffected(); k == 1 {
+				c.Repaired = true
+			}
+		}
+		return rc, nil
+	}
+}
+
+// RemoteDigest is the digest of the refs a copy serves at url (read as
+// the cluster user, with secret), and how many there are.
+func RemoteDigest(ctx context.Context, url, secret string) (string, int, error) {
+	refs, err := lsRemote(ctx, url, secret)
+	if err != nil {
+		return "", 0, err
+	}
+	return RefDigest(refs), len(refs), nil
+}
+
+// lsRemote lists a copy's refs under refs/ (not the nodes' own, which
+// are hidden anyway; not the peeled "^{}" lines): ref -> id.
+func lsRemote(ctx context.Context, url, secret string) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "git", "ls-remote", url, "refs/*")
@@ -102,20 +162,11 @@ func lsRemote(ctx context.Context, url, secret string) ([]string, error) {
 		}
 		return nil, fmt.Errorf("ls-remote: %s", msg)
 	}
-	var refs []string
+	refs := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && !strings.HasPrefix(f[1], LocalRefs) {
-			refs = append(refs, f[0]+" "+f[1])
+		if f := strings.Fields(line); len(f) == 2 && !strings.HasPrefix(f[1], LocalRefs) && !strings.HasSuffix(f[1], "^{}") {
+			refs[f[1]] = f[0]
 		}
 	}
-	sort.Strings(refs)
 	return refs, nil
-}
-
-func checksum(refs []string) string {
-	h := sha256.New()
-	for _, r := range refs {
-		h.Write([]byte(r + "\n"))
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
 }

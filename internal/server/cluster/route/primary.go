@@ -33,8 +33,9 @@ import (
 // committed in PostgreSQL) and its "committed" one (git wrote the
 // primary's refs).
 type pendingPush struct {
-	gen   int64
-	since time.Time
+	gen    int64
+	digest string // the generation's refs' (cluster.RefDigest)
+	since  time.Time
 }
 
 // pendingTTL drops a pending push whose receive-pack never came back (it
@@ -144,6 +145,12 @@ func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 			cancel()
 		}()
 		err := rt.replicate(ctx, req.Repo, key, req.Txn, req.Updates)
+		rt.mu.Lock()
+		after := rt.afterCommit
+		rt.mu.Unlock()
+		if err == nil && after != nil {
+			after(req.Repo)
+		}
 		if req.Push != "" {
 			rt.mu.Lock()
 			rt.unlinkHook(req.Push, req.Repo, key, req.Updates)
@@ -156,7 +163,7 @@ func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 		delete(rt.pending, key)
 		rt.mu.Unlock()
 		if ok {
-			rt.recordOwn(req.Repo, p.gen)
+			rt.recordOwn(req.Repo, p)
 		}
 		answer(nil)
 	default: // aborted
@@ -168,14 +175,13 @@ func (rt *Router) serveHook(ctx context.Context, conn net.Conn) {
 }
 
 // recordOwn records, in the background, that this primary's copy holds
-// gen (git has written its refs): only then, so that a primary killed in
-// between is stale, not falsely current. The next push to the repository
-// waits for it (awaitOwn).
-func (rt *Router) recordOwn(name string, gen int64) { rt.recordOwnIf(name, gen, nil) }
-
-// recordOwnIf is recordOwn, only if check (run in the background, nil:
-// none) says the copy holds the push.
-func (rt *Router) recordOwnIf(name string, gen int64, check func() bool) {
+// the push's generation, once git has written its refs (the hook's
+// "committed" call, or receive-pack's exit): only then, and only if the
+// digest of its refs read from disk is the generation's, so that a
+// primary killed in between, or whose refs are not the push's (its
+// commit failed), is stale, not falsely current, and is caught up. The
+// next push to the repository waits for it (awaitOwn).
+func (rt *Router) recordOwn(name string, p pendingPush) {
 	done := make(chan struct{})
 	rt.mu.Lock()
 	if rt.recording == nil {
@@ -196,26 +202,41 @@ func (rt *Router) recordOwnIf(name string, gen int64, check func() bool) {
 		if prev != nil {
 			<-prev
 		}
-		if check != nil && !check() {
-			// receive-pack did not write the push's refs here (killed, or
-			// its commit failed): this copy stays behind and catches up.
-			rt.Node.Log.Warn("cluster: the primary's refs are not the push's; its copy is caught up", "repo", name, "generation", gen)
+		got, err := rt.copyDigest(name)
+		if err != nil {
+			rt.Node.Log.Warn("cluster: reading the primary's refs; its copy is caught up", "repo", name, "generation", p.gen, "error", err.Error())
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		for {
-			err := cluster.RecordCopy(ctx, rt.Node.DB, name, rt.Node.Name, gen)
+			err := cluster.RecordCopy(ctx, rt.Node.DB, name, rt.Node.Name, p.gen, p.digest, got)
+			if errors.Is(err, cluster.ErrNotTheRefs) {
+				// receive-pack did not write the push's refs here (killed, or
+				// its commit failed), or something else moved them: this copy
+				// stays behind and catches up.
+				rt.Node.Log.Warn("cluster: the primary's refs are not the push's generation's; its copy is caught up", "repo", name, "generation", p.gen)
+				return
+			}
 			if err == nil {
 				return
 			}
 			if ctx.Err() != nil {
-				rt.Node.Log.Warn("cluster: recording the primary's copy", "repo", name, "generation", gen, "error", err.Error())
+				rt.Node.Log.Warn("cluster: recording the primary's copy", "repo", name, "generation", p.gen, "error", err.Error())
 				return
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
+}
+
+// copyDigest is the digest of this node's copy of name's refs.
+func (rt *Router) copyDigest(name string) (string, error) {
+	r, err := rt.Repos.Resolve(name)
+	if err != nil {
+		return "", err
+	}
+	return cluster.CopyDigest(r.Path)
 }
 
 // awaitOwn waits for the record of this primary's previous push to name.
@@ -265,6 +286,24 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 	if err != nil {
 		return err
 	}
+	// The generation this push makes is this copy's refs, found to be the
+	// previous generation's, with the push's updates (git holds them
+	// locked at their old values): its digest is what every voter's refs,
+	// and later this copy's, must have.
+	before, err := cluster.CopyRefs(rp.Path)
+	if err != nil {
+		return fmt.Errorf("cluster: reading this copy's refs: %w", err)
+	}
+	if p.Digest != "" && cluster.RefDigest(before) != p.Digest {
+		// Recorded at the generation without its refs (changed behind
+		// packwire's back): marked behind, it is caught up from a copy
+		// that holds them before it takes a push again.
+		if err := p.MarkStale(ctx, []string{rt.Node.Name}); err == nil {
+			p.Close()
+		}
+		return fmt.Errorf("cluster: this node's copy of %s does not hold generation %d's refs and is being caught up; nothing was written, push again shortly", name, p.Generation)
+	}
+	want := cluster.RefDigest(cluster.Apply(before, updates))
 	pk := &packing{done: make(chan struct{})}
 	if len(p.Targets) == 0 {
 		close(pk.done)
@@ -286,7 +325,8 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		sends.Add(1)
 		go func() {
 			defer sends.Done()
-			results <- sendResult{r.Node, rt.sendTo(sendCtx, r.URL, name, updates, pk)}
+			digest, err := rt.sendTo(sendCtx, r.URL, name, updates, pk)
+			results <- sendResult{r.Node, digest, err}
 		}()
 	}
 	go func() {
@@ -303,8 +343,13 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 	pending := len(p.Targets)
 	take := func(res sendResult) {
 		switch {
-		case res.err == nil:
+		case res.err == nil && res.digest == want:
 			voters = append(voters, res.node)
+		case res.err == nil:
+			// It took the push, but its refs are not the generation's: not
+			// a voter, and marked behind, to be caught up.
+			res.err = fmt.Errorf("%w: its refs after the push are not generation %d's", errConflict, p.Generation+1)
+			fallthrough
 		case errors.Is(res.err, errConflict):
 			conflicted = append(conflicted, res.node)
 			fallthrough
@@ -342,7 +387,7 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		defer cancel()
 		var behind []string
 		for _, v := range voters {
-			if uerr := rt.sendTo(back, urlOf(p.Targets, v), name, reverse(updates), nil); uerr != nil {
+			if _, uerr := rt.sendTo(back, urlOf(p.Targets, v), name, reverse(updates), nil); uerr != nil {
 				rt.Node.Log.Warn("cluster: setting back a copy after a failed push", "repo", name, "node", v, "error", uerr.Error())
 				behind = append(behind, v)
 			}
@@ -373,10 +418,10 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 			delete(rt.pending, k)
 		}
 	}
-	rt.pending[key] = pendingPush{gen: p.Generation + 1, since: time.Now()}
+	rt.pending[key] = pendingPush{gen: p.Generation + 1, digest: want, since: time.Now()}
 	rt.mu.Unlock()
 	committed = true
-	if err := p.Commit(ctx, voters); err != nil {
+	if err := p.Commit(ctx, voters, want); err != nil {
 		rt.mu.Lock()
 		delete(rt.pending, key)
 		rt.mu.Unlock()
@@ -387,7 +432,7 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 	rt.Node.Log.Debug("cluster: push replicated", "repo", name, "generation", p.Generation+1, "voters", strings.Join(voters, ","),
 		"packed", packed, "majority", majority, "committed", time.Since(began))
 	if pending > 0 {
-		go rt.recordLate(name, p.Generation+1, results, pending)
+		go rt.recordLate(name, p.Generation+1, want, results, pending)
 	}
 	return nil
 }
@@ -412,15 +457,17 @@ func urlOf(replicas []cluster.Replica, node string) string {
 
 // sendResult is one replica's answer to a push.
 type sendResult struct {
-	node string
-	err  error
+	node   string
+	digest string // of the replica's refs once it took the push
+	err    error
 }
 
 // recordLate records the n replicas still sending a push that was
 // answered without them, each at the push's generation once it holds it
-// (if its copy is still at the one before); one that failed stays stale
-// and is caught up by its node.
-func (rt *Router) recordLate(name string, gen int64, results <-chan sendResult, n int) {
+// (if its copy is still at the one before, and its refs have the
+// generation's digest, want); one that failed stays stale and is caught
+// up by its node.
+func (rt *Router) recordLate(name string, gen int64, want string, results <-chan sendResult, n int) {
 	for ; n > 0; n-- {
 		res := <-results
 		if res.err != nil {
@@ -428,7 +475,7 @@ func (rt *Router) recordLate(name string, gen int64, results <-chan sendResult, 
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := cluster.RecordCopy(ctx, rt.Node.DB, name, res.node, gen); err != nil {
+		if err := cluster.RecordCopy(ctx, rt.Node.DB, name, res.node, gen, want, res.digest); err != nil {
 			rt.Node.Log.Warn("cluster: recording a replica", "repo", name, "node", res.node, "generation", gen, "error", err.Error())
 		}
 		cancel()
@@ -676,8 +723,9 @@ type packing struct {
 
 // sendTo replicates one push to the node at nodeURL (ReplicatePath): the
 // updates at once, then the pack and its index when pk has them (nil: no
-// new objects).
-func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cluster.Update, pk *packing) error {
+// new objects). It returns the digest of the replica's refs once it took
+// the push.
+func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cluster.Update, pk *packing) (string, error) {
 	head := updateLines(updates)
 	var body io.Reader = strings.NewReader(head)
 	length := int64(len(head))
@@ -694,7 +742,7 @@ func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cl
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(nodeURL, "/")+ReplicatePath, body)
 	if err != nil {
-		return err
+		return "", err
 	}
 	req.ContentLength = length
 	req.Header.Set(hdrReplicaRepo, name)
@@ -702,17 +750,19 @@ func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cl
 	req.SetBasicAuth(access.ClusterUser, rt.Secret)
 	resp, err := replicateClient.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	switch resp.StatusCode {
 	case http.StatusOK:
-		return nil
+		// "ok <digest>"
+		_, digest, _ := strings.Cut(strings.TrimSpace(string(msg)), " ")
+		return digest, nil
 	case http.StatusConflict:
-		return fmt.Errorf("%w: %s", errConflict, strings.TrimSpace(string(msg)))
+		return "", fmt.Errorf("%w: %s", errConflict, strings.TrimSpace(string(msg)))
 	}
-	return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	return "", fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
 }
 
 // lazyReader reads what open gives, opened at the first read.

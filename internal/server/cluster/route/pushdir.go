@@ -1,14 +1,10 @@
 package route
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"packwire/internal/push"
 	"packwire/internal/server/cluster"
@@ -24,8 +20,9 @@ import (
 // own, whose hook link the server removes while it answers "prepared":
 // git looks the hook up again for "committed" (or "aborted") and finds
 // none. The server learns instead from the pipeline that receive-pack has
-// exited, and records its copy once the refs on disk are the push's new
-// values; until then that copy is stale, as before the "committed" call.
+// exited, and records its copy once the refs on disk are the
+// generation's; until then that copy is stale, as before the "committed" call.
+// (recordOwn: its refs' digest is the generation's.)
 
 // livePush is a push on this primary with a hooks directory of its own.
 type livePush struct {
@@ -37,7 +34,6 @@ type livePush struct {
 	// disk first.
 	unlinked bool
 	key      string
-	updates  []cluster.Update
 }
 
 // startPush is pipeline.Route.Push for a push to name on this primary.
@@ -79,12 +75,7 @@ func (rt *Router) startPush(name string, kept []push.Command, guarded bool) (env
 		rt.mu.Unlock()
 		rt.dropDir(dir)
 		if ok {
-			gitDir := ""
-			if r, err := rt.Repos.Resolve(name); err == nil {
-				gitDir = r.Path
-			}
-			updates := lp.updates
-			rt.recordOwnIf(name, p.gen, func() bool { return gitDir != "" && refsAre(gitDir, updates) })
+			rt.recordOwn(name, p)
 		}
 	}
 	return []string{cluster.EnvPush + "=" + id}, []string{"core.hooksPath=" + dir}, done
@@ -168,57 +159,5 @@ func (rt *Router) unlinkHook(id, repoName, key string, updates []cluster.Update)
 	if err := os.Remove(filepath.Join(lp.dir, cluster.HookName)); err != nil {
 		return // git calls again, as for any push
 	}
-	lp.unlinked, lp.key, lp.updates = true, key, updates
-}
-
-// refsAre tells whether the refs in gitDir are at updates' new values
-// (absent for a delete), read from the files: loose refs first, then
-// packed-refs.
-func refsAre(gitDir string, updates []cluster.Update) bool {
-	var packed map[string]string
-	for _, u := range updates {
-		id, err := os.ReadFile(filepath.Join(gitDir, filepath.FromSlash(u.Ref)))
-		got := strings.TrimSpace(string(id))
-		switch {
-		case err == nil:
-		case errors.Is(err, fs.ErrNotExist):
-			if packed == nil {
-				if packed, err = packedRefs(gitDir); err != nil {
-					return false
-				}
-			}
-			got = packed[u.Ref]
-		default:
-			return false
-		}
-		if cluster.IsZero(u.New) {
-			if got != "" {
-				return false
-			}
-		} else if got != u.New {
-			return false
-		}
-	}
-	return true
-}
-
-// packedRefs reads gitDir's packed-refs: ref -> id.
-func packedRefs(gitDir string) (map[string]string, error) {
-	refs := map[string]string{}
-	f, err := os.Open(filepath.Join(gitDir, "packed-refs"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return refs, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if id, ref, ok := strings.Cut(sc.Text(), " "); ok && !strings.HasPrefix(id, "#") && !strings.HasPrefix(id, "^") {
-			refs[ref] = id
-		}
-	}
-	return refs, sc.Err()
+	lp.unlinked, lp.key = true, key
 }

@@ -27,7 +27,10 @@ import (
 //
 // The body is the updates, one "<old> <new> <ref>" line each, an empty
 // line, then the pack (nothing when the push brings no object). The
-// answer is 200 when the copy holds the update; 409 with git's words when
+// answer is 200 when the copy holds the update, its body "ok <digest>",
+// the digest of the copy's refs read once they were written
+// (cluster.CopyDigest): the primary counts it a voter only if that is
+// the new generation's; 409 with git's words when
 // this copy is not at the old values (nothing changed); 4xx/5xx otherwise.
 const ReplicatePath = "/_packwire/replicate"
 
@@ -88,8 +91,15 @@ func (h *Replicator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, oneLine(err.Error()), status)
 		return
 	}
+	// Read once the refs are written: what the primary compares with the
+	// generation's digest before it counts this copy.
+	digest, err := cluster.CopyDigest(rp.Path)
+	if err != nil {
+		http.Error(w, oneLine("reading the refs after the push: "+err.Error()), http.StatusInternalServerError)
+		return
+	}
 	w.WriteHeader(http.StatusOK)
-	io.WriteString(w, "ok\n")
+	io.WriteString(w, "ok "+digest+"\n")
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -90,7 +90,7 @@ func (r *replication) send(updates ...cluster.Update) error {
 	defer pack.Close()
 	pk := &packing{done: make(chan struct{}), pack: pack}
 	close(pk.done)
-	err = r.rt.sendTo(context.Background(), r.url, "app", updates, pk)
+	digest, err := r.rt.sendTo(context.Background(), r.url, "app", updates, pk)
 	if err == nil {
 		for _, u := range updates {
 			if cluster.IsZero(u.New) {
@@ -98,6 +98,11 @@ func (r *replication) send(updates ...cluster.Update) error {
 			} else {
 				r.env.Git(r.work, "update-ref", u.Ref, u.New)
 			}
+		}
+		// The replica answers the digest of its refs once written: the
+		// primary's, now.
+		if want, err := cluster.CopyDigest(filepath.Join(r.work, ".git")); err != nil || digest != want {
+			r.t.Fatalf("the replica answered digest %q, the primary's refs have %q (%v)", digest, want, err)
 		}
 	}
 	return err
@@ -343,7 +348,7 @@ func TestReplicateSendsTheKeptPack(t *testing.T) {
 	defer p.Close()
 	pk := &packing{done: make(chan struct{}), pack: p}
 	close(pk.done)
-	if err := r.rt.sendTo(context.Background(), r.url, "app", []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}}, pk); err != nil {
+	if _, err := r.rt.sendTo(context.Background(), r.url, "app", []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}}, pk); err != nil {
 		t.Fatal(err)
 	}
 	r.env.Git(r.work, "update-ref", "refs/heads/main", c2)
@@ -436,7 +441,7 @@ func TestReplicateWithProcessesStartedAhead(t *testing.T) {
 	pk := &packing{done: make(chan struct{}), pack: p}
 	close(pk.done)
 	before := r.refs(r.replica.Path)
-	err = r.rt.sendTo(context.Background(), r.url, "app", []cluster.Update{{Old: c3, New: c4, Ref: "refs/heads/main"}}, pk)
+	_, err = r.rt.sendTo(context.Background(), r.url, "app", []cluster.Update{{Old: c3, New: c4, Ref: "refs/heads/main"}}, pk)
 	if err == nil || !strings.Contains(err.Error(), "missing objects") {
 		t.Fatalf("a pack without the new value's tree: %v, want a refusal for missing objects", err)
 	}

@@ -42,6 +42,16 @@ type Router struct {
 	pushes                map[string]*livePush     // pushes with a hooks directory of their own, by id
 	recording             map[string]chan struct{} // repo -> the record of the primary's copy in progress
 	spareDirs             []string                 // pushes' hooks directories made ahead (pushdir.go)
+	afterCommit           func(repo string)        // SetAfterCommit
+}
+
+// SetAfterCommit sets a function run once a push's generation is
+// committed in PostgreSQL, before the hook lets git write the primary's
+// refs: tests widen that window with it (nil: none).
+func (rt *Router) SetAfterCommit(f func(repo string)) {
+	rt.mu.Lock()
+	rt.afterCommit = f
+	rt.mu.Unlock()
 }
 
 // Route serves here what this node can: reads from an up-to-date copy,
@@ -288,72 +298,166 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 		rt.mu.Unlock()
 		close(ch)
 	}()
-	for attempt := 0; attempt < 5; attempt++ {
-		pl, err := cluster.Locate(ctx, rt.Node.DB, name, rt.Node.NodeTimeout())
-		if err != nil {
-			return err
-		}
-		if pl.UpToDate(rt.Node.Name) || pl.Committing(rt.Node.Name, rt.Node.NodeTimeout()) {
-			// Current, or this primary's own push is landing: fetching now
-			// would race git writing the same refs.
-			return nil
-		}
-		if pl.Primary == rt.Node.Name && pl.Source != "" && pl.Generation == 0 {
-			// A repository imported into the cluster: the primary imports it,
-			// as its first generation; the other copies catch up from it.
-			if err := rt.importSource(ctx, name, pl.Source); err != nil && !errors.Is(err, repo.ErrExists) {
-				return fmt.Errorf("importing from %s: %w", pl.Source, err)
-			}
-			if err := cluster.Imported(ctx, rt.Node.DB, name, rt.Node.Name); err != nil {
-				return err
-			}
+	for round := 0; round < catchUpRounds; round++ {
+		done, err := rt.catchUpRound(ctx, name)
+		if errors.Is(err, errNoSource) {
+			// The copies at the generation moved on before they were read
+			// (pushes go on), or none holds it: the held round tells.
 			continue
 		}
-		if pl.Source != "" && pl.Generation == 0 {
-			return errWaiting
-		}
-		r, err := rt.ensureLocal(ctx, name)
-		if err != nil {
-			return err
-		}
-		if pl.Generation == 0 {
-			// No push was ever committed: the repository has no refs, and a
-			// copy that has some (a push that failed after this copy took
-			// it, then marked stale) drops them.
-			if err := dropRefs(ctx, r.Path); err != nil {
-				return err
-			}
-		}
-		if pl.Generation > 0 {
-			// From the primary, or, when this node is a primary left behind
-			// (killed between a push's commit in PostgreSQL and in git), from
-			// a copy that holds the generation.
-			from, ok := pl.Replica(pl.Primary)
-			if pl.Primary == rt.Node.Name {
-				from, ok = upToDatePeer(pl, rt.Node.Name)
-			}
-			if !ok || from.Generation != pl.Generation && from.Node != pl.Primary {
-				return errors.New("no up-to-date copy to catch up from")
-			}
-			// Every ref as it is there, refs it no longer has deleted, in one
-			// transaction (--atomic).
-			// No automatic gc after the fetch: maintenance owns the object
-			// layout (a detached gc would repack under other readers).
-			cmd := exec.CommandContext(ctx, "git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
-				cluster.RepoURL(from.URL, name), "+refs/*:refs/*", "^"+cluster.LocalRefs+"*")
-			cmd.Env = append(os.Environ(), cluster.AuthEnv(rt.Secret)...)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("fetching from %s: %v: %s", from.Node, err, cluster.LastLines(string(out), 3))
-			}
-		}
-		// Recorded only if no push committed meanwhile; otherwise again.
-		ok, err := cluster.SetReplicaGeneration(ctx, rt.Node.DB, name, rt.Node.Name, pl.Generation)
-		if err != nil || ok {
+		if err != nil || done {
 			return err
 		}
 	}
-	return errors.New("the repository kept moving; will catch up later")
+	// Pushes kept moving the generation while this copy fetched: one more
+	// round with the repository's pushes held, bounded (MaxHold).
+	ok, err := cluster.HoldPushes(ctx, rt.Node.DB, name, rt.Node.Name, cluster.MaxHold, rt.Node.NodeTimeout(),
+		func(ctx context.Context, pl cluster.Placement) (string, error) {
+			if pl.UpToDate(rt.Node.Name) {
+				return rt.copyDigest(name)
+			}
+			if pl.Source != "" && pl.Generation == 0 {
+				return "", errWaiting
+			}
+			// Made by a round before (ensureLocal asks the store, whose
+			// connection this round holds).
+			r, err := rt.Repos.Resolve(name)
+			if err != nil {
+				return "", err
+			}
+			return rt.bringTo(ctx, r, pl)
+		})
+	if err != nil {
+		return fmt.Errorf("catching up with the repository's pushes held: %w", err)
+	}
+	if !ok {
+		return errors.New("not recorded at the generation after a catch-up with its pushes held")
+	}
+	return nil
 }
+
+// catchUpRounds is how many catch-up rounds run while pushes go on
+// before the last one holds them (cluster.HoldPushes).
+const catchUpRounds = 2
+
+// catchUpRound is one round of catchUp without holding pushes: it tells
+// whether this copy is now recorded at the repository's generation (or
+// needs nothing: current, or its own push landing).
+func (rt *Router) catchUpRound(ctx context.Context, name string) (bool, error) {
+	pl, err := cluster.Locate(ctx, rt.Node.DB, name, rt.Node.NodeTimeout())
+	if err != nil {
+		return false, err
+	}
+	if pl.UpToDate(rt.Node.Name) || pl.Committing(rt.Node.Name, rt.Node.NodeTimeout()) {
+		// Current, or this primary's own push is landing: fetching now
+		// would race git writing the same refs.
+		return true, nil
+	}
+	if pl.Primary == rt.Node.Name && pl.Source != "" && pl.Generation == 0 {
+		// A repository imported into the cluster: the primary imports it,
+		// as its first generation; the other copies catch up from it.
+		if err := rt.importSource(ctx, name, pl.Source); err != nil && !errors.Is(err, repo.ErrExists) {
+			return false, fmt.Errorf("importing from %s: %w", pl.Source, err)
+		}
+		digest, err := rt.copyDigest(name)
+		if err != nil {
+			return false, err
+		}
+		return false, cluster.Imported(ctx, rt.Node.DB, name, rt.Node.Name, digest)
+	}
+	if pl.Source != "" && pl.Generation == 0 {
+		return false, errWaiting
+	}
+	r, err := rt.ensureLocal(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	digest, err := rt.bringTo(ctx, r, pl)
+	if err != nil {
+		return false, err
+	}
+	if pl.Digest != "" && digest != pl.Digest {
+		// The copy it fetched from moved on meanwhile (a push between its
+		// replication and its commit): not recorded; again.
+		return false, nil
+	}
+	// Recorded only if no push committed meanwhile; otherwise again.
+	return cluster.SetReplicaGeneration(ctx, rt.Node.DB, name, rt.Node.Name, pl.Generation, digest)
+}
+
+// bringTo makes the copy r's refs the generation's of pl and returns
+// their digest, read once written. Generation 0 has no refs; any other
+// is fetched from a copy proven to hold it: healthy, recorded at the
+// generation, and serving refs with the generation's digest (the
+// primary first). A copy recorded at the generation but whose refs are
+// not its, or a primary whose push is still landing, is never fetched
+// from: a pruning fetch from it would delete what it lacks here.
+func (rt *Router) bringTo(ctx context.Context, r repo.Repo, pl cluster.Placement) (string, error) {
+	if pl.Generation == 0 {
+		// No push was ever committed: the repository has no refs, and a
+		// copy that has some (a push that failed after this copy took
+		// it, then marked stale) drops them.
+		if err := dropRefs(ctx, r.Path); err != nil {
+			return "", err
+		}
+		return cluster.CopyDigest(r.Path)
+	}
+	from, err := rt.catchUpSource(ctx, pl)
+	if err != nil {
+		return "", err
+	}
+	// Every ref as it is there, refs it no longer has deleted, in one
+	// transaction (--atomic).
+	// No automatic gc after the fetch: maintenance owns the object
+	// layout (a detached gc would repack under other readers).
+	cmd := exec.CommandContext(ctx, "git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
+		cluster.RepoURL(from.URL, pl.Repo), "+refs/*:refs/*", "^"+cluster.LocalRefs+"*")
+	cmd.Env = append(os.Environ(), cluster.AuthEnv(rt.Secret)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("fetching from %s: %v: %s", from.Node, err, cluster.LastLines(string(out), 3))
+	}
+	return cluster.CopyDigest(r.Path)
+}
+
+// catchUpSource picks the copy to fetch pl's generation from: another
+// healthy copy recorded at the generation whose refs, read now, have the
+// generation's digest (any, when it is not known), the primary first.
+func (rt *Router) catchUpSource(ctx context.Context, pl cluster.Placement) (cluster.Replica, error) {
+	var candidates []cluster.Replica
+	if p, ok := pl.Replica(pl.Primary); ok {
+		candidates = append(candidates, p)
+	}
+	for _, r := range pl.Replicas {
+		if r.Node != pl.Primary {
+			candidates = append(candidates, r)
+		}
+	}
+	var why []string
+	for _, c := range candidates {
+		if c.Node == rt.Node.Name || !c.Healthy || c.Generation != pl.Generation {
+			continue
+		}
+		if pl.Digest == "" {
+			return c, nil
+		}
+		digest, _, err := cluster.RemoteDigest(ctx, cluster.RepoURL(c.URL, pl.Repo), rt.Secret)
+		switch {
+		case err != nil:
+			why = append(why, c.Node+": "+err.Error())
+		case digest != pl.Digest:
+			why = append(why, c.Node+": its refs are not the generation's")
+		default:
+			return c, nil
+		}
+	}
+	if len(why) == 0 {
+		why = append(why, "none is healthy and at it")
+	}
+	return cluster.Replica{}, fmt.Errorf("%w %d to catch up from (%s)", errNoSource, pl.Generation, strings.Join(why, "; "))
+}
+
+// errNoSource: no copy is proven to hold the generation a catch-up read.
+var errNoSource = errors.New("no copy proven to hold generation")
 
 // dropRefs deletes every ref of a copy but this node's own (LocalRefs),
 // in one transaction.
