@@ -3,7 +3,9 @@ package reach
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +76,45 @@ func TestKeptTipsFollowRefsAtOnce(t *testing.T) {
 	env.Git(repo, "update-ref", "refs/heads/again", tip)
 	if got := unreachable(); got != nil {
 		t.Fatalf("the tip of a branch created just now is not servable: %v", got)
+	}
+}
+
+// TestUnreachableHaves: of the haves, the commit and blob of a deleted
+// branch are to be dropped, with a bitmap and without; a tip, an old
+// commit main reaches and an id the repository lacks are not.
+func TestUnreachableHaves(t *testing.T) {
+	env := gittest.New(t)
+	repo := filepath.Join(t.TempDir(), "r.git")
+	env.Build(repo, gittest.Shape{Commits: 5, Branches: 1, Seed: 1})
+	tip, old := env.RevParse(repo, "main"), env.RevParse(repo, "main~3")
+	gitIn := func(input string, args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir, cmd.Env, cmd.Stdin = repo, env.Vars, strings.NewReader(input)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return string(out)
+	}
+	// A commit with a file of its own that no ref reaches, as a deleted
+	// branch's.
+	blob := strings.TrimSpace(gitIn("the password is hunter2\n", "hash-object", "-w", "--stdin"))
+	tree := strings.TrimSpace(gitIn("100644 blob "+blob+"\tsecret.txt\n", "mktree"))
+	commit := strings.TrimSpace(env.Git(repo, "commit-tree", tree, "-p", tip, "-m", "oops"))
+	missing := strings.Repeat("1", 40)
+	for _, layout := range []string{"no bitmap", "bitmap"} {
+		if layout == "bitmap" {
+			env.Git(repo, "repack", "-adbq", "--keep-unreachable")
+			if !hasBitmap(repo) {
+				t.Fatal("repack wrote no bitmap")
+			}
+		}
+		drop, _, err := (&Checker{}).UnreachableHaves(context.Background(), repo, []string{tip, old, commit, blob, missing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(drop, " ") != commit+" "+blob {
+			t.Errorf("%s: dropped %v, want the deleted branch's commit and blob", layout, drop)
+		}
 	}
 }
