@@ -1,6 +1,7 @@
 package ssh
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -177,4 +178,60 @@ func addKim(t *testing.T, h *harness) (key, fingerprint string) {
 		t.Fatal(err)
 	}
 	return key, gossh.FingerprintSHA256(pub)
+}
+
+// TestKeyChangingHandsEndsConnection: a key that moves to another user, or
+// an unregistered key that gets registered, no longer stands for who the
+// connection authenticated as: its next command is refused with why, and
+// the connection closes; a new connection is the key's new owner.
+func TestKeyChangingHandsEndsConnection(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(s *Server) { s.KeyRecheck = time.Hour }) // per command only
+	h.repo("team/app", gittest.Shape{Commits: 1})
+	ctx := context.Background()
+	if _, err := h.data.Store.AddUser(ctx, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	greet := func(client *gossh.Client) (string, error) {
+		sess, err := client.NewSession()
+		if err != nil {
+			return "", err
+		}
+		defer sess.Close()
+		var out bytes.Buffer
+		sess.Stdout, sess.Stderr = &out, &out
+		if err := sess.Shell(); err != nil {
+			return "", err
+		}
+		err = sess.Wait()
+		return out.String(), err
+	}
+	for _, tc := range []struct {
+		name, key, was, want, now string
+		change                    func(fp string)
+	}{
+		{"moved", h.aliceKey, "Hi alice!", "now belongs to bob, not alice", "Hi bob!", func(fp string) {
+			if _, err := h.data.Store.RemoveKey(ctx, fp); err != nil {
+				t.Fatal(err)
+			}
+			h.register("bob", h.aliceKey)
+		}},
+		{"registered", h.anonKey, "is not registered", "is now registered to bob", "Hi bob!", func(string) { h.register("bob", h.anonKey) }},
+	} {
+		signer := h.signer(tc.key)
+		client := h.dial(signer)
+		if out, _ := greet(client); !strings.Contains(out, tc.was) {
+			t.Fatalf("%s: greeting before: %q", tc.name, out)
+		}
+		tc.change(gossh.FingerprintSHA256(signer.PublicKey()))
+		if out, _ := greet(client); !strings.Contains(out, tc.want+"; connect again") {
+			t.Fatalf("%s: greeting on the same connection after the change: %q", tc.name, out)
+		}
+		if !waitFor(10*time.Second, func() bool { _, err := client.NewSession(); return err != nil }) {
+			t.Fatalf("%s: the connection still opens sessions", tc.name)
+		}
+		if out, _ := greet(h.dial(signer)); !strings.Contains(out, tc.now) {
+			t.Fatalf("%s: greeting on a new connection: %q", tc.name, out)
+		}
+	}
 }
