@@ -300,7 +300,8 @@ func OpenPostgresSchema(ctx context.Context, databaseURL, schema string, migrati
 // ("": the default), without touching the schema: a pool apart from a
 // store's for work that must never wait behind its requests (a cluster
 // node's heartbeat). database/sql replaces a connection found broken (a
-// PostgreSQL restart) by itself.
+// PostgreSQL restart) by itself. Every session is bounded (sessionBounds,
+// a connect timeout, TCP keepalives).
 func OpenPostgresPool(databaseURL, schema string, maxConns int) (*DB, error) {
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
@@ -309,6 +310,7 @@ func OpenPostgresPool(databaseURL, schema string, maxConns int) (*DB, error) {
 	if schema != "" {
 		cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	}
+	boundSessions(cfg)
 	d := &DB{DB: stdlib.OpenDB(*cfg), Engine: Postgres}
 	d.SetMaxConns(maxConns)
 	return d, nil
@@ -357,6 +359,13 @@ func (s *Store) migratePostgres(ctx context.Context, schema string, migrations [
 		return err
 	}
 	defer tx.Rollback()
+	// Unbounded here: nodes starting together wait for the one migrating,
+	// and a migration may rewrite a large table.
+	for _, q := range []string{"SET LOCAL lock_timeout = 0", "SET LOCAL statement_timeout = 0"} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
 	// 0x7061636b77697265: "packwire".
 	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(8097880775658320485)"); err != nil {
 		return err
