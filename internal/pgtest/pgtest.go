@@ -160,6 +160,13 @@ func (s *Server) Restart() error {
 	return s.launch()
 }
 
+// Down stops postgres (a fast shutdown: connections are cut, new ones
+// refused) and leaves it down until Up.
+func (s *Server) Down() { s.stopProcess() }
+
+// Up starts postgres again after Down, on the same port and data.
+func (s *Server) Up() error { return s.launch() }
+
 func (s *Server) waitReady(within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {

@@ -49,3 +49,16 @@ func boundSessions(cfg *pgx.ConnConfig) {
 		return d.DialContext(ctx, network, addr)
 	}
 }
+
+// RequestTimeout bounds a client request's call to the store (checking
+// its access, its credentials, where its repository lives): a store that
+// does not answer in time (restarting, cut off without a word) refuses
+// the request, which the client may retry, rather than hold it. Connecting
+// counts: a request waiting for a connection of a full pool, or for a new
+// one to open, gives up too.
+const RequestTimeout = 3 * time.Second
+
+// RequestContext is ctx bounded by RequestTimeout.
+func RequestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, RequestTimeout)
+}
