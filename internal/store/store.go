@@ -201,6 +201,13 @@ var migrations = []string{
 		node TEXT NOT NULL,
 		PRIMARY KEY (repo, node)
 	);`,
+	// 12: a repository's push turn (cluster.BeginPush), a lease in
+	// PostgreSQL's clock instead of a row lock held across the
+	// replication: push_turn numbers the claims, push_holder is the node
+	// holding the turn ('': none), push_until_ms when it lapses.
+	`ALTER TABLE cluster_repos ADD COLUMN push_turn INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE cluster_repos ADD COLUMN push_holder TEXT NOT NULL DEFAULT '';
+	ALTER TABLE cluster_repos ADD COLUMN push_until_ms INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // postgresOnly splits a migration: what follows it is applied on

@@ -48,16 +48,20 @@ func Delete(ctx context.Context, db *store.DB, repo string) ([]string, error) {
 	return nodes, tx.Commit()
 }
 
-// lockRepo begins a transaction holding repo's row lock: it waits for a
-// push replicating now (its hook holds the lock). ErrNotPlaced if the
-// cluster has no such repository.
+// lockRepo begins a transaction holding repo's row lock, the push turn
+// taken away from a push replicating now: that push is refused (its
+// commit finds the turn gone) rather than committed across what the
+// transaction changes (the copies, the name, the row itself).
+// ErrNotPlaced if the cluster has no such repository.
 func lockRepo(ctx context.Context, db *store.DB, repo string) (*store.Tx, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
+	// The row lock, and the push turn taken away: a push replicating
+	// meanwhile cannot commit across this change (Commit).
 	var name string
-	err = tx.QueryRowContext(ctx, "SELECT name FROM cluster_repos WHERE name = ? FOR UPDATE", repo).Scan(&name)
+	err = tx.QueryRowContext(ctx, "UPDATE cluster_repos SET push_turn = push_turn + 1, push_holder = '', push_until_ms = 0 WHERE name = ? RETURNING name", repo).Scan(&name)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
 	}

@@ -232,7 +232,7 @@ func (rt *Router) awaitOwn(ctx context.Context, name string) {
 }
 
 // replicate is a push's "prepared" step on its primary: with the
-// repository's row locked, the push's new objects (the pack receive-pack
+// repository's push turn held (cluster.BeginPush), the push's new objects (the pack receive-pack
 // kept, or one made here) are sent once made, after the updates, to every
 // other up-to-date replica in parallel
 // (ReplicatePath); as soon as a majority, this copy counted, holds the
@@ -351,9 +351,6 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 			if err := p.MarkStale(back, behind); err != nil {
 				rt.Node.Log.Warn("cluster: marking copies behind", "repo", name, "nodes", strings.Join(behind, ","), "error", err.Error())
 			}
-		}
-		if len(conflicted) > 0 || len(behind) > 0 {
-			p.Close()
 		}
 		return err
 	}
