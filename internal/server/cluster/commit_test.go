@@ -27,9 +27,9 @@ func placedAtZero(t *testing.T, db *store.DB) {
 	}
 }
 
-// TestPushTxnReadsReplicasOnceLocked: a push waiting for the row lock of
+// TestPushTxnReadsReplicasOnceLocked: a push waiting for the turn of
 // the push before it reads the replicas as that push committed them
-// (its lock, then its read, each statement a snapshot of its own), not
+// (its claim, then its read, each statement a snapshot of its own), not
 // as they were when it asked.
 func TestPushTxnReadsReplicasOnceLocked(t *testing.T) {
 	ctx := context.Background()
@@ -54,7 +54,7 @@ func TestPushTxnReadsReplicasOnceLocked(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the second waits for the lock
 	select {
 	case <-second:
-		t.Fatal("a second push began while the first held the row")
+		t.Fatal("a second push began while the first held the turn")
 	default:
 	}
 	if err := first.Commit(ctx, []string{"b"}); err != nil {
@@ -73,9 +73,10 @@ func TestPushTxnReadsReplicasOnceLocked(t *testing.T) {
 	}
 }
 
-// TestPushTxnRoundTrips: a push's transaction costs two round trips to
-// PostgreSQL (BEGIN, the lock and the read in one; the commit and COMMIT
-// in the other), not one a statement: each is on the push's path.
+// TestPushTxnRoundTrips: a push costs two round trips to PostgreSQL (the
+// claim of its turn with the read, one transaction, in one; the commit,
+// one statement, in the other), not one a statement: each is on the
+// push's path.
 func TestPushTxnRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.Start(t).NewDatabase(t)
