@@ -206,13 +206,56 @@ func (p *PushTxn) Commit(ctx context.Context, voters []string) error {
 	err = conn.Batch(ctx, commit)
 	conn.Close()
 	if err != nil {
-		return fmt.Errorf("cluster: committing the push: %w", err)
+		// Sent, perhaps, its answer lost: the statement may have landed,
+		// or still land (a connection cut with it unread).
+		switch landed, known := p.settle(); {
+		case landed:
+			p.ended = true
+			return nil
+		case known:
+			return fmt.Errorf("cluster: committing the push: %w", err)
+		default:
+			return fmt.Errorf("%w: %v", ErrCommitUnknown, err)
+		}
 	}
 	if bumped != 1 {
 		return fmt.Errorf("cluster: %s's primary changed, or its push turn was taken, during the push; nothing was written, push again", p.repo)
 	}
 	p.ended = true // given back with the commit
 	return nil
+}
+
+// ErrCommitUnknown: the store did not answer a push's commit, nor could
+// it be asked afterwards whether the commit landed. The push is refused
+// (it may have been recorded), and the copies that took it are left as
+// they are: set back, they would lack a generation they may be recorded
+// at; left, a copy that is ahead refuses the next push and is caught up.
+var ErrCommitUnknown = errors.New("cluster: the store did not answer the push's commit")
+
+// settle makes the outcome of a commit whose answer did not come certain:
+// it moves the turn on, so that the commit statement, if still on its
+// way, can no longer land, and reads whether it landed before. known is
+// false when that cannot be told (the store unreachable still, or the
+// turn taken meanwhile by a failover or a move with the generation
+// moved).
+func (p *PushTxn) settle() (landed, known bool) {
+	ctx, cancel := store.RequestContext(context.Background())
+	defer cancel()
+	var gen, epoch int64
+	err := p.db.QueryRowContext(ctx, "UPDATE cluster_repos SET push_turn = push_turn + 1, push_holder = '', push_until_ms = 0 WHERE name = ? AND push_turn = ? RETURNING generation, epoch",
+		p.repo, p.turn).Scan(&gen, &epoch)
+	switch {
+	case err == nil:
+		// The turn was still this push's: only its commit moved the
+		// generation.
+		return gen == p.Generation+1 && epoch == p.epoch, true
+	case errors.Is(err, sql.ErrNoRows):
+		// Taken away (its commit can no longer land); landed before only
+		// if the generation moved, which another primary may have done.
+		err = p.db.QueryRowContext(ctx, "SELECT generation FROM cluster_repos WHERE name = ?", p.repo).Scan(&gen)
+		return false, err == nil && gen == p.Generation
+	}
+	return false, false
 }
 
 // MarkStale records nodes' copies, found not at the primary's state

@@ -232,3 +232,33 @@ func TestPushTurnIsALease(t *testing.T) {
 		t.Fatalf("after the commit: holder %q until %d %v, want the turn given back", holder, until, err)
 	}
 }
+
+// TestPushCommitSettled: a commit whose answer did not come is settled by
+// moving the turn on: a commit statement still on its way can then no
+// longer land (the push is refused, its copies set back safely), and one
+// that landed before is found so (the push stands).
+func TestPushCommitSettled(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t).DB
+	placedAtZero(t, db)
+	p, err := BeginPush(ctx, db, "app", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if landed, known := p.settle(); landed || !known {
+		t.Fatalf("settled before any commit: landed %v known %v, want not landed, known", landed, known)
+	}
+	if err := p.Commit(ctx, []string{"b"}); err == nil {
+		t.Fatal("a commit landed after its push was settled as not landed")
+	}
+	p, err = BeginPush(ctx, db, "app", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(ctx, []string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	if landed, known := p.settle(); !landed || !known {
+		t.Fatalf("settled after the commit landed: landed %v known %v, want landed, known", landed, known)
+	}
+}

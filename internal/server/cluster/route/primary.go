@@ -336,6 +336,10 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		for ; pending > 0; pending-- {
 			take(<-results)
 		}
+		if errors.Is(err, cluster.ErrCommitUnknown) {
+			rt.Node.Log.Warn("cluster: a push's commit is unknown; the copies that took it are left to be caught up", "repo", name, "voters", strings.Join(voters, ","), "error", err.Error())
+			return err
+		}
 		// Bounded and after the push's own context may have ended: a copy
 		// that does not answer is marked behind rather than waited for.
 		back, cancel := context.WithTimeout(context.WithoutCancel(ctx), cluster.ReplicateTimeout)
