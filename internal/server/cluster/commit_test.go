@@ -182,7 +182,8 @@ func TestPushTurnDoesNotHoldFailoverUp(t *testing.T) {
 		t.Fatalf("%d copies recorded at generation 1 (the new primary's own is recorded once git wrote it; no voters)", marked)
 	}
 
-	// A copy added meanwhile takes the turn away: the push is refused.
+	// A copy added meanwhile waits for the push in flight; one stuck past
+	// pushWait has its turn taken away, and is refused.
 	primary := got[0].To
 	if err := RecordCopy(ctx, db, "app", primary, 1); err != nil {
 		t.Fatal(err)
@@ -193,7 +194,34 @@ func TestPushTurnDoesNotHoldFailoverUp(t *testing.T) {
 	}
 	defer p.Rollback()
 	nodes[0].beat(ctx)
-	if _, err := AddCopy(ctx, db, "app", "a", time.Minute); err != nil {
+	added := make(chan error, 1)
+	go func() {
+		_, err := AddCopy(ctx, db, "app", "a", time.Minute)
+		added <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // AddCopy waits for the push
+	select {
+	case err := <-added:
+		t.Fatalf("a copy was added while a push was in flight: %v", err)
+	default:
+	}
+	if err := p.Commit(ctx, nil); err != nil {
+		t.Fatalf("a push in flight while a copy is added: %v", err)
+	}
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	if err := RecordCopy(ctx, db, "app", primary, 2); err != nil {
+		t.Fatal(err)
+	}
+	defer func(w time.Duration) { pushWait = w }(pushWait)
+	pushWait = 100 * time.Millisecond
+	p, err = BeginPush(ctx, db, "app", primary, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Rollback()
+	if err := DropCopy(ctx, db, "app", "a", "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Commit(ctx, nil); err == nil {
