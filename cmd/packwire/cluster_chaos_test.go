@@ -29,12 +29,13 @@ type nodeProc struct {
 	httpAddr, gitAddr string
 }
 
-// startNode runs "packwire serve" as a node and waits for its listeners.
-func startNode(t *testing.T, name, dir, database string) *nodeProc {
+// startNode runs "packwire serve" as a node, with extra flags, and waits
+// for its listeners.
+func startNode(t *testing.T, name, dir, database string, extra ...string) *nodeProc {
 	t.Helper()
-	cmd := exec.Command(binary, "serve", "--data", dir, "--database", database, "--node", name,
+	cmd := exec.Command(binary, append([]string{"serve", "--data", dir, "--database", database, "--node", name,
 		"--node-heartbeat", "200ms", "--node-timeout", "1s", "--git", "127.0.0.1:0", "--http", "127.0.0.1:0", "--ssh", "",
-		"--maintain-interval", "0")
+		"--maintain-interval", "0"}, extra...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -153,8 +153,11 @@ type Model struct {
 }
 
 // Load returns what decisions for p need. The model is shared between
-// requests: callers only read it.
+// requests: callers only read it. The store is asked within
+// store.RequestTimeout: an error means it could not answer in time.
 func (c *Controller) Load(ctx context.Context, p Principal) (*Model, error) {
+	ctx, cancel := store.RequestContext(ctx)
+	defer cancel()
 	// The version the request's token was checked at, moments ago: the
 	// request is decided as of then.
 	version, ok := p.checked.take()
@@ -278,15 +281,18 @@ func (c *Controller) IsServerAdmin(ctx context.Context, p Principal) bool {
 
 // PrincipalForKey maps an SSH public key to its user. An unknown key is
 // anonymous (read-only), not an error: identity is the key, never the
-// SSH user name.
+// SSH user name. An error is the store's (none within store.RequestTimeout).
 func (c *Controller) PrincipalForKey(ctx context.Context, key ssh.PublicKey) (Principal, error) {
 	return c.PrincipalForFingerprint(ctx, ssh.FingerprintSHA256(key))
 }
 
 // PrincipalForFingerprint is PrincipalForKey by the key's SHA256
 // fingerprint: an open SSH connection asks again before each command, as
-// its key may have been removed since it authenticated.
+// its key may have been removed since it authenticated. An error is the
+// store's (none within store.RequestTimeout).
 func (c *Controller) PrincipalForFingerprint(ctx context.Context, fingerprint string) (Principal, error) {
+	ctx, cancel := store.RequestContext(ctx)
+	defer cancel()
 	version, ok, err := c.Store.Version(ctx)
 	if err != nil {
 		return Principal{}, err
@@ -379,7 +385,8 @@ var ownerAgnosticNames = map[string]bool{"": true, "token": true, "x-access-toke
 // PrincipalForToken checks an HTTP Basic username and token for git. The
 // username must be the token's owner or one of ownerAgnosticNames, so that
 // one user's token can never be presented under another user's name. A
-// token scoped to /metrics is not one for git.
+// token scoped to /metrics is not one for git. An error other than
+// ErrBadCredentials is the store's (none within store.RequestTimeout).
 func (c *Controller) PrincipalForToken(ctx context.Context, username, token string) (Principal, error) {
 	if username == ClusterUser {
 		if c.ClusterSecret == "" || subtle.ConstantTimeCompare([]byte(token), []byte(c.ClusterSecret)) != 1 {
@@ -387,6 +394,8 @@ func (c *Controller) PrincipalForToken(ctx context.Context, username, token stri
 		}
 		return Principal{User: ClusterUser, Via: ViaCluster}, nil
 	}
+	ctx, cancel := store.RequestContext(ctx)
+	defer cancel()
 	t, version, err := c.checkTokenAt(ctx, username, token)
 	if err != nil {
 		return Principal{}, err

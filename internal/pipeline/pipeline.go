@@ -73,6 +73,14 @@ type Error struct {
 func (e *Error) Error() string { return e.Message }
 func (e *Error) Unwrap() error { return e.Err }
 
+// StoreUnavailable is the refusal of a request whose store (the access
+// model, a cluster's placement) could not answer in time: a PostgreSQL
+// restarting, or cut off. The client may retry; nothing was done.
+func StoreUnavailable(cause error) *Error {
+	return &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second, Err: cause,
+		Message: "service temporarily unavailable: the server cannot reach its database, retry later"}
+}
+
 // ErrShuttingDown is the cause of refusals while the server drains.
 var ErrShuttingDown = errors.New("server shutting down")
 
@@ -340,7 +348,7 @@ func (p *Pipeline) authorize(ctx context.Context, call *Call) error {
 	}
 	model, err := p.Access.Load(ctx, req.Principal)
 	if err != nil {
-		return &Error{Code: CodeInternal, Message: "internal error checking access", Err: err}
+		return StoreUnavailable(err)
 	}
 	call.model = model
 	op := access.Read

@@ -212,6 +212,13 @@ var migrations = []string{
 	// digests committed since, is not known; the next push writes it.
 	`ALTER TABLE cluster_repos ADD COLUMN digest TEXT;
 	ALTER TABLE cluster_repos ADD COLUMN digest_generation INTEGER;`,
+	// 14: a repository's push turn (cluster.BeginPush), a lease in
+	// PostgreSQL's clock instead of a row lock held across the
+	// replication: push_turn numbers the claims, push_holder is the node
+	// holding the turn ('': none), push_until_ms when it lapses.
+	`ALTER TABLE cluster_repos ADD COLUMN push_turn INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE cluster_repos ADD COLUMN push_holder TEXT NOT NULL DEFAULT '';
+	ALTER TABLE cluster_repos ADD COLUMN push_until_ms INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // postgresOnly splits a migration: what follows it is applied on
@@ -317,7 +324,8 @@ func OpenPostgresSchema(ctx context.Context, databaseURL, schema string, migrati
 // ("": the default), without touching the schema: a pool apart from a
 // store's for work that must never wait behind its requests (a cluster
 // node's heartbeat). database/sql replaces a connection found broken (a
-// PostgreSQL restart) by itself.
+// PostgreSQL restart) by itself. Every session is bounded (sessionBounds,
+// a connect timeout, TCP keepalives).
 func OpenPostgresPool(databaseURL, schema string, maxConns int) (*DB, error) {
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
@@ -326,6 +334,7 @@ func OpenPostgresPool(databaseURL, schema string, maxConns int) (*DB, error) {
 	if schema != "" {
 		cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	}
+	boundSessions(cfg)
 	d := &DB{DB: stdlib.OpenDB(*cfg), Engine: Postgres}
 	d.SetMaxConns(maxConns)
 	return d, nil
@@ -374,6 +383,13 @@ func (s *Store) migratePostgres(ctx context.Context, schema string, migrations [
 		return err
 	}
 	defer tx.Rollback()
+	// Unbounded here: nodes starting together wait for the one migrating,
+	// and a migration may rewrite a large table.
+	for _, q := range []string{"SET LOCAL lock_timeout = 0", "SET LOCAL statement_timeout = 0"} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
 	// 0x7061636b77697265: "packwire".
 	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(8097880775658320485)"); err != nil {
 		return err

@@ -224,9 +224,11 @@ type Promotion struct {
 // and epoch it saw, so nodes running the monitor at once promote each
 // repository once, and never make two primaries. A repository with no
 // up-to-date healthy replica keeps its primary (writes wait for it rather
-// than lose acknowledged pushes). A repository whose row is locked (a
-// push replicating, a deletion) is skipped until the next check rather
-// than waited for: the monitor shares its connection with the heartbeat.
+// than lose acknowledged pushes). A push in flight does not hold a
+// failover up: it holds a lease (BeginPush), not the row, and its commit
+// fails in the new epoch. A repository whose row is locked for a moment
+// (a deletion, a move) is skipped until the next check rather than
+// waited for: the monitor shares its connection with the heartbeat.
 func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promotion, error) {
 	ms := timeout.Milliseconds()
 	rows, err := db.QueryContext(ctx, `SELECT r.name, r.primary_node, r.epoch, r.generation FROM cluster_repos r
@@ -266,7 +268,10 @@ func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promo
 		if err != nil {
 			return done, err
 		}
-		res, err := db.ExecContext(ctx, `UPDATE cluster_repos SET primary_node = ?, epoch = epoch + 1
+		// The push turn goes too, lease or not: the old primary's push
+		// cannot commit in the new epoch, and the new primary's take it
+		// at once.
+		res, err := db.ExecContext(ctx, `UPDATE cluster_repos SET primary_node = ?, epoch = epoch + 1, push_turn = push_turn + 1, push_holder = '', push_until_ms = 0
 			WHERE name = (SELECT name FROM cluster_repos WHERE name = ? AND primary_node = ? AND epoch = ? FOR UPDATE SKIP LOCKED)`,
 			candidate, o.name, o.primary, o.epoch)
 		if err != nil {

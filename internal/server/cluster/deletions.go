@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"packwire/internal/store"
 )
@@ -48,25 +49,47 @@ func Delete(ctx context.Context, db *store.DB, repo string) ([]string, error) {
 	return nodes, tx.Commit()
 }
 
-// lockRepo begins a transaction holding repo's row lock: it waits for a
-// push replicating now (its hook holds the lock). ErrNotPlaced if the
+// lockRepo begins a transaction holding repo's row lock and its push
+// turn: what the transaction changes (the copies, the name, the row
+// itself) must not change under a push between its replication and its
+// commit. A push in flight is waited for, up to pushWait, with the row
+// unlocked (its commit needs it); one still in flight then (its
+// replication stuck) has its turn taken away, and is refused when it
+// commits rather than committed across the change. ErrNotPlaced if the
 // cluster has no such repository.
 func lockRepo(ctx context.Context, db *store.DB, repo string) (*store.Tx, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	var name string
-	err = tx.QueryRowContext(ctx, "SELECT name FROM cluster_repos WHERE name = ? FOR UPDATE", repo).Scan(&name)
-	if errors.Is(err, sql.ErrNoRows) {
-		err = fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
-	}
-	if err != nil {
+	deadline := time.Now().Add(pushWait)
+	for {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		var inFlight bool
+		err = tx.QueryRowContext(ctx, "SELECT push_holder <> '' AND push_until_ms >= "+dbNowMS+" FROM cluster_repos WHERE name = ? FOR UPDATE", repo).Scan(&inFlight)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = fmt.Errorf("repository %s: %w", repo, ErrNotPlaced)
+		}
+		if err == nil && (!inFlight || time.Now().After(deadline)) {
+			_, err = tx.ExecContext(ctx, "UPDATE cluster_repos SET push_turn = push_turn + 1, push_holder = '', push_until_ms = 0 WHERE name = ?", repo)
+			if err == nil {
+				return tx, nil
+			}
+		}
 		tx.Rollback()
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	return tx, nil
 }
+
+// pushWait bounds lockRepo's wait for a push in flight: pushes take
+// milliseconds; one that takes longer is stuck replicating.
+var pushWait = 10 * time.Second
 
 // Deletions lists the repositories node still has to move into its trash.
 func Deletions(ctx context.Context, db *store.DB, node string) ([]string, error) {

@@ -14,8 +14,9 @@ import (
 // push's acknowledgement promised: every acknowledged push is on a
 // majority of the copies, so a copy may go only while another one holds
 // the repository's generation, and the copies counted for a push's
-// majority change under the repository's row lock, which every push holds
-// from before it replicates until it commits (BeginPush).
+// majority change under the repository's row lock and push turn
+// (lockRepo, after a push in flight): a push is never committed on copies
+// other than those it read (BeginPush, Commit).
 //
 // From a healthy node the new copy is added first and made (its node
 // fetches it from the primary, as for a new repository), and the old one

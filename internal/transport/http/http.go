@@ -119,8 +119,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				// report as "Authentication failed" and credential helpers
 				// would act on.
 				h.log().Warn("checking credentials", "transport", "http", "remote", r.RemoteAddr, "repo", repoPath, "error", err.Error())
-				w.Header().Set("Retry-After", "5")
-				plainError(w, http.StatusServiceUnavailable, "internal error checking credentials, retry later")
+				writePipelineError(w, pipeline.StoreUnavailable(err))
 				return
 			}
 			h.log().Info("refused", "transport", "http", "remote", r.RemoteAddr, "repo", repoPath, "reason", err.Error())

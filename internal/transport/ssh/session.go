@@ -131,6 +131,13 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 		return exitRefused
 	}
 	svc, _ := gitexec.ParseService(service)
+	if c.unavailable != "" {
+		perr := pipeline.StoreUnavailable(errors.New(c.unavailable))
+		c.log.Warn("refused", "reason", perr.Message, "cause", c.unavailable, "command", truncate(command, 200))
+		pktline.WriteError(ch, perr.Message)
+		fmt.Fprintf(ch.Stderr(), "fatal: %s\n", perr.Message)
+		return exitRefused
+	}
 	call, err := c.srv.Pipeline.Prepare(c.ctx, pipeline.Request{
 		Transport: "ssh",
 		Service:   svc,

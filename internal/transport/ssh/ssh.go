@@ -72,6 +72,9 @@ const (
 	extUser = "packwire-user"   // empty for anonymous
 	extVia  = "packwire-via"    // access.Principal.Via
 	extKey  = "packwire-key-fp" // SHA256 fingerprint, for logs; empty without a key
+	// extUnavailable: the key's owner could not be looked up (the store
+	// did not answer); every command is refused as unavailable.
+	extUnavailable = "packwire-unavailable"
 )
 
 // keepAliveMisses is how many unanswered keepalive probes close a connection
@@ -191,8 +194,14 @@ func (s *Server) serverConfig() *gossh.ServerConfig {
 		VerifiedPublicKeyCallback: func(md gossh.ConnMetadata, key gossh.PublicKey, _ *gossh.Permissions, _ string) (*gossh.Permissions, error) {
 			p, err := s.Access.PrincipalForKey(context.Background(), key)
 			if err != nil {
+				// The store could not answer in time: let the client in
+				// to be told so (stderr, an exit status), rather than
+				// fail its key, which ssh reports as "Permission denied"
+				// and answers by trying other keys, or anonymous.
 				s.log().Error("key lookup failed", "transport", "ssh", "remote", md.RemoteAddr().String(), "error", err.Error())
-				return nil, err
+				perms := permissionsFor(access.Anonymous, gossh.FingerprintSHA256(key))
+				perms.Extensions[extUnavailable] = err.Error()
+				return perms, nil
 			}
 			return permissionsFor(p, gossh.FingerprintSHA256(key)), nil
 		},
@@ -282,6 +291,7 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
 	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log, started: started}
 	if perms := sconn.Permissions; perms != nil {
 		c.keyFingerprint = perms.Extensions[extKey]
+		c.unavailable = perms.Extensions[extUnavailable]
 	}
 	if !s.track(c) {
 		return
@@ -348,10 +358,13 @@ type conn struct {
 	principal access.Principal
 	// keyFingerprint is the key the client authenticated with ("": none).
 	keyFingerprint string
-	log            *slog.Logger
-	initTimer      *time.Timer
-	started        func()         // the first command is here: no longer among its address's startups
-	wg             sync.WaitGroup // everything started for this connection
+	// unavailable: why the key's owner is unknown (the store did not
+	// answer); "": known. Every command is refused, to retry later.
+	unavailable string
+	log         *slog.Logger
+	initTimer   *time.Timer
+	started     func()         // the first command is here: no longer among its address's startups
+	wg          sync.WaitGroup // everything started for this connection
 
 	mu         sync.Mutex
 	sawCommand bool

@@ -253,7 +253,7 @@ func (rt *Router) awaitOwn(ctx context.Context, name string) {
 }
 
 // replicate is a push's "prepared" step on its primary: with the
-// repository's row locked, the push's new objects (the pack receive-pack
+// repository's push turn held (cluster.BeginPush), the push's new objects (the pack receive-pack
 // kept, or one made here) are sent once made, after the updates, to every
 // other up-to-date replica in parallel
 // (ReplicatePath); as soon as a majority, this copy counted, holds the
@@ -298,9 +298,8 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		// Recorded at the generation without its refs (changed behind
 		// packwire's back): marked behind, it is caught up from a copy
 		// that holds them before it takes a push again.
-		if err := p.MarkStale(ctx, []string{rt.Node.Name}); err == nil {
-			p.Close()
-		}
+		p.MarkStale(ctx, []string{rt.Node.Name}) // written at once while the push holds its turn
+		p.Rollback()
 		return fmt.Errorf("cluster: this node's copy of %s does not hold generation %d's refs and is being caught up; nothing was written, push again shortly", name, p.Generation)
 	}
 	want := cluster.RefDigest(cluster.Apply(before, updates))
@@ -381,6 +380,10 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		for ; pending > 0; pending-- {
 			take(<-results)
 		}
+		if errors.Is(err, cluster.ErrCommitUnknown) {
+			rt.Node.Log.Warn("cluster: a push's commit is unknown; the copies that took it are left to be caught up", "repo", name, "voters", strings.Join(voters, ","), "error", err.Error())
+			return err
+		}
 		// Bounded and after the push's own context may have ended: a copy
 		// that does not answer is marked behind rather than waited for.
 		back, cancel := context.WithTimeout(context.WithoutCancel(ctx), cluster.ReplicateTimeout)
@@ -396,9 +399,6 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 			if err := p.MarkStale(back, behind); err != nil {
 				rt.Node.Log.Warn("cluster: marking copies behind", "repo", name, "nodes", strings.Join(behind, ","), "error", err.Error())
 			}
-		}
-		if len(conflicted) > 0 || len(behind) > 0 {
-			p.Close()
 		}
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"packwire/internal/push"
 	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
+	"packwire/internal/store"
 )
 
 // Router is the pipeline's view of the cluster on one node: which
@@ -69,11 +70,11 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 	pl, err := rt.locate(ctx, name, req)
 	if errors.Is(err, cluster.ErrNotPlaced) {
 		// Deleted from the cluster or renamed, its copy here not yet moved.
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		lctx, cancel := store.RequestContext(ctx)
 		leaving, err := cluster.MovingAway(lctx, rt.Node.DB, name, rt.Node.Name)
 		cancel()
 		if err != nil {
-			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second, Message: "cluster store unreachable, retry later", Err: err}
+			return pipeline.Route{}, pipeline.StoreUnavailable(err)
 		}
 		notFound := &pipeline.Error{Code: pipeline.CodeNotFound, Message: fmt.Sprintf("repository '%s' not found", name)}
 		if leaving {
@@ -94,7 +95,7 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 		return pipeline.Route{}, nil
 	}
 	if err != nil {
-		return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 5 * time.Second, Message: "cluster store unreachable, retry later", Err: err}
+		return pipeline.Route{}, pipeline.StoreUnavailable(err)
 	}
 	me := rt.Node.Name
 	// A copy renamed in the cluster is moved here before it is served.
@@ -186,7 +187,7 @@ func (rt *Router) locate(ctx context.Context, name string, req pipeline.Request)
 	}
 	// The store is asked with a deadline: a PostgreSQL that does not answer
 	// (restarting, cut off) refuses the request instead of holding it.
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	lctx, cancel := store.RequestContext(ctx)
 	defer cancel()
 	return cluster.Locate(lctx, rt.Node.DB, name, rt.Node.NodeTimeout())
 }

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"bytes"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"packwire/internal/gittest"
+	"packwire/internal/pgtest"
+)
+
+// watchProxy forwards TCP connections to a node's HTTP listener (set once
+// the node runs) and calls onReplicate once, before forwarding it, when a
+// request to the replication endpoint passes.
+type watchProxy struct {
+	ln          net.Listener
+	upstream    atomic.Value // string
+	onReplicate atomic.Value // func()
+}
+
+func newWatchProxy(t *testing.T) *watchProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &watchProxy{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.forward(c)
+		}
+	}()
+	return p
+}
+
+func (p *watchProxy) forward(c net.Conn) {
+	defer c.Close()
+	to, _ := p.upstream.Load().(string)
+	up, err := net.Dial("tcp", to)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() {
+		defer up.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				if bytes.Contains(buf[:n], []byte("/_packwire/replicate")) {
+					if f, _ := p.onReplicate.Load().(func()); f != nil {
+						f()
+					}
+				}
+				if _, err := up.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := up.Read(buf)
+		if n > 0 {
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// waitStopped waits until process pid is stopped (state T in /proc).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		// "pid (comm) S ...": the state follows the command's ')'.
+		if i := bytes.LastIndexByte(b, ')'); i > 0 && len(b) > i+2 && b[i+2] == 'T' {
+			return
+		}
+	}
+	t.Errorf("process %d did not stop", pid)
+}
+
+// TestClusterPrimaryPausedMidPush: the primary's process is stopped
+// (SIGSTOP) while it replicates a push, its replicas holding the update
+// and its commit not made. Another copy is promoted within the node
+// timeout and a few heartbeats, as for a primary killed (the old push
+// held the repository's row lock in an open transaction, and the monitor
+// skipped the row for the whole pause); when the old primary resumes, its
+// push is refused to the client, never acknowledged, and nothing of it is
+// committed; pushes go on through the new primary and every copy ends
+// equal.
+func TestClusterPrimaryPausedMidPush(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	url := pgtest.Start(t).NewDatabase(t)
+	base := t.TempDir()
+	nodes := map[string]*nodeProc{}
+	proxies := map[string]*watchProxy{}
+	for _, name := range []string{"a", "b", "c"} {
+		proxies[name] = newWatchProxy(t)
+		nodes[name] = startNode(t, name, filepath.Join(base, name), url, "--node-url", "http://"+proxies[name].ln.Addr().String())
+		proxies[name].upstream.Store(nodes[name].httpAddr)
+	}
+	defer func() {
+		if t.Failed() {
+			for _, name := range []string{"a", "b", "c"} {
+				b, _ := os.ReadFile(filepath.Join(base, name+".log"))
+				t.Logf("node %s's log:\n%s", name, lastLines(string(b)))
+			}
+		}
+	}()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	placement := func() (primary string, gen int64, current int) {
+		db.QueryRow("SELECT primary_node, generation FROM cluster_repos WHERE name = 'team/app'").Scan(&primary, &gen)
+		db.QueryRow("SELECT count(*) FROM replicas WHERE repo = 'team/app' AND generation = $1", gen).Scan(&current)
+		return
+	}
+	settled := func(gen int64) string {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			p, g, n := placement()
+			if g == gen && n == 3 {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the cluster did not settle at generation %d: primary %s, generation %d, %d copies current", gen, p, g, n)
+			}
+		}
+	}
+	admin := storeAdmin(t, url, filepath.Join(base, "none"))
+	admin("repo", "create", "team/app", "--replicas", "3")
+	token := aliceWrites(admin)
+	primary := settled(0)
+	env := gittest.New(t)
+	work := filepath.Join(base, "work")
+	env.Git("", "init", "-q", "-b", "main", work)
+	pushTo := func(node string) (string, error) {
+		return env.Run(work, nil, "push", "--porcelain", fmt.Sprintf("http://alice:%s@%s/team/app", token, nodes[node].httpAddr), "HEAD:refs/heads/main")
+	}
+	env.Git(work, "commit", "-q", "--allow-empty", "-m", "one")
+	if out, err := pushTo(primary); err != nil {
+		t.Fatalf("first push: %v\n%s", err, out)
+	}
+	settled(1)
+
+	// The next push's replication stops the primary before it reaches
+	// a replica: the update is on its way, the commit not made.
+	paused := nodes[primary].cmd.Process
+	var stopped time.Time
+	var once sync.Once
+	stoppedCh := make(chan struct{})
+	for _, p := range proxies {
+		p.onReplicate.Store(func() {
+			once.Do(func() {
+				paused.Signal(syscall.SIGSTOP)
+				waitStopped(t, paused.Pid)
+				stopped = time.Now()
+				close(stoppedCh)
+			})
+		})
+	}
+	defer paused.Signal(syscall.SIGCONT)
+	env.Git(work, "commit", "-q", "--allow-empty", "-m", "two")
+	type result struct {
+		out string
+		err error
+	}
+	pushed := make(chan result, 1)
+	go func() {
+		out, err := pushTo(primary)
+		pushed <- result{out, err}
+	}()
+	select {
+	case <-stoppedCh:
+	case r := <-pushed:
+		t.Fatalf("the push ended without replicating: %v\n%s", r.err, r.out)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the push never replicated")
+	}
+	// Failover within the node timeout (1 s) and a few heartbeats (200
+	// ms): 5 s is the target at the default timeouts, and leaves
+	// room for a loaded machine; the pause lasts 10 s.
+	const within, pause = 5 * time.Second, 10 * time.Second
+	var promoted string
+	var took time.Duration
+	for {
+		p, gen, _ := placement()
+		if p != primary {
+			promoted, took = p, time.Since(stopped)
+			if gen != 1 {
+				t.Errorf("generation %d after the failover, want 1: the paused push was committed", gen)
+			}
+			break
+		}
+		if time.Since(stopped) > pause {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if promoted == "" || took > within {
+		t.Errorf("failover with the primary paused mid-push: %q after %s, want another node within %s", promoted, took, within)
+	}
+	t.Logf("primary %s paused mid-push; %s promoted %s later", primary, promoted, took.Round(time.Millisecond))
+	paused.Signal(syscall.SIGCONT)
+	var r result
+	select {
+	case r = <-pushed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the paused primary's push did not end once it resumed")
+	}
+	if r.err == nil || strings.Contains(r.out, "\trefs/heads/main\t") && !strings.Contains(r.out, "!\t") {
+		t.Fatalf("the paused primary's push was acknowledged: %v\n%s", r.err, r.out)
+	}
+	if promoted == "" {
+		return
+	}
+	if _, gen, _ := placement(); gen != 1 {
+		t.Fatalf("generation %d once the old primary resumed, want 1: its push was committed", gen)
+	}
+	// Pushes go on through the new primary, and every copy ends equal.
+	env.Git(work, "commit", "-q", "--allow-empty", "-m", "three")
+	head := env.RevParse(work, "HEAD")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err := pushTo(promoted)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("push to the new primary: %v\n%s", err, out)
+		}
+	}
+	settled(2)
+	if out := admin("cluster", "verify", "team/app", "--wait", "20s"); strings.Count(out, " equal") != 3 {
+		t.Fatalf("cluster verify:\n%s", out)
+	}
+	for name, n := range nodes {
+		if got := env.RevParse(filepath.Join(n.dir, "repos", "team", "app.git"), "refs/heads/main"); got != head {
+			t.Errorf("node %s has main at %s, the last acknowledged push is %s", name, got, head)
+		}
+	}
+}
