@@ -177,7 +177,6 @@ func (s *Server) Resume() error { return s.launch() }
 // Port is the loopback port postgres listens on.
 func (s *Server) Port() int { return s.port }
 
-
 func (s *Server) waitReady(within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
