@@ -317,6 +317,9 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 			if pl.UpToDate(rt.Node.Name) {
 				return rt.copyDigest(name)
 			}
+			if pl.Committing(rt.Node.Name, rt.Node.NodeTimeout()) {
+				return "", errLanding // its record follows git's write
+			}
 			if pl.Source != "" && pl.Generation == 0 {
 				return "", errWaiting
 			}
@@ -328,6 +331,9 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 			}
 			return rt.bringTo(ctx, r, pl)
 		})
+	if errors.Is(err, errLanding) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("catching up with the repository's pushes held: %w", err)
 	}
@@ -456,6 +462,10 @@ func (rt *Router) catchUpSource(ctx context.Context, pl cluster.Placement) (clus
 	}
 	return cluster.Replica{}, fmt.Errorf("%w %d to catch up from (%s)", errNoSource, pl.Generation, strings.Join(why, "; "))
 }
+
+// errLanding: this primary's own push is between its commit and git's
+// write: not a copy to fetch into.
+var errLanding = errors.New("this primary's push is landing")
 
 // errNoSource: no copy is proven to hold the generation a catch-up read.
 var errNoSource = errors.New("no copy proven to hold generation")
