@@ -64,7 +64,7 @@ func check(ctx context.Context, c *testCluster, h *history, repos []string, sett
 			for _, p := range h.pushes {
 				if p.repo == repo && p.acked && !holds(refs, p, chain) {
 					v.lost = append(v.lost, fmt.Sprintf("%s on %s: %s %s (acknowledged %s by %s via %s over %s) is %s",
-						repo, n.name, p.ref, short(p.commit), p.end.Format("15:04:05.000"), p.primaryAfter, p.node, p.transport, describe(refs[p.ref], chain)))
+						repo, n.name, p.ref, short(p.commit), p.end.Format("15:04:05.000"), orUnknown(p.primaryAfter), p.node, p.transport, describe(refs[p.ref], chain)))
 				}
 			}
 			if first == nil {
@@ -127,6 +127,14 @@ func describe(got string, chain map[string]int) string {
 		return fmt.Sprintf("at %s (push %d of its chain)", short(got), i)
 	}
 	return "at " + short(got)
+}
+
+// orUnknown names a primary the suite could not read (PostgreSQL away).
+func orUnknown(primary string) string {
+	if primary == "" {
+		return "a primary not read (PostgreSQL away)"
+	}
+	return primary
 }
 
 func indexOf(chain []string) map[string]int {

@@ -187,7 +187,7 @@ func runPhase(ctx context.Context, c *testCluster, nm nemesis, i int, o options)
 	}
 	warm, cool, duration := 5*time.Second, 10*time.Second, o.duration
 	if o.short {
-		warm, cool = 2*time.Second, 3*time.Second
+		warm, cool = 1500*time.Millisecond, 2*time.Second
 	}
 	h := &history{}
 	dir := filepath.Join(c.base, "work", nm.name)

@@ -49,29 +49,17 @@ var nemeses = []nemesis{
 	{name: "kill-primary", about: "kill -9 of the primary's node (its process group), restarted after the hold", primary: true,
 		hold: 10 * time.Second, rest: 10 * time.Second, shortHold: 4 * time.Second, shortRest: 2 * time.Second,
 		inject: func(ctx context.Context, f *fault) error {
-			n := f.c.byName(f.primary)
-			f.event("SIGKILL", n.name)
-			f.c.kill(n)
-			sleep(ctx, f.hold)
-			return f.c.start(n)
+			return f.killHold(ctx, f.c.byName(f.primary))
 		}},
 	{name: "kill-replica", about: "kill -9 of a replica's node, restarted after the hold",
 		hold: 10 * time.Second, rest: 10 * time.Second, shortHold: 4 * time.Second, shortRest: 2 * time.Second,
 		inject: func(ctx context.Context, f *fault) error {
-			n := f.replica()
-			f.event("SIGKILL", n.name)
-			f.c.kill(n)
-			sleep(ctx, f.hold)
-			return f.c.start(n)
+			return f.killHold(ctx, f.replica())
 		}},
 	{name: "pause-primary", about: "SIGSTOP of the primary's node for the hold, then SIGCONT", primary: true,
 		hold: 15 * time.Second, rest: 10 * time.Second, shortHold: 5 * time.Second, shortRest: 2 * time.Second,
 		inject: func(ctx context.Context, f *fault) error {
-			n := f.c.byName(f.primary)
-			f.event("SIGSTOP", n.name)
-			f.c.pause(n)
-			sleep(ctx, f.hold)
-			f.c.resume(n)
+			f.pauseHold(ctx, f.c.byName(f.primary), "SIGSTOP")
 			return nil
 		}},
 	{name: "pause-primary-mid-push", about: "SIGSTOP of the primary's node while a push is in flight, for the hold", primary: true,
@@ -85,35 +73,24 @@ var nemeses = []nemesis{
 				time.Sleep(2 * time.Millisecond)
 			}
 			time.Sleep(time.Duration(20+rand.IntN(100)) * time.Millisecond)
-			f.event(fmt.Sprintf("SIGSTOP with %d pushes in flight", f.h.inFlight.Load()), n.name)
-			f.c.pause(n)
-			sleep(ctx, f.hold)
-			f.c.resume(n)
+			f.pauseHold(ctx, n, fmt.Sprintf("SIGSTOP with %d pushes in flight", f.h.inFlight.Load()))
 			return nil
 		}},
 	{name: "pause-replica", about: "SIGSTOP of one replica's node 0.7 s every 3 s (it keeps catching up)",
 		hold: 700 * time.Millisecond, rest: 2300 * time.Millisecond, shortHold: 700 * time.Millisecond, shortRest: 1300 * time.Millisecond, shortCycles: 3,
 		inject: func(ctx context.Context, f *fault) error {
-			n := f.replica()
-			f.event("SIGSTOP", n.name)
-			f.c.pause(n)
-			sleep(ctx, f.hold)
-			f.c.resume(n)
+			f.pauseHold(ctx, f.replica(), "SIGSTOP")
 			return nil
 		}},
 	{name: "pg-restart", about: "PostgreSQL fast restart (connections cut)",
 		rest: 10 * time.Second, shortRest: 3 * time.Second, shortCycles: 2,
 		inject: func(ctx context.Context, f *fault) error {
-			f.event("PostgreSQL fast restart", "")
-			f.c.pgHalt()
-			return f.c.pgResume()
+			return f.pgBounce("PostgreSQL fast restart", f.c.pgHalt)
 		}},
 	{name: "pg-kill", about: "PostgreSQL SIGKILL (every backend), started again at once (crash recovery)",
 		rest: 10 * time.Second, shortRest: 3 * time.Second, shortCycles: 2,
 		inject: func(ctx context.Context, f *fault) error {
-			f.event("PostgreSQL SIGKILL", "")
-			f.c.pgKill()
-			return f.c.pgResume()
+			return f.pgBounce("PostgreSQL SIGKILL", f.c.pgKill)
 		}},
 	{name: "pg-down", about: "PostgreSQL stopped for the hold (20 s), then started",
 		hold: 20 * time.Second, rest: 10 * time.Second, shortHold: 5 * time.Second, shortRest: 3 * time.Second,
@@ -149,6 +126,29 @@ var nemeses = []nemesis{
 			}
 			return nil
 		}},
+}
+
+// killHold kills n, and starts it again after the hold.
+func (f *fault) killHold(ctx context.Context, n *node) error {
+	f.event("SIGKILL", n.name)
+	f.c.kill(n)
+	sleep(ctx, f.hold)
+	return f.c.start(n)
+}
+
+// pauseHold stops n for the hold.
+func (f *fault) pauseHold(ctx context.Context, n *node, what string) {
+	f.event(what, n.name)
+	f.c.pause(n)
+	sleep(ctx, f.hold)
+	f.c.resume(n)
+}
+
+// pgBounce stops PostgreSQL with stop and starts it again at once.
+func (f *fault) pgBounce(what string, stop func()) error {
+	f.event(what, "")
+	stop()
+	return f.c.pgResume()
 }
 
 // event records an injection now.
