@@ -273,3 +273,17 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestHookListRedacts: hook list and hook add show a URL's credentials as
+// ***, as written (the old code printed http://%2A%2A%2A@...).
+func TestHookListRedacts(t *testing.T) {
+	data := newData(t)
+	out, code := packwire(t, "hook", "add", "team/**", "http://ci:pw-9f1@ci.example:8080/in?token=t0k", "--data", data)
+	if code != 0 || !strings.Contains(out, "http://***@ci.example:8080/in?***") {
+		t.Fatalf("hook add: %d %s", code, out)
+	}
+	out, _ = packwire(t, "hook", "list", "--data", data)
+	if !strings.Contains(out, "http://***@ci.example:8080/in?***") || strings.Contains(out, "pw-9f1") || strings.Contains(out, "t0k") || strings.Contains(out, "%2A") {
+		t.Fatalf("hook list:\n%s", out)
+	}
+}

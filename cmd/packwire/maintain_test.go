@@ -113,3 +113,21 @@ func TestMaintainKilledAtRandomPoints(t *testing.T) {
 		t.Fatalf("not in shape after recovery: %d %s", code, out)
 	}
 }
+
+// TestImportEmpty: importing an empty upstream succeeds (exit 0) and says
+// it is empty; maintenance has nothing to index and is fine with it. On the
+// old code the import exited 1 with git's "no pack files to index" though
+// the repository had been imported.
+func TestImportEmpty(t *testing.T) {
+	env := gittest.New(t)
+	src := filepath.Join(t.TempDir(), "empty.git")
+	env.Git("", "init", "-q", "--bare", src)
+	data := newData(t)
+	out, code := packwire(t, "repo", "import", "app", src, "--data", data)
+	if code != 0 || !strings.Contains(out, "(empty: the source has no refs yet)") || !strings.Contains(out, "full run (imported): ok") {
+		t.Fatalf("repo import of an empty upstream: exit %d\n%s", code, out)
+	}
+	if out, code := packwire(t, "maintain", "app", "--full", "--data", data); code != 0 {
+		t.Fatalf("maintain --full of an empty repository: exit %d\n%s", code, out)
+	}
+}

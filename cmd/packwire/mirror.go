@@ -11,6 +11,7 @@ import (
 
 	"packwire/internal/datadir"
 	"packwire/internal/governor"
+	"packwire/internal/maintain"
 	"packwire/internal/mirror"
 	"packwire/internal/repo"
 	"packwire/internal/store"
@@ -88,10 +89,14 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fmt.Errorf("repo import %s: %w", pos[0], err)
 	}
+	empty := ""
+	if refs, err := maintain.New(maintain.Options{}).ReadRefs(ctx, r.Path); err == nil && refs.Branches+refs.Tags+refs.Other == 0 {
+		empty = " (empty: the source has no refs yet)"
+	}
 	if o.Mirror {
-		fmt.Fprintf(stdout, "imported %s at %s: a read-only mirror of %s, synced every %s\n", r.Name, r.Path, shown, o.Interval)
+		fmt.Fprintf(stdout, "imported %s at %s: a read-only mirror of %s, synced every %s%s\n", r.Name, r.Path, shown, o.Interval, empty)
 	} else {
-		fmt.Fprintf(stdout, "imported %s from %s at %s\n", r.Name, shown, r.Path)
+		fmt.Fprintf(stdout, "imported %s from %s at %s%s\n", r.Name, shown, r.Path, empty)
 	}
 	detail := "from " + shown
 	if o.Mirror {

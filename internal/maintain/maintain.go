@@ -657,6 +657,12 @@ func (s *session) geometric(ctx context.Context) error {
 // indexes writes the multi-pack-index with its bitmap (preferring the
 // preferred pack) and the commit-graph.
 func (s *session) indexes(ctx context.Context, st *State, incremental bool) error {
+	if l, err := Inspect(s.dir); err == nil && len(l.Packs) == 0 {
+		// An empty repository (an empty upstream imported, every ref
+		// deleted and its objects gone): nothing to index, and git's
+		// multi-pack-index refuses ("no pack files to index").
+		return nil
+	}
 	args := []string{"multi-pack-index", "write", "--bitmap"}
 	if st != nil {
 		args = append(args, "--preferred-pack="+st.Preferred)

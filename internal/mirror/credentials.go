@@ -98,15 +98,20 @@ func Redact(raw string) string {
 	if err != nil {
 		return m[1] + "://(unparsable)"
 	}
+	hideUser := false
 	if u.User != nil {
 		if _, hasPassword := u.User.Password(); hasPassword || u.Scheme == "http" || u.Scheme == "https" {
-			u.User = url.User("***")
+			hideUser, u.User = true, nil
 		}
 	}
 	if u.RawQuery != "" {
 		u.RawQuery = "***"
 	}
 	u.Fragment = ""
+	if hideUser {
+		// Written in, not as url.User("***"), which would print %2A%2A%2A.
+		return strings.Replace(u.String(), "//", "//***@", 1)
+	}
 	return u.String()
 }
 

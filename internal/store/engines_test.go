@@ -17,19 +17,7 @@ import (
 // SQLite and on a real PostgreSQL and wants the same answers: one schema
 // and one set of queries serve both engines.
 func TestEnginesAgree(t *testing.T) {
-	ctx := WithActor(context.Background(), "cli:test")
-	lite, err := Open(ctx, filepath.Join(t.TempDir(), "packwire.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lite.Close()
-	pg := pgtest.Start(t)
-	pgStore, err := OpenPostgres(ctx, pg.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pgStore.Close()
-
+	lite, pgStore := openBoth(t)
 	want := exercise(t, lite)
 	got := exercise(t, pgStore)
 	if got != want {
@@ -41,6 +29,25 @@ func TestEnginesAgree(t *testing.T) {
 			t.Errorf("transcript lacks %q:\n%s", s, want)
 		}
 	}
+}
+
+// openBoth opens a new SQLite store and a new store on a throwaway
+// PostgreSQL, closed at the end of the test.
+func openBoth(t *testing.T) (lite, pg *Store) {
+	t.Helper()
+	ctx := WithActor(context.Background(), "cli:test")
+	lite, err := Open(ctx, filepath.Join(t.TempDir(), "packwire.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lite.Close() })
+	server := pgtest.Start(t)
+	pg, err = OpenPostgres(ctx, server.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	return lite, pg
 }
 
 // exercise drives st through users, keys, tokens, grants, settings,

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
-
-	"packwire/internal/pgtest"
 )
 
 // TestHookIDsNeverReused: after the newest hooks are removed, a new hook
@@ -14,18 +12,7 @@ import (
 // deliveries are its own. On the old code SQLite gave the new hook id 1
 // and "hook deliveries 1" listed the removed hook's.
 func TestHookIDsNeverReused(t *testing.T) {
-	ctx := WithActor(context.Background(), "cli:test")
-	lite, err := Open(ctx, filepath.Join(t.TempDir(), "packwire.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lite.Close()
-	pg := pgtest.Start(t)
-	pgStore, err := OpenPostgres(ctx, pg.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pgStore.Close()
+	lite, pgStore := openBoth(t)
 	for name, st := range map[string]*Store{"sqlite": lite, "postgres": pgStore} {
 		t.Run(name, func(t *testing.T) { checkHookIDs(t, st, 0) })
 	}

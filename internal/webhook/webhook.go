@@ -267,12 +267,15 @@ func RedactURL(raw string) string {
 	if err != nil {
 		return "(unparsable URL)"
 	}
-	if u.User != nil {
-		u.User = url.User("***")
-	}
+	hadUser := u.User != nil
+	u.User = nil
 	if u.RawQuery != "" {
 		u.RawQuery = "***"
 	}
 	u.Fragment = ""
+	if hadUser {
+		// Written in, not as url.User("***"), which would print %2A%2A%2A.
+		return strings.Replace(u.String(), "//", "//***@", 1)
+	}
 	return u.String()
 }

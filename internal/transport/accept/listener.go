@@ -36,7 +36,7 @@ type Listener struct {
 	log      *slog.Logger
 
 	open      atomic.Int64
-	refusing  atomic.Int64
+	refusing  refusals
 	done      chan struct{}
 	closeOnce sync.Once
 	backoff   *backoff
@@ -74,7 +74,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		started, ok := l.Startups.Begin(c.RemoteAddr())
 		if !ok {
 			l.log.Warn("connection refused", "reason", StartupsReason(l.Startups.Max()), "remote", c.RemoteAddr().String())
-			l.Startups.Refuse(c, l.answer(StartupsMessage(l.Startups.Max())))
+			l.refusing.answer(c, l.answer(StartupsMessage(l.Startups.Max())))
 			continue
 		}
 		conn := &countedConn{Conn: c, open: &l.open, started: started}
@@ -101,20 +101,7 @@ func (l *Listener) Open() int { return int(l.open.Load()) }
 
 func (l *Listener) turnAway(c net.Conn) {
 	l.log.Warn("connection refused: too many connections", "remote", c.RemoteAddr().String(), "max", l.max)
-	if l.refuse == nil {
-		c.Close()
-		return
-	}
-	if l.refusing.Add(1) > maxRefusing {
-		l.refusing.Add(-1)
-		c.Close()
-		return
-	}
-	go func() {
-		defer l.refusing.Add(-1)
-		defer c.Close()
-		l.refuse(c, BusyMessage(int(l.max)))
-	}()
+	l.refusing.answer(c, l.answer(BusyMessage(int(l.max))))
 }
 
 // answer is refuse with msg, or nil when there is no refuse.

@@ -22,7 +22,7 @@ type Startups struct {
 	mu   sync.Mutex
 	open map[netip.Addr]int
 
-	refusing atomic.Int64 // refusals being answered, bounded by maxRefusing
+	refusing refusals
 }
 
 // NewStartups bounds each address to max connections before their
@@ -76,22 +76,28 @@ func (s *Startups) end(addr netip.Addr) {
 	}
 }
 
-// Refuse runs answer (which tells the client why, within a few seconds) in
-// a goroutine of its own and closes c after it; past maxRefusing answers at
-// once, c is closed unanswered, so that a flood of refused connections
-// holds a bounded number of descriptors.
-func (s *Startups) Refuse(c net.Conn, answer func(net.Conn)) {
+// Refuse answers c with answer (see refusals) and closes it.
+func (s *Startups) Refuse(c net.Conn, answer func(net.Conn)) { s.refusing.answer(c, answer) }
+
+// refusals bounds the refusals being answered at once. answer (which tells
+// the client why, within a few seconds) runs in a goroutine of its own and
+// the connection is closed after it; past maxRefusing answers at once, or
+// without an answer, it is closed unanswered, so that a flood of refused
+// connections holds a bounded number of descriptors.
+type refusals struct{ n atomic.Int64 }
+
+func (r *refusals) answer(c net.Conn, answer func(net.Conn)) {
 	if answer == nil {
 		c.Close()
 		return
 	}
-	if s.refusing.Add(1) > maxRefusing {
-		s.refusing.Add(-1)
+	if r.n.Add(1) > maxRefusing {
+		r.n.Add(-1)
 		c.Close()
 		return
 	}
 	go func() {
-		defer s.refusing.Add(-1)
+		defer r.n.Add(-1)
 		defer c.Close()
 		answer(c)
 	}()
