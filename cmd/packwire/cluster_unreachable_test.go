@@ -42,6 +42,8 @@ func expectUnavailable(t *testing.T, n *servertest.Server, repoName, token, sshK
 		!strings.Contains(string(body), unavailableWording) || took > within {
 		t.Errorf("HTTP with the store unreachable: %s, Retry-After %q, %q after %s; want 503, Retry-After, %q within %s",
 			res.Status, res.Header.Get("Retry-After"), body, took, unavailableWording, within)
+	} else {
+		t.Logf("with the store unreachable, HTTP answered %s in %s", res.Status, took.Round(time.Millisecond))
 	}
 	// Anonymous (git sends no credentials before a 401) too.
 	began = time.Now()
@@ -57,6 +59,7 @@ func expectUnavailable(t *testing.T, n *servertest.Server, repoName, token, sshK
 	if err == nil || !strings.Contains(out, unavailableWording) || took > within {
 		t.Errorf("git ls-remote over SSH with the store unreachable: %v after %s\n%s", err, took, out)
 	}
+	t.Logf("with the store unreachable, SSH answered in %s", took.Round(time.Millisecond))
 }
 
 // expectServed waits (up to 30 s) until node serves repoName on every
