@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,77 +15,6 @@ import (
 	"packwire/internal/gittest"
 	"packwire/internal/pgtest"
 )
-
-// watchProxy forwards TCP connections to a node's HTTP listener (set once
-// the node runs) and calls onReplicate once, before forwarding it, when a
-// request to the replication endpoint passes.
-type watchProxy struct {
-	ln          net.Listener
-	upstream    atomic.Value // string
-	onReplicate atomic.Value // func()
-}
-
-func newWatchProxy(t *testing.T) *watchProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &watchProxy{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.forward(c)
-		}
-	}()
-	return p
-}
-
-func (p *watchProxy) forward(c net.Conn) {
-	defer c.Close()
-	to, _ := p.upstream.Load().(string)
-	up, err := net.Dial("tcp", to)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	go func() {
-		defer up.Close()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := c.Read(buf)
-			if n > 0 {
-				if bytes.Contains(buf[:n], []byte("/_packwire/replicate")) {
-					if f, _ := p.onReplicate.Load().(func()); f != nil {
-						f()
-					}
-				}
-				if _, err := up.Write(buf[:n]); err != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := up.Read(buf)
-		if n > 0 {
-			if _, err := c.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // waitStopped waits until process pid is stopped (state T in /proc).
 func waitStopped(t *testing.T, pid int) {
@@ -122,10 +49,12 @@ func TestClusterPrimaryPausedMidPush(t *testing.T) {
 	url := pgtest.Start(t).NewDatabase(t)
 	base := t.TempDir()
 	nodes := map[string]*nodeProc{}
-	proxies := map[string]*watchProxy{}
+	// Each node reached by the others through a proxy that sees the
+	// primary's replication requests.
+	proxies := map[string]*testProxy{}
 	for _, name := range []string{"a", "b", "c"} {
-		proxies[name] = newWatchProxy(t)
-		nodes[name] = startNode(t, name, filepath.Join(base, name), url, "--node-url", "http://"+proxies[name].ln.Addr().String())
+		proxies[name] = newTestProxy(t, "")
+		nodes[name] = startNode(t, name, filepath.Join(base, name), url, "--node-url", "http://"+proxies[name].addr())
 		proxies[name].upstream.Store(nodes[name].httpAddr)
 	}
 	defer func() {
@@ -181,7 +110,10 @@ func TestClusterPrimaryPausedMidPush(t *testing.T) {
 	var once sync.Once
 	stoppedCh := make(chan struct{})
 	for _, p := range proxies {
-		p.onReplicate.Store(func() {
+		p.onUp.Store(func(b []byte) {
+			if !bytes.Contains(b, []byte("/_packwire/replicate")) {
+				return
+			}
 			once.Do(func() {
 				paused.Signal(syscall.SIGSTOP)
 				waitStopped(t, paused.Pid)

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,111 +16,6 @@ import (
 	"packwire/internal/server"
 	"packwire/internal/servertest"
 )
-
-// blackhole forwards TCP connections to upstream until cut: then no byte
-// moves either way, connections stay open and new ones are accepted and
-// held, as on a network that drops every packet; mend lets them move
-// again.
-type blackhole struct {
-	ln       net.Listener
-	upstream string
-	mu       sync.Mutex
-	open     chan struct{} // closed while bytes move
-	conns    []net.Conn
-}
-
-func newBlackhole(t *testing.T, upstream string) *blackhole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &blackhole{ln: ln, upstream: upstream, open: make(chan struct{})}
-	close(b.open)
-	t.Cleanup(func() {
-		ln.Close()
-		b.mend()
-		b.mu.Lock()
-		for _, c := range b.conns {
-			c.Close()
-		}
-		b.mu.Unlock()
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go b.forward(c)
-		}
-	}()
-	return b
-}
-
-func (b *blackhole) track(c net.Conn) {
-	b.mu.Lock()
-	b.conns = append(b.conns, c)
-	b.mu.Unlock()
-}
-
-// gate waits while the cut lasts.
-func (b *blackhole) gate() {
-	b.mu.Lock()
-	open := b.open
-	b.mu.Unlock()
-	<-open
-}
-
-func (b *blackhole) cut() {
-	b.mu.Lock()
-	select {
-	case <-b.open:
-		b.open = make(chan struct{})
-	default:
-	}
-	b.mu.Unlock()
-}
-
-func (b *blackhole) mend() {
-	b.mu.Lock()
-	select {
-	case <-b.open:
-	default:
-		close(b.open)
-	}
-	b.mu.Unlock()
-}
-
-func (b *blackhole) forward(c net.Conn) {
-	b.track(c)
-	b.gate()
-	up, err := net.Dial("tcp", b.upstream)
-	if err != nil {
-		c.Close()
-		return
-	}
-	b.track(up)
-	pipe := func(dst, src net.Conn) {
-		defer dst.Close()
-		defer src.Close()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 {
-				b.gate()
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-	go pipe(up, c)
-	pipe(c, up)
-}
 
 // unavailableWording is what a client is told when the node cannot reach
 // its store.
@@ -149,6 +42,8 @@ func expectUnavailable(t *testing.T, n *servertest.Server, repoName, token, sshK
 		!strings.Contains(string(body), unavailableWording) || took > within {
 		t.Errorf("HTTP with the store unreachable: %s, Retry-After %q, %q after %s; want 503, Retry-After, %q within %s",
 			res.Status, res.Header.Get("Retry-After"), body, took, unavailableWording, within)
+	} else {
+		t.Logf("with the store unreachable, HTTP answered %s in %s", res.Status, took.Round(time.Millisecond))
 	}
 	// Anonymous (git sends no credentials before a 401) too.
 	began = time.Now()
@@ -164,6 +59,7 @@ func expectUnavailable(t *testing.T, n *servertest.Server, repoName, token, sshK
 	if err == nil || !strings.Contains(out, unavailableWording) || took > within {
 		t.Errorf("git ls-remote over SSH with the store unreachable: %v after %s\n%s", err, took, out)
 	}
+	t.Logf("with the store unreachable, SSH answered in %s", took.Round(time.Millisecond))
 }
 
 // expectServed waits (up to 30 s) until node serves repoName on every
@@ -271,14 +167,14 @@ func TestClusterNodeCutOffFromStore(t *testing.T) {
 		t.Skip("-short")
 	}
 	pg := pgtest.Start(t)
-	var hole *blackhole
+	var hole *testProxy
 	nodes, token, key := unreachableCluster(t, pg, func(dbURL string) string {
 		u, err := url.Parse(dbURL)
 		if err != nil {
 			t.Fatal(err)
 		}
-		hole = newBlackhole(t, u.Host)
-		u.Host = hole.ln.Addr().String()
+		hole = newTestProxy(t, u.Host)
+		u.Host = hole.addr()
 		return u.String()
 	})
 	hole.cut()
