@@ -518,6 +518,11 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	clientIn := stdin // the transport's own, for its read deadline
 	c.input = &clientInput{r: stdin}
 	stdin = c.input
+	var negotiation *negotiationPace
+	if c.pacesNegotiation() && (p.RequestPace.MinRate > 0 || p.RequestPace.Max > 0) {
+		negotiation = newNegotiationPace(stdin, p.RequestPace, stdout, cancel)
+		stdin = negotiation
+	}
 	if req.Service == gitexec.UploadPack && !req.StatelessRPC && c.route.Relay == nil {
 		// A git:// or SSH session: it ends once nothing moved for the idle
 		// timeout, whatever it is doing.
@@ -591,6 +596,11 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			err = sideErr
 		}
 		if refusal := gate.Refusal(); refusal != nil {
+			err = refusal
+		}
+	}
+	if negotiation != nil {
+		if refusal := negotiation.stop(); refusal != nil {
 			err = refusal
 		}
 	}

@@ -134,7 +134,9 @@ func FuzzSessionGitStarts(f *testing.F) {
 			Log:        slog.New(slog.DiscardHandler),
 			FetchCache: cache,
 			TempDir:    t.TempDir(),
-			spawn:      fakeGit,
+			// Paced (v2 commands, v0 negotiation), never cut off here.
+			RequestPace: Pace{Grace: time.Hour, MinRate: 1},
+			spawn:       fakeGit,
 		}
 		p.initKillLocked()
 		req := Request{Transport: "git", Service: gitexec.UploadPack, RepoPath: "app", Principal: access.Anonymous}

@@ -129,7 +129,14 @@ func readAdvertisement(t *testing.T, r io.Reader) {
 // GIT_PROTOCOL set to gitProtocol unless empty.
 func (s *testServer) sshExec(t *testing.T, gitProtocol, command string) (*gossh.Session, io.WriteCloser, io.Reader, *strings.Builder, func()) {
 	t.Helper()
-	keyPEM, err := os.ReadFile(filepath.Join(s.env.Home, "id_ed25519"))
+	return sshExecWith(t, s.SSHAddr.String(), filepath.Join(s.env.Home, "id_ed25519"), gitProtocol, command)
+}
+
+// sshExecWith runs command in an SSH session at addr with the private key
+// in keyFile (the Go client: the test controls every byte).
+func sshExecWith(t *testing.T, addr, keyFile, gitProtocol, command string) (*gossh.Session, io.WriteCloser, io.Reader, *strings.Builder, func()) {
+	t.Helper()
+	keyPEM, err := os.ReadFile(keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +144,7 @@ func (s *testServer) sshExec(t *testing.T, gitProtocol, command string) (*gossh.
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := gossh.Dial("tcp", s.SSHAddr.String(), &gossh.ClientConfig{User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
+	client, err := gossh.Dial("tcp", addr, &gossh.ClientConfig{User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
 		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -86,29 +86,8 @@ func (a *accessServer) rawHTTPPush(t *testing.T, who *actor, repo string, body [
 // sshSession opens an exec session as who, after the advertisement.
 func (a *accessServer) sshSession(t *testing.T, who *actor, command string) (*gossh.Session, io.WriteCloser, io.Reader, func()) {
 	t.Helper()
-	keyPEM, err := os.ReadFile(who.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := gossh.ParsePrivateKey(keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := gossh.Dial("tcp", a.SSHAddr.String(), &gossh.ClientConfig{User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
-		HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := client.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, _ := sess.StdinPipe()
-	stdout, _ := sess.StdoutPipe()
-	if err := sess.Start(command); err != nil {
-		t.Fatal(err)
-	}
-	return sess, stdin, stdout, func() { sess.Close(); client.Close() }
+	sess, stdin, stdout, _, done := sshExecWith(t, a.SSHAddr.String(), who.key, "", command)
+	return sess, stdin, stdout, done
 }
 
 // rawSSHPush sends body after reading the advertisement and reads the
