@@ -290,12 +290,30 @@ func (c *Call) planPush(model *access.Model, preq *push.Request) pushPlan {
 			c.logRefusedRef(cmd.Ref, op, d)
 			continue
 		}
-		if op == access.OpPush && !model.DecideRef(req.Principal, c.Repo.Name, cmd.Ref, access.OpForce).Allowed {
-			plan.ffOnly = append(plan.ffOnly, cmd.Ref)
+		if op == access.OpPush {
+			force := model.DecideRef(req.Principal, c.Repo.Name, cmd.Ref, access.OpForce)
+			switch {
+			case force.Allowed:
+			case movesTag(cmd):
+				// A tag names one object for good: moving it is a rewrite
+				// whatever the ancestry of its old and new commits.
+				plan.refused[cmd.Ref] = refusedReason(access.OpForce)
+				c.logRefusedRef(cmd.Ref, access.OpForce, force)
+				continue
+			default:
+				plan.ffOnly = append(plan.ffOnly, cmd.Ref)
+			}
 		}
 		plan.kept = append(plan.kept, cmd)
 	}
 	return plan
+}
+
+// movesTag tells an update that changes what an existing tag (a ref under
+// refs/tags/) points at: a force-push for the ref rules, as git's own
+// client refuses it without --force ("would clobber existing tag").
+func movesTag(cmd push.Command) bool {
+	return strings.HasPrefix(cmd.Ref, "refs/tags/") && !cmd.IsCreate() && !cmd.IsDelete() && !strings.EqualFold(cmd.Old, cmd.New)
 }
 
 // refuseWholePush answers a push in which no command reaches receive-pack:
