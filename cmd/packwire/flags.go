@@ -300,3 +300,11 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	return v, nil
 }
+
+// flagSet reports whether the flag was given, on the command line or in
+// the --config file (applied with fs.Set).
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

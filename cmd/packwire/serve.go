@@ -64,6 +64,7 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 	fs.IntVar(&cfg.MaxQueue, "max-queue", d.MaxQueue, "requests waiting for a slot; more are refused at once with \"server busy\"")
 	fs.DurationVar(&cfg.MaxQueueWait, "max-queue-wait", d.MaxQueueWait, "a queued request is refused with \"server busy ... retry in Ns\" after this long")
 	fs.IntVar(&cfg.MaxPushJobs, "max-push-jobs", d.MaxPushJobs, "concurrent pushes that write (receive-pack running), in all (0: no limit); more wait in the queue, then are refused ref by ref with \"server busy\"")
+	fs.IntVar(&cfg.MaxPushesPerUser, "max-pushes-per-user", d.MaxPushesPerUser, "concurrent pushes that write one user may run, so that no one identity holds every --max-push-jobs slot; more are refused with \"server busy: too many pushes running\" (unset: half of --max-push-jobs, at least 1; 0: no limit)")
 	fs.Int64Var(&cfg.MaxPushBytes, "max-push-bytes", d.MaxPushBytes, "bound in bytes on the pack one push may send (git's receive.maxInputSize: \"pack exceeds maximum allowed size\"); a repository's quota may bound it further (0: none)")
 	fs.BoolVar(&cfg.FsckPushes, "fsck-pushes", d.FsckPushes, "have git check every pushed object (receive.fsckObjects): a malformed object is refused with git's fsck message and nothing is written")
 	fs.IntVar(&cfg.MaxPushRefs, "max-push-refs", d.MaxPushRefs, "ref updates one push may carry; a larger push is refused as it is read (\"too many ref updates in one push\")")
@@ -107,6 +108,9 @@ the wrong type is an error naming its line. Durations take days too (30d).`, std
 		if err := applyConfig(fs, *configFile); err != nil {
 			return cfg, 0, err
 		}
+	}
+	if !flagSet(fs, "max-pushes-per-user") {
+		cfg.MaxPushesPerUser = server.PushesPerUser(cfg.MaxPushJobs)
 	}
 	if cfg.TrustedProxies, err = forwarded.Parse(*trusted); err != nil {
 		return cfg, 0, usagef("--trusted-proxies: %v", err)

@@ -95,7 +95,8 @@ type Pipeline struct {
 	// nil: no limit.
 	Limiter *limiter.Limiter
 	// Pushes admits pushes that will write (receive-pack runs), once
-	// their commands are read; nil: no limit.
+	// their commands are read, with its PerClient bound per user; nil: no
+	// limit.
 	Pushes *limiter.Limiter
 	// MaxPushRefs bounds the ref updates of one push (0: DefaultMaxPushRefs).
 	MaxPushRefs int

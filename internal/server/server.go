@@ -108,10 +108,14 @@ type Config struct {
 	MaxQueue           int           // requests waiting for a slot; more are refused at once
 	MaxQueueWait       time.Duration // a queued request is refused after this long
 
-	MaxPushJobs  int   // concurrent pushes that write (receive-pack running), in all (0: no limit)
-	MaxPushRefs  int   // ref updates one push may carry (0: pipeline.DefaultMaxPushRefs)
-	MaxPushBytes int64 // the pack of one push, in bytes (0: no bound)
-	FsckPushes   bool  // git checks every pushed object (receive.fsckObjects)
+	MaxPushJobs int // concurrent pushes that write (receive-pack running), in all (0: no limit)
+	// MaxPushesPerUser bounds the pushes that write one user runs at once,
+	// so that no one identity holds every push slot (0: no bound; the
+	// default is PushesPerUser(MaxPushJobs)).
+	MaxPushesPerUser int
+	MaxPushRefs      int   // ref updates one push may carry (0: pipeline.DefaultMaxPushRefs)
+	MaxPushBytes     int64 // the pack of one push, in bytes (0: no bound)
+	FsckPushes       bool  // git checks every pushed object (receive.fsckObjects)
 
 	// A fetch request (an HTTP body, a git:// or SSH fetch command) must
 	// arrive at RequestMinRate bytes/s on average after InitTimeout, and
@@ -156,6 +160,16 @@ type Config struct {
 	Log *slog.Logger
 }
 
+// PushesPerUser is the default bound on one user's concurrent pushes for
+// a server with maxPushJobs push slots: half of them, at least 1 (0: no
+// slot bound, no user bound).
+func PushesPerUser(maxPushJobs int) int {
+	if maxPushJobs <= 0 {
+		return 0
+	}
+	return max(1, maxPushJobs/2)
+}
+
 // Defaults are the values `packwire serve` uses when no flag is given.
 var Defaults = Config{
 	DataDir:          datadir.DefaultDir,
@@ -179,6 +193,7 @@ var Defaults = Config{
 	MaxQueue:           256,
 	MaxQueueWait:       60 * time.Second,
 	MaxPushJobs:        max(4, 2*runtime.NumCPU()),
+	MaxPushesPerUser:   PushesPerUser(max(4, 2*runtime.NumCPU())),
 	MaxPushRefs:        pipeline.DefaultMaxPushRefs,
 	FsckPushes:         true,
 
@@ -327,7 +342,8 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			MaxQueue: cfg.MaxQueue,
 			MaxWait:  cfg.MaxQueueWait,
 		},
-		Pushes:       &limiter.Limiter{Global: cfg.MaxPushJobs, MaxQueue: cfg.MaxQueue, MaxWait: cfg.MaxQueueWait},
+		Pushes: &limiter.Limiter{Global: cfg.MaxPushJobs, PerClient: cfg.MaxPushesPerUser, What: "pushes",
+			MaxQueue: cfg.MaxQueue, MaxWait: cfg.MaxQueueWait},
 		MaxPushRefs:  cfg.MaxPushRefs,
 		MaxPushBytes: cfg.MaxPushBytes,
 		FsckPushes:   cfg.FsckPushes,
