@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -115,8 +114,9 @@ type Pipeline struct {
 	// own rules (protocol v2 serves any object by id).
 	Reach *reach.Checker
 	// TempDir holds request bodies too large to keep in memory ("": the
-	// system's).
+	// system's), within Spool's bounds (nil: none).
 	TempDir string
+	Spool   *Spool
 
 	// HooksDir is receive-pack's hooks directory (core.hooksPath), with
 	// packwire's proc-receive hook that checks fast-forward-only updates
@@ -747,11 +747,7 @@ func clientKey(req Request) string {
 	if !req.Principal.IsAnonymous() {
 		return req.Principal.User
 	}
-	host, _, err := net.SplitHostPort(req.Remote)
-	if err != nil {
-		host = req.Remote
-	}
-	return "anonymous@" + host
+	return "anonymous@" + remoteHost(req.Remote)
 }
 
 // printable keeps control characters out of messages echoed to clients and logs.

@@ -83,6 +83,12 @@ type Config struct {
 	IdleTimeout    time.Duration // no data either way for this long ends a request
 	MaxConnections int           // per listener (git://, SSH, HTTP); 0: no limit
 	MaxRequestBody int64         // decoded HTTP fetch request bound
+	// Fetch request bodies over 1 MiB wait whole in DATA/tmp before they
+	// run: at most MaxSpooledBytes of them in all, MaxSpooledBytesPerAddr
+	// per client address; more are refused with "server busy" (0: no bound).
+	MaxSpooledBytes        int64
+	MaxSpooledBytesPerAddr int64
+
 	SSHCiphers     []string
 	SSHKeepAlive   time.Duration
 	SSHIdleTimeout time.Duration // close an SSH connection once no command ran for this long after its last (0: never)
@@ -200,6 +206,9 @@ var Defaults = Config{
 	RequestMinRate:       1024,
 	RequestTimeout:       5 * time.Minute,
 	MaxRequestsPerClient: 64,
+
+	MaxSpooledBytes:        1 << 30,
+	MaxSpooledBytesPerAddr: 256 << 20,
 
 	PackCache:             false, // opt-in: see README "Clone storms" for the measurement
 	PackCacheMaxBytes:     2 << 30,
@@ -349,6 +358,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		FsckPushes:   cfg.FsckPushes,
 		HooksDir:     filepath.Join(data.Dir, "run", "hooks"),
 		TempDir:      filepath.Join(data.Dir, "tmp"),
+		Spool:        &pipeline.Spool{Max: cfg.MaxSpooledBytes, MaxPerAddr: cfg.MaxSpooledBytesPerAddr},
 		RequestPace:  pipeline.Pace{Grace: cfg.InitTimeout, MinRate: cfg.RequestMinRate, Max: cfg.RequestTimeout},
 
 		MaxPerClient: cfg.MaxRequestsPerClient,
