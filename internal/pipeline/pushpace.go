@@ -48,6 +48,10 @@ func (s *pushStream) Read(p []byte) (int, error) {
 // packPace watches the pack of a push from its first byte until end is
 // called: at the client's EOF, at receive-pack's first output (its
 // keepalives and report come once the pack is in), or when the push ends.
+// A client without side-band that keeps its side open gets no output
+// before the report: its pace runs on while receive-pack checks the pack,
+// which a pack of n bytes has grace + n/MinRate for (packwire does not
+// parse the pack to find its end).
 type packPace struct {
 	pace  Pace
 	start time.Time
