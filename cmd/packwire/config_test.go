@@ -276,3 +276,31 @@ func TestServeRefusesOutOfRange(t *testing.T) {
 		t.Fatalf("values in range: %v %+v", err, cfg)
 	}
 }
+
+// TestMaxPushesPerUserDefault: unset, --max-pushes-per-user is half of the
+// --max-push-jobs in effect (at least 1); set on the command line or in the
+// config file, it is what was given.
+func TestMaxPushesPerUserDefault(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		file string
+		want int
+	}{
+		{nil, "", server.PushesPerUser(server.Defaults.MaxPushJobs)},
+		{[]string{"--max-push-jobs", "10"}, "", 5},
+		{[]string{"--max-push-jobs", "1"}, "", 1},
+		{[]string{"--max-push-jobs", "0"}, "", 0},
+		{[]string{"--max-push-jobs", "10", "--max-pushes-per-user", "7"}, "", 7},
+		{nil, "max-push-jobs = 12\n", 6},
+		{nil, "max-push-jobs = 12\nmax-pushes-per-user = 0\n", 0},
+	} {
+		args := c.args
+		if c.file != "" {
+			args = append([]string{"--config", writeConfig(t, c.file)}, args...)
+		}
+		cfg, _, err := parseServe(args, io.Discard)
+		if err != nil || cfg.MaxPushesPerUser != c.want {
+			t.Errorf("%q %q: max-pushes-per-user %d, want %d (%v)", c.args, c.file, cfg.MaxPushesPerUser, c.want, err)
+		}
+	}
+}

@@ -432,3 +432,11 @@ func ruleOf(f *flag.Flag) func(any) error {
 	}
 	return nil
 }
+
+// flagSet reports whether the flag was given, on the command line or in
+// the --config file (applied with fs.Set).
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

@@ -59,6 +59,8 @@ stops serve with exit status 2, naming the flag or key and the range.`, stderr)
 	fs.IntVar(&cfg.MaxConnections, "max-connections", d.MaxConnections, "concurrent connections per git://, SSH and HTTP listener; more are refused (git://: an ERR line; SSH: closed before the handshake; HTTP: 503 with Retry-After and a one-line text) and logged (0: no limit)")
 	fs.IntVar(&cfg.MaxStartupsPerAddress, "max-startups-per-address", d.MaxStartupsPerAddress, "connections per client address and listener that have not sent a complete request yet (git:// request line, SSH first command, HTTP request headers), as OpenSSH's PerSourceMaxStartups: one address cannot fill --max-connections with idle connections; more are refused as over --max-connections, with their own reason, and logged. Trusted proxies (--trusted-proxies) are not bounded (0: an eighth of --max-connections, at least 10; as large as --max-connections: off)")
 	fs.Int64Var(&cfg.MaxRequestBody, "max-request-body", d.MaxRequestBody, "bound in bytes on an HTTP fetch request body after gzip decoding")
+	fs.Int64Var(&cfg.MaxSpooledBytes, "max-spooled-bytes", d.MaxSpooledBytes, "bytes of fetch request bodies (those over 1 MiB, any transport) waiting on disk in DATA/tmp at once, all clients together; a body past it is refused with \"server busy\" (HTTP 503, Retry-After) (0: no bound)")
+	fs.Int64Var(&cfg.MaxSpooledBytesPerAddr, "max-spooled-bytes-per-address", d.MaxSpooledBytesPerAddr, "... per client address (0: no bound)")
 	ciphers := fs.String("ssh-ciphers", "", "SSH ciphers offered, comma-separated (default: AES-GCM and AES-CTR; not chacha20-poly1305, which OpenSSH clients prefer and which costs the server ~5x the CPU of AES here; the client's order decides among those offered)")
 	fs.DurationVar(&cfg.SSHKeepAlive, "ssh-keepalive", d.SSHKeepAlive, "interval of SSH keepalive probes; 3 unanswered close a connection with no command running (0: off; TCP keepalive finds a vanished client during a command)")
 	fs.DurationVar(&cfg.SSHIdleTimeout, "ssh-idle-timeout", d.SSHIdleTimeout, "close an SSH connection once no command ran for this long after its last one, logged (before the first, --init-timeout applies); a client's kept connection (OpenSSH ControlPersist) is then opened anew when needed (0: never)")
@@ -69,10 +71,11 @@ stops serve with exit status 2, naming the flag or key and the range.`, stderr)
 	fs.IntVar(&cfg.MaxQueue, "max-queue", d.MaxQueue, "requests waiting for a slot; more are refused at once with \"server busy\"")
 	fs.DurationVar(&cfg.MaxQueueWait, "max-queue-wait", d.MaxQueueWait, "a queued request is refused with \"server busy ... retry in Ns\" after this long")
 	fs.IntVar(&cfg.MaxPushJobs, "max-push-jobs", d.MaxPushJobs, "concurrent pushes that write (receive-pack running), in all (0: no limit); more wait in the queue, then are refused ref by ref with \"server busy\"")
+	fs.IntVar(&cfg.MaxPushesPerUser, "max-pushes-per-user", d.MaxPushesPerUser, "concurrent pushes that write one user may run, so that no one identity holds every --max-push-jobs slot; more are refused with \"server busy: too many pushes running\" (unset: half of --max-push-jobs, at least 1; 0: no limit)")
 	fs.Int64Var(&cfg.MaxPushBytes, "max-push-bytes", d.MaxPushBytes, "bound in bytes on the pack one push may send (git's receive.maxInputSize: \"pack exceeds maximum allowed size\"); a repository's quota may bound it further (0: none)")
 	fs.BoolVar(&cfg.FsckPushes, "fsck-pushes", d.FsckPushes, "have git check every pushed object (receive.fsckObjects): a malformed object is refused with git's fsck message and nothing is written")
 	fs.IntVar(&cfg.MaxPushRefs, "max-push-refs", d.MaxPushRefs, "ref updates one push may carry; a larger push is refused as it is read (\"too many ref updates in one push\")")
-	fs.Int64Var(&cfg.RequestMinRate, "request-min-rate", d.RequestMinRate, "bytes/s a fetch request (HTTP body, git:// or SSH v2 fetch command, each stretch of v0/v1 want and have lines to its flush or done) must average after --init-timeout; a slower one is refused (\"request too slow\", HTTP 408) (0: no bound)")
+	fs.Int64Var(&cfg.RequestMinRate, "request-min-rate", d.RequestMinRate, "bytes/s a fetch request (HTTP body, git:// or SSH v2 fetch command, each stretch of v0/v1 want and have lines to its flush or done) or a push's commands must average after --init-timeout, and a push's pack from its first byte; a slower one is refused (\"request too slow\", \"push too slow\", HTTP 408) (0: no bound)")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", d.RequestTimeout, "time a fetch request (or a stretch of v0/v1 negotiation) may take to arrive whole, however fast (0: no bound)")
 	fs.BoolVar(&cfg.AllowUnreachableWants, "allow-unreachable-wants", d.AllowUnreachableWants, "serve any object a client asks for by id, as git's protocol v2 does, even when no visible ref reaches it (a deleted branch's commits until gc), and ACK haves of such objects; off: such wants are refused (\"not our ref\") and such haves dropped before git sees them, which costs a partial clone's lazy fetch one rev-list (see README)")
 	fs.BoolVar(&cfg.ObjectInfo, "object-info", d.ObjectInfo, "serve protocol v2's object-info command, which tells any object's size by id, reachable from a visible ref or not (as git does with transfer.advertiseObjectInfo); off: not advertised, and refused (\"invalid command 'object-info'\")")
@@ -125,6 +128,9 @@ stops serve with exit status 2, naming the flag or key and the range.`, stderr)
 		if err := applyConfig(fs, *configFile); err != nil {
 			return cfg, 0, err
 		}
+	}
+	if !flagSet(fs, "max-pushes-per-user") {
+		cfg.MaxPushesPerUser = server.PushesPerUser(cfg.MaxPushJobs)
 	}
 	if cfg.TrustedProxies, err = forwarded.Parse(*trusted); err != nil {
 		return cfg, 0, usagef("--trusted-proxies: %v", err)

@@ -1,8 +1,9 @@
 // Package limiter admits pack-generating requests through a global and a
 // per-repository concurrency limit, with a bounded queue, a maximum wait and
 // fair order: a freed slot goes to the longest-waiting request whose
-// repository is under its own limit, so one repository's clone storm queues
-// behind itself without starving the others.
+// repository (and client) is under its own limit, so one repository's clone
+// storm, or one client's pushes, queue behind themselves without starving
+// the others.
 package limiter
 
 import (
@@ -15,28 +16,39 @@ import (
 
 // Limiter is configured through its exported fields; zero limits mean none.
 type Limiter struct {
-	Global   int           // concurrent requests in all
-	PerRepo  int           // concurrent requests per repository
-	MaxQueue int           // waiting requests in all; more are refused at once
-	MaxWait  time.Duration // longest a request waits before it is refused
+	Global  int // concurrent requests in all
+	PerRepo int // concurrent requests per repository
+	// PerClient bounds the concurrent requests of one client (AcquireFor's
+	// client; "" counts against nothing), so that no one client holds
+	// every slot. What names the requests in its refusal ("pushes").
+	PerClient int
+	What      string
+	MaxQueue  int           // waiting requests in all; more are refused at once
+	MaxWait   time.Duration // longest a request waits before it is refused
 
-	mu       sync.Mutex
-	running  int
-	perRepo  map[string]int
-	queue    []*waiter
-	avgHold  time.Duration // moving average of how long a slot is held
-	admitted int64
+	mu        sync.Mutex
+	running   int
+	perRepo   map[string]int
+	perClient map[string]int
+	queue     []*waiter
+	avgHold   time.Duration // moving average of how long a slot is held
+	admitted  int64
 }
 
 type waiter struct {
-	repo  string
-	ready chan struct{}
+	repo, client string
+	ready        chan struct{}
 }
 
 // BusyError is a refusal, with what the client should be told.
 type BusyError struct {
-	Repo       string
-	Queued     int // requests of this repository waiting
+	Repo   string
+	Queued int // requests of this repository waiting
+	// Client, when set, is the client whose own requests held this one
+	// (PerClient of them running, as Running says).
+	Client     string
+	Running    int
+	What       string
 	TimedOut   bool
 	Waited     time.Duration
 	RetryAfter time.Duration
@@ -44,6 +56,9 @@ type BusyError struct {
 
 func (e *BusyError) Error() string {
 	retry := int((e.RetryAfter + time.Second - 1) / time.Second)
+	if e.Client != "" {
+		return fmt.Sprintf("server busy: too many %s running from %s (max %d): waited %s in the queue, retry in %ds", e.What, e.Client, e.Running, e.Waited.Round(time.Second), retry)
+	}
 	if e.TimedOut {
 		return fmt.Sprintf("server busy: waited %s in the queue for %s (%d more queued), retry in %ds", e.Waited.Round(time.Second), e.Repo, e.Queued, retry)
 	}
@@ -54,22 +69,29 @@ func (e *BusyError) Error() string {
 // how long it waited, or a *BusyError (queue full, waited MaxWait) or the
 // context's error.
 func (l *Limiter) Acquire(ctx context.Context, repo string) (release func(), waited time.Duration, err error) {
+	return l.AcquireFor(ctx, repo, "")
+}
+
+// AcquireFor is Acquire for a request of client, which counts against
+// PerClient.
+func (l *Limiter) AcquireFor(ctx context.Context, repo, client string) (release func(), waited time.Duration, err error) {
 	start := time.Now()
 	l.mu.Lock()
 	if l.perRepo == nil {
 		l.perRepo = map[string]int{}
+		l.perClient = map[string]int{}
 	}
-	if l.canRunLocked(repo) && !l.queuedLocked(repo) {
-		l.startLocked(repo)
+	w := &waiter{repo: repo, client: client, ready: make(chan struct{})}
+	if l.canRunLocked(w) && !l.queuedLocked(repo) {
+		l.startLocked(w)
 		l.mu.Unlock()
-		return l.releaser(repo, start), 0, nil
+		return l.releaser(w, start), 0, nil
 	}
 	if l.MaxQueue > 0 && len(l.queue) >= l.MaxQueue {
-		err := l.busyLocked(repo, false)
+		err := l.busyLocked(w, false)
 		l.mu.Unlock()
 		return nil, 0, err
 	}
-	w := &waiter{repo: repo, ready: make(chan struct{})}
 	l.queue = append(l.queue, w)
 	l.mu.Unlock()
 
@@ -82,7 +104,7 @@ func (l *Limiter) Acquire(ctx context.Context, repo string) (release func(), wai
 	timedOut := false
 	select {
 	case <-w.ready:
-		return l.releaser(repo, time.Now()), time.Since(start), nil
+		return l.releaser(w, time.Now()), time.Since(start), nil
 	case <-timeout:
 		timedOut = true
 	case <-ctx.Done():
@@ -92,53 +114,68 @@ func (l *Limiter) Acquire(ctx context.Context, repo string) (release func(), wai
 	defer l.mu.Unlock()
 	select {
 	case <-w.ready: // admitted just as we gave up: pass the slot on
-		l.finishLocked(repo, 0)
+		l.finishLocked(w, 0)
 	default:
 		l.removeLocked(w)
 	}
 	if timedOut {
-		be := l.busyLocked(repo, true)
+		be := l.busyLocked(w, true)
 		be.Waited = time.Since(start)
 		err = be
 	}
 	return nil, time.Since(start), err
 }
 
-func (l *Limiter) canRunLocked(repo string) bool {
-	return (l.Global <= 0 || l.running < l.Global) && (l.PerRepo <= 0 || l.perRepo[repo] < l.PerRepo)
+func (l *Limiter) canRunLocked(w *waiter) bool {
+	return (l.Global <= 0 || l.running < l.Global) && (l.PerRepo <= 0 || l.perRepo[w.repo] < l.PerRepo) && !l.clientFullLocked(w.client)
 }
 
+// clientFullLocked: client runs PerClient requests already.
+func (l *Limiter) clientFullLocked(client string) bool {
+	return l.PerClient > 0 && client != "" && l.perClient[client] >= l.PerClient
+}
+
+// queuedLocked: a request of repo waits that only a free slot would let
+// run (not one its own client holds back), and a new one queues behind it.
 func (l *Limiter) queuedLocked(repo string) bool {
 	for _, w := range l.queue {
-		if w.repo == repo {
+		if w.repo == repo && !l.clientFullLocked(w.client) {
 			return true
 		}
 	}
 	return false
 }
 
-func (l *Limiter) startLocked(repo string) {
+func (l *Limiter) startLocked(w *waiter) {
 	l.running++
-	l.perRepo[repo]++
+	l.perRepo[w.repo]++
+	if w.client != "" {
+		l.perClient[w.client]++
+	}
 	l.admitted++
 }
 
-func (l *Limiter) releaser(repo string, start time.Time) func() {
+func (l *Limiter) releaser(w *waiter, start time.Time) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			l.mu.Lock()
 			defer l.mu.Unlock()
-			l.finishLocked(repo, time.Since(start))
+			l.finishLocked(w, time.Since(start))
 		})
 	}
 }
 
 // finishLocked frees a slot and hands freed capacity to waiters in order.
-func (l *Limiter) finishLocked(repo string, held time.Duration) {
+func (l *Limiter) finishLocked(done *waiter, held time.Duration) {
 	l.running--
-	if l.perRepo[repo]--; l.perRepo[repo] <= 0 {
-		delete(l.perRepo, repo)
+	if l.perRepo[done.repo]--; l.perRepo[done.repo] <= 0 {
+		delete(l.perRepo, done.repo)
+	}
+	if done.client != "" {
+		if l.perClient[done.client]--; l.perClient[done.client] <= 0 {
+			delete(l.perClient, done.client)
+		}
 	}
 	if held > 0 {
 		if l.avgHold == 0 {
@@ -149,8 +186,8 @@ func (l *Limiter) finishLocked(repo string, held time.Duration) {
 	}
 	for i := 0; i < len(l.queue); {
 		w := l.queue[i]
-		if l.canRunLocked(w.repo) {
-			l.startLocked(w.repo)
+		if l.canRunLocked(w) {
+			l.startLocked(w)
 			l.queue = append(l.queue[:i], l.queue[i+1:]...)
 			close(w.ready)
 			continue
@@ -173,7 +210,15 @@ func (l *Limiter) removeLocked(w *waiter) {
 
 // busyLocked describes the refusal; the retry hint is the time the queue
 // ahead would take at the recent pace, between 5s and 5m.
-func (l *Limiter) busyLocked(repo string, timedOut bool) *BusyError {
+func (l *Limiter) busyLocked(w *waiter, timedOut bool) *BusyError {
+	repo := w.repo
+	if l.clientFullLocked(w.client) {
+		what := l.What
+		if what == "" {
+			what = "requests"
+		}
+		return &BusyError{Repo: repo, Client: w.client, Running: l.PerClient, What: what, TimedOut: timedOut, RetryAfter: 5 * time.Second}
+	}
 	queued := 0
 	for _, w := range l.queue {
 		if w.repo == repo {

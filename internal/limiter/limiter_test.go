@@ -159,3 +159,42 @@ func TestUsagePerRepository(t *testing.T) {
 		t.Fatalf("after all left: %+v", u)
 	}
 }
+
+// TestPerClient: a client at its PerClient bound waits for its own
+// requests, without holding back another client's request for the same
+// repository, and gets its slot when one of its own ends; past MaxWait
+// the refusal names the client.
+func TestPerClient(t *testing.T) {
+	ctx := context.Background()
+	l := &Limiter{Global: 4, PerClient: 1, What: "pushes", MaxWait: time.Minute}
+	eve1, _, err := l.AcquireFor(ctx, "r", "eve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan func(), 1)
+	go func() { rel, _, _ := l.AcquireFor(ctx, "r", "eve"); got <- rel }()
+	for _, q := l.Stats(); q != 1; _, q = l.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+	bob, w, err := l.AcquireFor(ctx, "r", "bob")
+	if err != nil || w != 0 {
+		t.Fatalf("bob behind eve's queued request: waited %v, %v", w, err)
+	}
+	bob()
+	select {
+	case <-got:
+		t.Fatal("eve's second request ran beside her first")
+	default:
+	}
+	eve1()
+	(<-got)()
+
+	short := &Limiter{Global: 4, PerClient: 1, What: "pushes", MaxWait: 10 * time.Millisecond}
+	rel, _, _ := short.AcquireFor(ctx, "r", "eve")
+	defer rel()
+	_, _, err = short.AcquireFor(ctx, "r", "eve")
+	var be *BusyError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "too many pushes running from eve (max 1)") {
+		t.Fatalf("refusal: %v", err)
+	}
+}

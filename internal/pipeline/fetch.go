@@ -270,7 +270,11 @@ func (c *Call) admitNow(ctx context.Context, lim *limiter.Limiter) error {
 	case ended:
 		return &Error{Code: CodeUnavailable, Message: "request ended while queued", Err: context.Canceled}
 	}
-	release, waited, err := lim.Acquire(ctx, c.Repo.Name)
+	client := clientKey(c.Request)
+	if c.Request.Principal.IsCluster() {
+		client = "" // a node's replication: counted where the client pushed
+	}
+	release, waited, err := lim.AcquireFor(ctx, c.Repo.Name, client)
 	c.admitMu.Lock()
 	c.queueWait += waited
 	if err == nil && c.ended {

@@ -181,8 +181,13 @@ func (c *Call) withoutUnreachableHaves(ctx context.Context, body *requestBody) (
 	if body.file == nil {
 		out.mem, err = io.ReadAll(filtered)
 		out.size = int64(len(out.mem))
-	} else if out.file, err = os.CreateTemp(c.p.TempDir, "request-*"); err == nil {
-		out.size, err = io.Copy(out.file, filtered)
+	} else {
+		// Within the Spool's bounds, as the body it replaces.
+		var f *os.File
+		if f, err = os.CreateTemp(c.p.TempDir, "request-*"); err == nil {
+			out.file = &spoolFile{f: f, spool: c.p.Spool, addr: remoteHost(c.Request.Remote)}
+			out.size, err = io.Copy(out.file, filtered)
+		}
 	}
 	body.close()
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -103,7 +102,8 @@ type Pipeline struct {
 	// nil: no limit.
 	Limiter *limiter.Limiter
 	// Pushes admits pushes that will write (receive-pack runs), once
-	// their commands are read; nil: no limit.
+	// their commands are read, with its PerClient bound per user; nil: no
+	// limit.
 	Pushes *limiter.Limiter
 	// MaxPushRefs bounds the ref updates of one push (0: DefaultMaxPushRefs).
 	MaxPushRefs int
@@ -126,8 +126,9 @@ type Pipeline struct {
 	// answered, as git does with transfer.advertiseObjectInfo off.
 	ObjectInfo bool
 	// TempDir holds request bodies too large to keep in memory ("": the
-	// system's).
+	// system's), within Spool's bounds (nil: none).
 	TempDir string
+	Spool   *Spool
 
 	// HooksDir is receive-pack's hooks directory (core.hooksPath), with
 	// packwire's proc-receive hook that checks fast-forward-only updates
@@ -789,11 +790,7 @@ func clientKey(req Request) string {
 	if !req.Principal.IsAnonymous() {
 		return req.Principal.User
 	}
-	host, _, err := net.SplitHostPort(req.Remote)
-	if err != nil {
-		host = req.Remote
-	}
-	return "anonymous@" + host
+	return "anonymous@" + remoteHost(req.Remote)
 }
 
 // printable keeps control characters out of messages echoed to clients and logs.

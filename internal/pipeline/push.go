@@ -80,14 +80,24 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 
 	// The client's stream is read through one buffer: ReadRequest stops at
 	// the pack, and the pack is relayed (or skipped) from the same buffer.
-	activity := newActivityReader(stdin)
+	// Both are paced (pushpace.go): the watch cancels ctx when the client
+	// falls behind.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sent := &pushStream{r: stdin}
+	activity := newActivityReader(sent)
 	in := push.BufferedReader(activity)
 	var preq *push.Request
+	commandsStart := time.Now()
+	stopCommandsPace := paceWatch(p.RequestPace, commandsStart, &sent.n, cancel)
 	err := watched(ctx, p.Runner.IdleTimeout, activity, func() error {
 		var err error
 		preq, err = push.ReadRequest(in, p.maxPushRefs())
 		return err
 	})
+	if stopCommandsPace() {
+		return total, c.refusePush(p.RequestPace.slowError(sent.n.Load()-int64(in.Buffered()), time.Since(commandsStart)), stderr)
+	}
 	if ctx.Err() != nil || errors.Is(err, gitexec.ErrIdle) {
 		return total, err
 	}
@@ -134,9 +144,29 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		p.log().Info("refused", "id", c.ID, "transport", req.Transport, "repo", c.Repo.Name, "user", req.Principal.String(),
 			"reason", "atomic push with refused refs: nothing written")
 	}
+	var pack *packPace
+	if preq.NeedsPack() {
+		// Nothing is held for the pack before it comes: git may count and
+		// compress objects for a while first. From its first byte it is paced.
+		err := watched(ctx, p.Runner.IdleTimeout, activity, func() error {
+			_, err := in.Peek(1)
+			return err
+		})
+		if ctx.Err() != nil || errors.Is(err, gitexec.ErrIdle) {
+			return total, err
+		}
+		pack = sent.pacePack(p.RequestPace, in.Buffered(), cancel)
+	}
+	slowPack := func(res gitexec.Result, err error) (gitexec.Result, error) {
+		if pack.cutOff() {
+			return res, c.refusePush(pack.slowError(), stderr)
+		}
+		return res, err
+	}
 	if len(plan.kept) > 0 {
 		// Admitted once its commands are known and before receive-pack
 		// takes the pack: a push that will write nothing takes no slot.
+		// One user's pushes take at most their share (Pushes.PerClient).
 		if err := c.admitNow(ctx, p.Pushes); err != nil {
 			var perr *Error
 			msg := err.Error()
@@ -148,6 +178,7 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 			}
 			plan.kept, plan.ffOnly = nil, nil
 			c.pushBusy = true
+			p.log().Info("refused", "id", c.ID, "transport", req.Transport, "repo", c.Repo.Name, "user", req.Principal.String(), "reason", msg)
 		}
 	}
 	ffOnly := map[string]bool{}
@@ -170,7 +201,7 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		res, err := c.refuseWholePush(ctx, preq, in, activity, rewrite, sideband, stdout)
 		res.BytesIn += total.BytesIn
 		res.BytesOut += total.BytesOut
-		return res, err
+		return slowPack(res, err)
 	}
 
 	// The repository stays where it is until the push has ended: repo
@@ -213,9 +244,17 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		rw = push.NewReportWriter(stdout, sideband, rewrite)
 		out = rw
 	}
+	if pack != nil {
+		out = endOnWrite{w: out, pack: pack}
+	}
 	body := io.MultiReader(bytes.NewReader(preq.Encode(plan.kept)), in)
 	res, err := c.startGit(ctx, spec, body, out, stderr)
 	pushDone()
+	if pack.cutOff() {
+		res.BytesIn += total.BytesIn
+		res.BytesOut += total.BytesOut
+		return res, c.refusePush(pack.slowError(), stderr)
+	}
 	if rw != nil && err == nil && res.ExitCode != 0 && !rw.Reported() && len(plan.kept) > 0 {
 		// receive-pack died before its report (git 2.39 dies when a
 		// reference-transaction hook refuses: the cluster's replication).
@@ -251,6 +290,18 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 	res.SysCPU += total.SysCPU
 	res.MaxRSS = max(res.MaxRSS, total.MaxRSS)
 	return res, err
+}
+
+// refusePush logs a push refused while it arrived and tells the client:
+// over SSH on stderr (over HTTP the transport answers with the error's
+// status, as nothing was written yet).
+func (c *Call) refusePush(perr *Error, stderr io.Writer) error {
+	req := c.Request
+	c.p.log().Info("refused", "id", c.ID, "transport", req.Transport, "repo", c.Repo.Name, "user", req.Principal.String(), "reason", perr.Message)
+	if stderr != nil {
+		fmt.Fprintf(stderr, "fatal: %s\n", perr.Message)
+	}
+	return perr
 }
 
 // planPush decides every command of a push against the ref rules.
@@ -290,12 +341,30 @@ func (c *Call) planPush(model *access.Model, preq *push.Request) pushPlan {
 			c.logRefusedRef(cmd.Ref, op, d)
 			continue
 		}
-		if op == access.OpPush && !model.DecideRef(req.Principal, c.Repo.Name, cmd.Ref, access.OpForce).Allowed {
-			plan.ffOnly = append(plan.ffOnly, cmd.Ref)
+		if op == access.OpPush {
+			force := model.DecideRef(req.Principal, c.Repo.Name, cmd.Ref, access.OpForce)
+			switch {
+			case force.Allowed:
+			case movesTag(cmd):
+				// A tag names one object for good: moving it is a rewrite
+				// whatever the ancestry of its old and new commits.
+				plan.refused[cmd.Ref] = refusedReason(access.OpForce)
+				c.logRefusedRef(cmd.Ref, access.OpForce, force)
+				continue
+			default:
+				plan.ffOnly = append(plan.ffOnly, cmd.Ref)
+			}
 		}
 		plan.kept = append(plan.kept, cmd)
 	}
 	return plan
+}
+
+// movesTag tells an update that changes what an existing tag (a ref under
+// refs/tags/) points at: a force-push for the ref rules, as git's own
+// client refuses it without --force ("would clobber existing tag").
+func movesTag(cmd push.Command) bool {
+	return strings.HasPrefix(cmd.Ref, "refs/tags/") && !cmd.IsCreate() && !cmd.IsDelete() && !strings.EqualFold(cmd.Old, cmd.New)
 }
 
 // refuseWholePush answers a push in which no command reaches receive-pack:

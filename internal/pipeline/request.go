@@ -136,7 +136,7 @@ type ReadDeadliner interface {
 // MaxCachedBody, in a temporary file beyond.
 type requestBody struct {
 	mem  []byte
-	file *os.File
+	file *spoolFile
 	size int64
 }
 
@@ -145,13 +145,12 @@ func (b *requestBody) reader() io.Reader {
 	if b.file == nil {
 		return bytes.NewReader(b.mem)
 	}
-	return io.NewSectionReader(b.file, 0, b.size)
+	return io.NewSectionReader(b.file.f, 0, b.size)
 }
 
 func (b *requestBody) close() {
 	if b.file != nil {
-		b.file.Close()
-		os.Remove(b.file.Name())
+		b.file.close()
 	}
 }
 
@@ -178,9 +177,11 @@ func (c *Call) readRequest(ctx context.Context, stdin io.Reader, stdout io.Write
 	head, err := io.ReadAll(io.LimitReader(counted, MaxCachedBody+1))
 	b := &requestBody{mem: head, size: int64(len(head))}
 	if err == nil && len(head) > MaxCachedBody {
+		// On disk, within the Spool's bounds.
 		b.mem = nil
-		b.file, err = os.CreateTemp(p.TempDir, "request-*")
-		if err == nil {
+		var f *os.File
+		if f, err = os.CreateTemp(p.TempDir, "request-*"); err == nil {
+			b.file = &spoolFile{f: f, spool: p.Spool, addr: remoteHost(c.Request.Remote)}
 			b.size, err = io.Copy(b.file, io.MultiReader(bytes.NewReader(head), counted))
 		}
 	}

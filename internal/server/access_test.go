@@ -35,7 +35,19 @@ type accessServer struct {
 
 func startAccessServer(t *testing.T) *accessServer {
 	t.Helper()
-	s := startServer(t, func(c *Config) { c.SSHAddr = "127.0.0.1:0" })
+	return startAccessServerWith(t, nil)
+}
+
+// startAccessServerWith is startAccessServer with mutate applied to the
+// configuration too.
+func startAccessServerWith(t *testing.T, mutate func(*Config)) *accessServer {
+	t.Helper()
+	s := startServer(t, func(c *Config) {
+		c.SSHAddr = "127.0.0.1:0"
+		if mutate != nil {
+			mutate(c)
+		}
+	})
 	ctx := context.Background()
 	if err := s.Data.Store.RemoveGrant(ctx, "alice", "**"); err != nil {
 		t.Fatal(err)

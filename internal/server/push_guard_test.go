@@ -479,3 +479,61 @@ func pushRecords(recs []governor.Record) []governor.Record {
 	}
 	return out
 }
+
+// TestProtectedTagMove: with refs/tags/** protected, a writer cannot move
+// an existing tag, even to a descendant of its commit (a fast-forward by
+// ancestry, which the old server let through as "forced update"), alone
+// or in an --atomic push; an admin still may.
+func TestProtectedTagMove(t *testing.T) {
+	for _, transport := range pushTransports {
+		t.Run(transport, func(t *testing.T) {
+			s := startAccessServer(t)
+			bare := s.seed(t, "team/app")
+			s.grant(t, "alice", "write", "**")
+			carol := s.addUser(t, "carol")
+			s.grant(t, "carol", "admin", "**")
+			s.protect(t, "**", "refs/tags/**")
+			w := s.work(t, bare)
+			old := s.env.RevParse(w, "HEAD~3")
+			s.env.Git(w, "tag", "release-1", old)
+			if out, err := s.git(t, w, transport, s.alice, "team/app", "push", "URL", "release-1"); err != nil {
+				t.Fatalf("push of a new tag: %v\n%s", err, out)
+			}
+			head := s.env.RevParse(w, "HEAD")
+			s.env.Git(w, "tag", "-f", "release-1", head)
+			out, err := s.git(t, w, transport, s.alice, "team/app", "push", "--force", "URL", "release-1")
+			if err == nil || !strings.Contains(out, "release-1 -> release-1 (protected: force-push denied)") {
+				t.Fatalf("writer moved a protected tag forward: %v\n%s", err, out)
+			}
+			if got := refOf(s, bare, "refs/tags/release-1"); got != old {
+				t.Fatalf("release-1 moved to %s", got)
+			}
+			if countLogLines(s.logs.String(), `msg="ref refused"`, "ref=refs/tags/release-1", "op=force-push", `decided_by="rule`) != 1 {
+				t.Errorf("refusal not logged with its rule:\n%s", lastLines(s.logs.String(), 10))
+			}
+			// Atomic, with a new branch: nothing is written.
+			out, err = s.git(t, w, transport, s.alice, "team/app", "push", "--atomic", "--force", "URL", "release-1", "HEAD:refs/heads/other")
+			if err == nil || !strings.Contains(out, "protected: force-push denied") {
+				t.Fatalf("atomic push moving a protected tag: %v\n%s", err, out)
+			}
+			if refOf(s, bare, "refs/tags/release-1") != old || refOf(s, bare, "refs/heads/other") != "" {
+				t.Fatalf("atomic push wrote refs:\n%s", s.env.Git(bare, "show-ref"))
+			}
+			// A branch is still judged by ancestry: a fast-forward of a
+			// protected branch goes through.
+			s.protect(t, "**", "refs/heads/main")
+			s.commit(w, "next")
+			if out, err := s.git(t, w, transport, s.alice, "team/app", "push", "URL", "HEAD:refs/heads/main"); err != nil {
+				t.Fatalf("fast-forward of protected main: %v\n%s", err, out)
+			}
+			// An admin may move the tag.
+			if out, err := s.git(t, w, transport, carol, "team/app", "push", "--force", "URL", "release-1"); err != nil {
+				t.Fatalf("admin moving the tag: %v\n%s", err, out)
+			}
+			if got := refOf(s, bare, "refs/tags/release-1"); got != head {
+				t.Fatalf("admin's move not written: release-1 at %s, want %s", got, head)
+			}
+			s.env.Fsck(bare)
+		})
+	}
+}

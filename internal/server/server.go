@@ -88,11 +88,17 @@ type Config struct {
 	// without MaxConnections). Trusted proxies are not bounded.
 	MaxStartupsPerAddress int
 	MaxRequestBody        int64 // decoded HTTP fetch request bound
-	SSHCiphers            []string
-	SSHKeepAlive          time.Duration
-	SSHIdleTimeout        time.Duration // close an SSH connection once no command ran for this long after its last (0: never)
-	SSHMaxSessions        int           // session channels open at once per SSH connection (0: no limit)
-	SSHMaxUnacked         int           // output an SSH client may hold unread, by estimate (0: its whole window)
+	// Fetch request bodies over 1 MiB wait whole in DATA/tmp before they
+	// run: at most MaxSpooledBytes of them in all, MaxSpooledBytesPerAddr
+	// per client address; more are refused with "server busy" (0: no bound).
+	MaxSpooledBytes        int64
+	MaxSpooledBytesPerAddr int64
+
+	SSHCiphers     []string
+	SSHKeepAlive   time.Duration
+	SSHIdleTimeout time.Duration // close an SSH connection once no command ran for this long after its last (0: never)
+	SSHMaxSessions int           // session channels open at once per SSH connection (0: no limit)
+	SSHMaxUnacked  int           // output an SSH client may hold unread, by estimate (0: its whole window)
 
 	PackCache             bool          // share identical pack-objects runs between fetches
 	PackCacheMaxBytes     int64         // finished packs kept on disk, in total
@@ -113,10 +119,14 @@ type Config struct {
 	MaxQueue           int           // requests waiting for a slot; more are refused at once
 	MaxQueueWait       time.Duration // a queued request is refused after this long
 
-	MaxPushJobs  int   // concurrent pushes that write (receive-pack running), in all (0: no limit)
-	MaxPushRefs  int   // ref updates one push may carry (0: pipeline.DefaultMaxPushRefs)
-	MaxPushBytes int64 // the pack of one push, in bytes (0: no bound)
-	FsckPushes   bool  // git checks every pushed object (receive.fsckObjects)
+	MaxPushJobs int // concurrent pushes that write (receive-pack running), in all (0: no limit)
+	// MaxPushesPerUser bounds the pushes that write one user runs at once,
+	// so that no one identity holds every push slot (0: no bound; the
+	// default is PushesPerUser(MaxPushJobs)).
+	MaxPushesPerUser int
+	MaxPushRefs      int   // ref updates one push may carry (0: pipeline.DefaultMaxPushRefs)
+	MaxPushBytes     int64 // the pack of one push, in bytes (0: no bound)
+	FsckPushes       bool  // git checks every pushed object (receive.fsckObjects)
 
 	// A fetch request (an HTTP body, a git:// or SSH fetch command) must
 	// arrive at RequestMinRate bytes/s on average after InitTimeout, and
@@ -164,6 +174,16 @@ type Config struct {
 	Log *slog.Logger
 }
 
+// PushesPerUser is the default bound on one user's concurrent pushes for
+// a server with maxPushJobs push slots: half of them, at least 1 (0: no
+// slot bound, no user bound).
+func PushesPerUser(maxPushJobs int) int {
+	if maxPushJobs <= 0 {
+		return 0
+	}
+	return max(1, maxPushJobs/2)
+}
+
 // Defaults are the values `packwire serve` uses when no flag is given.
 var Defaults = Config{
 	DataDir:          datadir.DefaultDir,
@@ -187,12 +207,16 @@ var Defaults = Config{
 	MaxQueue:           256,
 	MaxQueueWait:       60 * time.Second,
 	MaxPushJobs:        max(4, 2*runtime.NumCPU()),
+	MaxPushesPerUser:   PushesPerUser(max(4, 2*runtime.NumCPU())),
 	MaxPushRefs:        pipeline.DefaultMaxPushRefs,
 	FsckPushes:         true,
 
 	RequestMinRate:       1024,
 	RequestTimeout:       5 * time.Minute,
 	MaxRequestsPerClient: 64,
+
+	MaxSpooledBytes:        1 << 30,
+	MaxSpooledBytesPerAddr: 256 << 20,
 
 	PackCache:             false, // opt-in: see README "Clone storms" for the measurement
 	PackCacheMaxBytes:     2 << 30,
@@ -335,12 +359,14 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			MaxQueue: cfg.MaxQueue,
 			MaxWait:  cfg.MaxQueueWait,
 		},
-		Pushes:       &limiter.Limiter{Global: cfg.MaxPushJobs, MaxQueue: cfg.MaxQueue, MaxWait: cfg.MaxQueueWait},
+		Pushes: &limiter.Limiter{Global: cfg.MaxPushJobs, PerClient: cfg.MaxPushesPerUser, What: "pushes",
+			MaxQueue: cfg.MaxQueue, MaxWait: cfg.MaxQueueWait},
 		MaxPushRefs:  cfg.MaxPushRefs,
 		MaxPushBytes: cfg.MaxPushBytes,
 		FsckPushes:   cfg.FsckPushes,
 		HooksDir:     filepath.Join(data.Dir, "run", "hooks"),
 		TempDir:      filepath.Join(data.Dir, "tmp"),
+		Spool:        &pipeline.Spool{Max: cfg.MaxSpooledBytes, MaxPerAddr: cfg.MaxSpooledBytesPerAddr},
 		RequestPace:  pipeline.Pace{Grace: cfg.InitTimeout, MinRate: cfg.RequestMinRate, Max: cfg.RequestTimeout},
 
 		MaxPerClient: cfg.MaxRequestsPerClient,

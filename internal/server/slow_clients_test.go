@@ -2,11 +2,13 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -299,4 +301,79 @@ func pkts(lines ...string) []byte {
 		}
 	}
 	return b
+}
+
+// TestSpooledBodiesBounded: fetch bodies over 1 MiB kept arriving (here
+// sent fast, then left open) hold disk in DATA/tmp only up to the bound
+// per address and the bound in all; past them a body is refused with 503
+// and Retry-After. On the old server every such body was kept on disk
+// (ten 20 MiB bodies held 191 MiB).
+func TestSpooledBodiesBounded(t *testing.T) {
+	const mib = 1 << 20
+	s := startServer(t, func(c *Config) {
+		c.MaxSpooledBytes, c.MaxSpooledBytesPerAddr = 5*mib, 4*mib
+		c.InitTimeout, c.RequestMinRate = 30*time.Second, 1024
+	})
+	s.seed(t, "team/app")
+	tmp := s.Pipeline.TempDir
+	spooled := func() int64 {
+		var n int64
+		entries, _ := os.ReadDir(tmp)
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return n
+	}
+	body := bytes.Repeat([]byte("0032have 0123456789012345678901234567890123456789\n"), 3*mib/2/50)
+	// open sends a body of 1.5 MiB from the address from, as one chunk of
+	// a chunked body that never ends.
+	open := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		conn, err := d.Dial("tcp", s.HTTPAddr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		head := fmt.Sprintf("POST /team/app/git-upload-pack HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-git-upload-pack-request\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n", len(body))
+		go func() { conn.Write(append([]byte(head), body...)) }() // the server may stop reading it
+		return conn
+	}
+	waitSpooled := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for spooled() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d bytes spooled, want %d", spooled(), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	refused := func(conn net.Conn, want string) {
+		t.Helper()
+		conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no answer past the bound (%d bytes spooled): %v", spooled(), err)
+		}
+		text, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(text), want) {
+			t.Fatalf("past the bound: %s (Retry-After %q) %q", resp.Status, resp.Header.Get("Retry-After"), text)
+		}
+	}
+	size := int64(len(body))
+	open("127.0.0.1")
+	waitSpooled(size)
+	open("127.0.0.1")
+	waitSpooled(2 * size)
+	refused(open("127.0.0.1"), "server busy: request bodies on disk from 127.0.0.1 at their bound (4.0 MiB)")
+	open("127.0.0.2")
+	waitSpooled(3 * size)
+	refused(open("127.0.0.2"), "server busy: request bodies on disk at their bound (5.0 MiB)")
+	if n := spooled(); n > 5*mib {
+		t.Fatalf("%d bytes spooled past the 5 MiB bound", n)
+	}
 }
