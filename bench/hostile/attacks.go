@@ -263,31 +263,37 @@ func v0Trickle(ctx context.Context, e *env, st *attackStats) {
 		st.opened.Add(1)
 		io.WriteString(conn, pkt("git-upload-pack /team/app.git\x00host=x\x00"))
 		// Read the advertisement to its flush, then trickle.
-		readAdvertisement(conn)
+		if msg := readAdvertisement(conn); msg != "" {
+			st.refuse(msg)
+			conn.Close()
+			return
+		}
 		go trickle(ctx, conn, pkt("want "+head+" ofs-delta\n")+"0000"+pkt("done\n"))
 		hold(ctx, conn, st)
 	})
 }
 
-// readAdvertisement reads pkt-lines up to the first flush.
-func readAdvertisement(conn net.Conn) {
+// readAdvertisement reads pkt-lines up to the first flush; it returns
+// the server's ERR line if it sent one first.
+func readAdvertisement(conn net.Conn) string {
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer conn.SetReadDeadline(time.Time{})
 	hdr := make([]byte, 4)
-	for {
+	for first := true; ; first = false {
 		if _, err := io.ReadFull(conn, hdr); err != nil {
-			return
+			return ""
 		}
 		var n int
 		fmt.Sscanf(string(hdr), "%04x", &n)
-		if n == 0 {
-			return
+		if n == 0 || n < 4 || n > 65520 {
+			return ""
 		}
-		if n < 4 || n > 65520 {
-			return
+		line := make([]byte, n-4)
+		if _, err := io.ReadFull(conn, line); err != nil {
+			return ""
 		}
-		if _, err := io.CopyN(io.Discard, conn, int64(n-4)); err != nil {
-			return
+		if first && bytes.HasPrefix(line, []byte("ERR ")) {
+			return string(line)
 		}
 	}
 }

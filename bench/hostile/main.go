@@ -157,6 +157,7 @@ type row struct {
 	base, under   honestResult
 	aloneCPU      time.Duration
 	aloneWall     time.Duration
+	tmpPeak       int64 // largest DATA/tmp seen during the attack alone
 	attackerNotes string
 }
 
@@ -183,7 +184,10 @@ func (e *env) measure(a attack, d time.Duration) row {
 	go func() { a.run(ctx, e, alone); close(done) }()
 	time.Sleep(time.Second)
 	cpu0, t0 := e.server.Group.Read(), time.Now()
-	time.Sleep(d)
+	for time.Since(t0) < d {
+		time.Sleep(500 * time.Millisecond)
+		r.tmpPeak = max(r.tmpPeak, benchkit.DirSize(filepath.Join(e.data, "tmp")))
+	}
 	r.aloneCPU, r.aloneWall = e.server.Group.Read()-cpu0, time.Since(t0)
 	cancel()
 	<-done
@@ -205,16 +209,16 @@ func report(e *env, scale float64, d time.Duration, rows []row, lost []string) s
 		"(HTTP and SSH, a new branch per push) from 127.0.0.1; attacks from %s. Per attack, three phases of %s: "+
 		"the honest load alone, the honest load under the attack, the attack alone (server CPU: its cgroup, git included).\n\n", e.attacker, d)
 	b.WriteString("Goals: honest errors 0; honest median clone wall <= 1.5x the baseline; server CPU under 10% of a core for the idle-connection, trickle and malformed-input attacks.\n\n")
-	b.WriteString("| attack | honest ops (base / attack) | honest errors under attack | median clone wall: base / attack (ratio) | pushes acked under attack | server CPU, attack alone | what the attacker saw |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	b.WriteString("| attack | honest ops (base / attack) | honest errors under attack | median clone wall: base / attack (ratio) | pushes acked under attack | server CPU, attack alone | DATA/tmp peak, attack alone | what the attacker saw |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		ratio := 0.0
 		if r.base.medianClone > 0 {
 			ratio = r.under.medianClone.Seconds() / r.base.medianClone.Seconds()
 		}
-		fmt.Fprintf(&b, "| %s | %d / %d | %d%s | %s / %s (%.2fx) | %d | %.1f%% of a core | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d / %d | %d%s | %s / %s (%.2fx) | %d | %.1f%% of a core | %.1f MiB | %s |\n",
 			r.attack.name, r.base.ops, r.under.ops, r.under.errors, firstErr(r.under), ms(r.base.medianClone), ms(r.under.medianClone), ratio,
-			r.under.pushes, 100*r.aloneCPU.Seconds()/r.aloneWall.Seconds(), r.attackerNotes)
+			r.under.pushes, 100*r.aloneCPU.Seconds()/r.aloneWall.Seconds(), float64(r.tmpPeak)/(1<<20), r.attackerNotes)
 	}
 	b.WriteString("\nAttacks:\n\n")
 	for _, r := range rows {
