@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"packwire/internal/pipeline"
 )
 
 // A connection's identity is its key's owner when it authenticated; a key
@@ -43,12 +45,18 @@ func (c *conn) keyChange(ctx context.Context) (string, error) {
 
 // checkKey is keyChange before a command: it revokes the connection when
 // the key changed, and returns the refusal to send ("" to go on). A store
-// that cannot answer refuses the command, as it refuses authentication.
+// that cannot answer refuses the command as temporarily unavailable, as it
+// does a connection whose key it could not look up at authentication.
 func (c *conn) checkKey() string {
+	if c.unavailable != "" {
+		// Its owner was not known at authentication: exec refuses every
+		// command as unavailable, without asking the store a second time.
+		return ""
+	}
 	reason, err := c.keyChange(c.ctx)
 	if err != nil {
-		c.log.Error("key lookup failed", "error", err.Error())
-		return "internal error"
+		c.log.Warn("key lookup failed", "error", err.Error())
+		return pipeline.StoreUnavailable(err).Message
 	}
 	if reason == "" {
 		return ""

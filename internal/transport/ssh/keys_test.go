@@ -198,13 +198,15 @@ func TestKeyChangingHandsEndsConnection(t *testing.T) {
 			return "", err
 		}
 		defer sess.Close()
-		var out bytes.Buffer
-		sess.Stdout, sess.Stderr = &out, &out
+		// Two buffers: x/crypto copies stdout and stderr at once, and two
+		// bytes.Buffer.ReadFrom on one buffer lose each other's bytes.
+		var out, errOut bytes.Buffer
+		sess.Stdout, sess.Stderr = &out, &errOut
 		if err := sess.Shell(); err != nil {
 			return "", err
 		}
 		err = sess.Wait()
-		return out.String(), err
+		return out.String() + errOut.String(), err
 	}
 	for _, tc := range []struct {
 		name, key, was, want, now string
