@@ -101,10 +101,12 @@ func (s *Server) Serve(l net.Listener) error {
 	if s.stopKeys == nil {
 		s.stopKeys = make(chan struct{})
 		if s.Access != nil {
+			// The channel, not the field: Close sets the field to nil.
+			stop := s.stopKeys
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				s.watchKeys(s.stopKeys)
+				s.watchKeys(stop)
 			}()
 		}
 	}
