@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"packwire/internal/backup"
+	"packwire/internal/buildinfo"
 	"packwire/internal/datadir"
 )
 
@@ -51,7 +52,7 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := wantArgs(args, pos, 1, 1, "backup [--data DIR] [--governor] [--copy] [--verify] OUT"); err != nil {
 		return err
 	}
-	opts.Version = version
+	opts.Version = buildinfo.Get().Version
 	opts.Log = func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }
 	start := time.Now()
 	m, stats, err := backup.Create(ctx, *dir, pos[0], opts)

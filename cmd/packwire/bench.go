@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"packwire/internal/buildinfo"
 	"packwire/internal/datadir"
 	"packwire/internal/lab/bench"
 	"packwire/internal/lab/labserver"
@@ -146,7 +147,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	res.Meta.Version = version
+	res.Meta.Version = buildinfo.Get().Version
 	if err := report.WriteText(stdout, res); err != nil {
 		return err
 	}
@@ -242,7 +243,7 @@ func startDemo(ctx context.Context, cfg *bench.Config, outDir string, scale floa
 	fmt.Fprintf(stderr, "demo: %s, served at %s (ready in %s)\n", described, ls.URL, time.Since(began).Round(100*time.Millisecond))
 	cfg.URL, cfg.PushURL, cfg.Governor = ls.URL, ls.PushURL, ls.Governor
 	cfg.GovernorSettle = 500 * time.Millisecond // the demo server writes its records every 100 ms
-	cfg.Target = fmt.Sprintf("packwire %s in this process over HTTP (demo), %s", version, described)
+	cfg.Target = fmt.Sprintf("packwire %s in this process over HTTP (demo), %s", buildinfo.Get().Version, described)
 	cfg.Notes = append(cfg.Notes, "demo: the server runs in the bench's own process, on the same CPUs as the clients")
 	return func() { ls.Close(); cleanup() }, nil
 }

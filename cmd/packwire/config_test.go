@@ -158,6 +158,10 @@ func TestServeConfigFileEndToEnd(t *testing.T) {
 		lines = append(lines, sc.Text())
 	}
 	out := strings.Join(lines, "\n")
+	// serve says which build it is first (TestVersion's line).
+	if want := versionLine(t) + " serving " + filepath.Join(data, "repos"); len(lines) == 0 || lines[0] != want {
+		t.Errorf("serve's first line: %q, want %q", lines, want)
+	}
 	if !strings.Contains(out, "serving "+filepath.Join(data, "repos")) || !strings.Contains(out, "git://   listening on 127.0.0.1:") ||
 		!strings.Contains(out, "http://  listening on 127.0.0.1:") || strings.Contains(out, "ssh://") {
 		t.Fatalf("serve --config: want data from the file, git from the flag, http on, ssh off:\n%s", out)

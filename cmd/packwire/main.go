@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 
+	"packwire/internal/buildinfo"
 	"packwire/internal/datadir"
 	"packwire/internal/store"
 )
@@ -191,9 +192,6 @@ func lookup(list []*command, name string) *command {
 
 func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -273,7 +271,7 @@ func exitCode(err error, stdout, stderr io.Writer) int {
 }
 
 func cmdVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", "version", "Print the version.", stderr)
+	fs := newFlagSet("version", "version", "Print packwire's module version, the VCS revision and commit time it was built\nfrom, and the Go version; \"(devel)\" for a build that recorded no version.", stderr)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -281,7 +279,7 @@ func cmdVersion(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := wantArgs(args, pos, 0, 0, "version"); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "packwire", version)
+	fmt.Fprintln(stdout, buildinfo.Get())
 	return nil
 }
 

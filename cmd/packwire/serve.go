@@ -14,6 +14,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"packwire/internal/buildinfo"
 	"packwire/internal/datadir"
 	"packwire/internal/server"
 	"packwire/internal/transport/forwarded"
@@ -176,7 +177,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		srv.Data.Close()
 		return err
 	}
-	fmt.Fprintf(stdout, "packwire %s serving %s\n", version, srv.Data.Repos.Dir)
+	fmt.Fprintf(stdout, "%s serving %s\n", buildinfo.Get(), srv.Data.Repos.Dir)
 	if srv.GitAddr != nil {
 		fmt.Fprintf(stdout, "  git://   listening on %s\n", srv.GitAddr)
 	}

@@ -67,6 +67,9 @@ ALTER TABLE maintenance_runs ADD COLUMN node TEXT NOT NULL DEFAULT '';`,
 DELETE FROM request_wall_bins WHERE EXISTS (SELECT 1 FROM requests WHERE pack_cache = 'relayed');
 INSERT INTO rollup_pending SELECT since FROM (SELECT coalesce(min(start_ns), 0) AS since FROM requests) AS oldest
 	WHERE EXISTS (SELECT 1 FROM requests WHERE pack_cache = 'relayed') AND NOT EXISTS (SELECT 1 FROM rollup_pending);`,
+	// 7: the packwire version that served the request ("" before this
+	// migration): which build a change in costs came with.
+	`ALTER TABLE requests ADD COLUMN version TEXT NOT NULL DEFAULT '';`,
 }
 
 // Schema is the PostgreSQL schema (namespace) the governor's tables live
@@ -83,7 +86,7 @@ const Schema = "packwire_governor"
 const writeLock = 0x676f7665726e6f72
 
 const columns = `seq, id, start_ns, transport, protocol, repo, "user", remote, service, kind, wants, haves, depth, filter,
-	pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss, exit_code, result, error, pack_cache, node`
+	pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss, exit_code, result, error, pack_cache, node, version`
 
 // Options bound what the governor keeps and how it writes.
 type Options struct {
@@ -93,6 +96,8 @@ type Options struct {
 	Log           *slog.Logger
 	// Node names the cluster node in every record ("": a single server).
 	Node string
+	// Version is the packwire version written in every record (buildinfo).
+	Version string
 }
 
 // Governor owns the request records.
@@ -296,7 +301,7 @@ func (g *Governor) write(batch []Record, retry bool) error {
 	}
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO requests (id, start_ns, transport, protocol, repo, "user", remote, service, kind,
 		wants, haves, depth, filter, pushed_refs, bytes_in, bytes_out, queue_ns, wall_ns, cpu_user_ns, cpu_sys_ns, max_rss,
-		exit_code, result, error, pack_cache, node) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+		exit_code, result, error, pack_cache, node, version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 	if err != nil {
 		return err
 	}
@@ -306,10 +311,13 @@ func (g *Governor) write(batch []Record, retry bool) error {
 		if r.Node == "" {
 			r.Node = g.opts.Node // set by Start, before the writer runs
 		}
+		if r.Version == "" {
+			r.Version = g.opts.Version
+		}
 		ru.add(inputOf(&r))
 		if _, err := stmt.ExecContext(ctx, r.ID, r.Start.UnixNano(), r.Transport, r.Protocol, r.Repo, r.User, r.Remote,
 			r.Service, r.Kind, r.Wants, r.Haves, r.Depth, r.Filter, r.PushedRefs, r.BytesIn, r.BytesOut,
-			int64(r.QueueWait), int64(r.Wall), int64(r.UserCPU), int64(r.SysCPU), r.MaxRSS, r.ExitCode, r.Result, r.Error, r.PackCache, r.Node); err != nil {
+			int64(r.QueueWait), int64(r.Wall), int64(r.UserCPU), int64(r.SysCPU), r.MaxRSS, r.ExitCode, r.Result, r.Error, r.PackCache, r.Node, r.Version); err != nil {
 			return err
 		}
 	}
@@ -409,7 +417,7 @@ func scanRecords(rows *sql.Rows) ([]Record, int64, error) {
 		var startNs, queue, wall, cu, cs int64
 		if err := rows.Scan(&lastSeq, &r.ID, &startNs, &r.Transport, &r.Protocol, &r.Repo, &r.User, &r.Remote, &r.Service,
 			&r.Kind, &r.Wants, &r.Haves, &r.Depth, &r.Filter, &r.PushedRefs, &r.BytesIn, &r.BytesOut, &queue, &wall,
-			&cu, &cs, &r.MaxRSS, &r.ExitCode, &r.Result, &r.Error, &r.PackCache, &r.Node); err != nil {
+			&cu, &cs, &r.MaxRSS, &r.ExitCode, &r.Result, &r.Error, &r.PackCache, &r.Node, &r.Version); err != nil {
 			return nil, 0, err
 		}
 		r.Start = time.Unix(0, startNs)

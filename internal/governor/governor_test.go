@@ -172,3 +172,22 @@ func TestAPIHandler(t *testing.T) {
 		t.Fatalf("bad since: %d", rec.Code)
 	}
 }
+
+// TestRecordsCarryVersion: a record takes the version the governor was
+// started with, and reads back with it; one given its own keeps it.
+func TestRecordsCarryVersion(t *testing.T) {
+	g := openTest(t, Options{Version: "v1.2.3"})
+	now := time.Now()
+	g.Record(record(now, "full-clone", time.Millisecond, 0))
+	own := record(now.Add(time.Millisecond), "no-op", time.Millisecond, 0)
+	own.Version = "v1.2.2"
+	g.Record(own)
+	waitCount(t, g, 2)
+	recs, err := g.Last(context.Background(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs[0].Version != "v1.2.3" || recs[1].Version != "v1.2.2" {
+		t.Fatalf("versions %q, %q; want v1.2.3, v1.2.2", recs[0].Version, recs[1].Version)
+	}
+}

@@ -68,6 +68,14 @@ func (g *Governor) RegisterGauge(name, help string, value func() float64) {
 	g.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, value))
 }
 
+// RegisterInfo adds a gauge that is always 1 and says what it says in its
+// labels, as Prometheus' *_build_info series do.
+func (g *Governor) RegisterInfo(name, help string, labels map[string]string) {
+	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})
+	gauge.Set(1)
+	g.metrics.registry.MustRegister(gauge)
+}
+
 // MetricsHandler serves the Prometheus text format.
 func (g *Governor) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{})

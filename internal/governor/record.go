@@ -41,6 +41,7 @@ type Record struct {
 	Error      string    `json:"error,omitempty"`
 	PackCache  string    `json:"pack_cache,omitempty"` // generated, joined, hit, direct (pack cache); generated, replayed (fetch cache); relayed (served by another cluster node); empty: neither
 	Node       string    `json:"node,omitempty"`       // the cluster node that recorded it; empty: a single server
+	Version    string    `json:"version,omitempty"`    // the packwire version that served it (buildinfo); empty: recorded before versions were
 }
 
 // PackCacheRelayed is the outcome of a request this node passed on to the

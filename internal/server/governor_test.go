@@ -14,6 +14,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"packwire/internal/buildinfo"
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
 	"packwire/internal/store"
@@ -279,6 +280,17 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Errorf("git with a metrics token: %v\n%s", err, out)
 	}
 	_, text := get("Bearer " + metricsToken)
+	build := buildinfo.Get()
+	// Every record says which build served it.
+	recs, err := s.Governor.Last(ctx, 10)
+	if err != nil || len(recs) == 0 {
+		t.Fatalf("records: %v %v", recs, err)
+	}
+	for _, r := range recs {
+		if r.Version != build.Version || r.Version == "" {
+			t.Errorf("record %s %s: version %q, want %q", r.Kind, r.Result, r.Version, build.Version)
+		}
+	}
 	for _, want := range []string{
 		`packwire_requests_total{kind="full-clone",result="ok",service="git-upload-pack",transport="git"} 1`,
 		`packwire_requests_total{kind="unknown",result="refused",service="git-upload-pack",transport="git"} 1`,
@@ -286,6 +298,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`packwire_bytes_total{direction="out",kind="full-clone",service="git-upload-pack",transport="git"}`,
 		`packwire_request_duration_seconds_bucket{kind="full-clone"`,
 		`packwire_requests_in_flight 0`,
+		fmt.Sprintf(`packwire_build_info{goversion=%q,revision=%q,version=%q} 1`, build.GoVersion, build.Revision, build.Version),
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics miss %s", want)

@@ -24,6 +24,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"packwire/internal/buildinfo"
 	"packwire/internal/dashboard"
 	"packwire/internal/datadir"
 	"packwire/internal/fetchcache"
@@ -498,7 +499,10 @@ func (s *Server) Start() error {
 			return fail(err)
 		}
 	}
-	s.Governor.Start(governor.Options{MaxAge: cfg.RecordsMaxAge, MaxRows: cfg.RecordsMaxCount, FlushInterval: cfg.RecordsFlush, Log: cfg.Log, Node: cfg.Node})
+	build := buildinfo.Get()
+	s.Governor.Start(governor.Options{MaxAge: cfg.RecordsMaxAge, MaxRows: cfg.RecordsMaxCount, FlushInterval: cfg.RecordsFlush, Log: cfg.Log, Node: cfg.Node, Version: build.Version})
+	s.Governor.RegisterInfo("packwire_build_info", "The packwire build serving: module version, VCS revision, Go version; always 1.",
+		map[string]string{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion})
 
 	if gitL != nil {
 		s.GitAddr = gitL.Addr()
