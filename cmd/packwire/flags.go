@@ -229,7 +229,20 @@ func placeholder(f *flag.Flag) string {
 	return "VALUE"
 }
 
+// machineDefaults say how the defaults that depend on the machine are
+// reckoned, so that help (and the reference made from it) reads the same
+// on every machine.
+var machineDefaults = map[string]string{
+	"max-pack-jobs":          "2 per CPU, at least 4",
+	"max-pack-jobs-per-repo": "1 per CPU, at least 2",
+	"max-push-jobs":          "2 per CPU, at least 4",
+	"max-pushes-per-user":    "half of --max-push-jobs, at least 1",
+}
+
 func defaultText(f *flag.Flag) string {
+	if how, ok := machineDefaults[f.Name]; ok {
+		return "(default " + how + ")"
+	}
 	switch f.DefValue {
 	case "", "0", "0s", "false", "[]":
 		return ""

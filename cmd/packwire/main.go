@@ -111,7 +111,11 @@ func init() {
 		{name: "bench", args: "--url URL | --demo", summary: "replay the clone/fetch study (T1-T10) against a server: tables + report.html", run: cmdBench},
 		{name: "synth", args: "--shape S --out DIR", summary: "make a repository shaped like the clone study's jquery, swift or linux (--scale F,\n--pull-refs N: unfetched refs/pull/*/head as hosted repositories have)", run: cmdSynth},
 		{name: "sizer", args: "REPO [--json]", summary: "repository measures as git-sizer reports them, with a level of concern", run: cmdSizer},
-		{name: "version", summary: "print the version", run: cmdVersion},
+		{name: "version", summary: "print the version, VCS revision and Go version of this build", run: cmdVersion},
+		{name: "docs", summary: "this command line's documentation, generated from the command table and --help", subs: []*command{
+			{name: "reference", summary: "every command and flag as Markdown (docs/reference.md)", run: cmdDocsReference},
+			{name: "man", summary: "the manual page packwire(1) in troff: packwire docs man > packwire.1", run: cmdDocsMan},
+		}},
 	}
 }
 
