@@ -273,13 +273,13 @@ func readKeyFile(path string) (store.Key, error) {
 
 // dataFlag registers --data: the data directory, $PACKWIRE_DATA by default.
 func dataFlag(fs *flag.FlagSet) *string {
-	return fs.String("data", datadir.Dir(), "data directory; $"+datadir.EnvDir+" sets the default")
+	return fs.String("data", datadir.Dir(), "data directory ($"+datadir.EnvDir+" sets the default)")
 }
 
 // databaseFlag is --database: where the store is, when not the SQLite file
 // in the data directory.
 func databaseFlag(fs *flag.FlagSet) *string {
-	return fs.String("database", datadir.Database(), "keep the store (users, keys, tokens, grants, rules, settings, audit, webhooks) and the request records in PostgreSQL: postgres://USER@HOST/DB; default: the SQLite file in --data ($"+datadir.EnvDatabase+" sets the default)")
+	return fs.String("database", datadir.Database(), "keep the store and the request records in PostgreSQL (postgres://USER@HOST/DB) instead of the SQLite files in --data ($"+datadir.EnvDatabase+" sets the default)")
 }
 
 func cmdInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {

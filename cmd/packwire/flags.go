@@ -201,6 +201,8 @@ var placeholders = map[string]string{
 	"url": "URL", "push-url": "URL", "governor": "URL",
 	"git": "ADDR", "http": "ADDR", "ssh": "ADDR", "metrics": "ADDR", "listen": "ADDR", "upstream": "HOST:PORT",
 	"token": "TOKEN", "trusted-proxies": "CIDR,...", "ssh-ciphers": "LIST",
+	"database": "URL", "node-url": "URL", "node": "NAME", "log-format": "FORMAT", "default-branch": "BRANCH",
+	"token-file": "FILE", "secret-file": "FILE",
 }
 
 func placeholder(f *flag.Flag) string {

@@ -219,7 +219,7 @@ var Defaults = Config{
 	MaxSpooledBytes:        1 << 30,
 	MaxSpooledBytesPerAddr: 256 << 20,
 
-	PackCache:             false, // opt-in: see README "Clone storms" for the measurement
+	PackCache:             false, // opt-in: see docs/clone-storms.md for the measurement
 	PackCacheMaxBytes:     2 << 30,
 	PackCacheMaxAge:       5 * time.Minute,
 	PackCacheMinUses:      1,
