@@ -25,7 +25,7 @@ func cmdGovernor(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if tail || maintenance {
 		args = args[1:]
 	}
-	fs := newFlagSet("governor", "governor [--since DUR] [--by repo|user|kind|transport|service|result|node] [--top N] [--node NAME] [--json] [--database URL]\n       packwire governor --last N [--node NAME] [--json]\n       packwire governor tail [--node NAME] [--json]\n       packwire governor maintenance [--repo NAME] [--last N] [--json]",
+	fs := newFlagSet("governor", "governor [--since DUR] [--by repo|user|kind|transport|service|result|node|version] [--top N] [--node NAME] [--json] [--database URL]\n       packwire governor --last N [--node NAME] [--json]\n       packwire governor tail [--node NAME] [--json]\n       packwire governor maintenance [--repo NAME] [--last N] [--json]",
 		`Show what requests cost: count, wall time percentiles (p50/p95/p99),
 git CPU in total and per request (user+system of git and the children it
 waited for: pack-objects, hooks; with --pack-cache, a shared pack-objects
@@ -39,7 +39,7 @@ PostgreSQL: this shows the whole cluster, each record with its node
 (--by node, --node NAME for one node's).`, stderr)
 	dir := dataFlag(fs)
 	since := fs.Duration("since", 24*time.Hour, "summarise requests that started within this long")
-	by := fs.String("by", "kind", "group by repo, user, kind, transport, service, result or node")
+	by := fs.String("by", "kind", "group by repo, user, kind, transport, service, result, node or version (the packwire build)")
 	node := fs.String("node", "", "summaries, --last and tail: only the records of this cluster node")
 	database := fs.String("database", datadir.Database(), "read a cluster's records, every node's, from PostgreSQL: postgres://USER@HOST/DB (serve's --database); default: governor.db in --data ($"+datadir.EnvDatabase+" sets the default)")
 	top := fs.Int("top", 20, "show at most this many groups")

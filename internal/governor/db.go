@@ -495,7 +495,7 @@ type Group struct {
 
 // GroupBy names the columns a summary can group by.
 // (user is quoted: a reserved word in PostgreSQL.)
-var GroupBy = map[string]string{"repo": "repo", "user": `"user"`, "kind": "kind", "transport": "transport", "service": "service", "result": "result", "node": "node"}
+var GroupBy = map[string]string{"repo": "repo", "user": `"user"`, "kind": "kind", "transport": "transport", "service": "service", "result": "result", "node": "node", "version": "version"}
 
 // Summarize aggregates records since a time, grouped by one column, the
 // groups with the most git CPU first. Counting and sums happen in SQL;
@@ -509,7 +509,7 @@ func (g *Governor) SummarizeWhere(ctx context.Context, since time.Time, by strin
 	cond, condArgs := f.where()
 	col, ok := GroupBy[by]
 	if !ok {
-		return nil, fmt.Errorf("cannot group by %q (repo, user, kind, transport, service, result, node)", by)
+		return nil, fmt.Errorf("cannot group by %q (repo, user, kind, transport, service, result, node, version)", by)
 	}
 	if by != "node" && f.Node == "" {
 		// Once per request: where it was served (PackCacheRelayed).

@@ -190,4 +190,14 @@ func TestRecordsCarryVersion(t *testing.T) {
 	if recs[0].Version != "v1.2.3" || recs[1].Version != "v1.2.2" {
 		t.Fatalf("versions %q, %q; want v1.2.3, v1.2.2", recs[0].Version, recs[1].Version)
 	}
+	// Costs by build: what an upgrade changed.
+	groups, err := g.Summarize(context.Background(), now.Add(-time.Hour), "version", 10)
+	if err != nil || len(groups) != 2 {
+		t.Fatalf("by version: %+v %v", groups, err)
+	}
+	for _, gr := range groups {
+		if (gr.Key != "v1.2.3" && gr.Key != "v1.2.2") || gr.Count != 1 {
+			t.Errorf("by version: group %+v", gr)
+		}
+	}
 }
