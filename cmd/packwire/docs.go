@@ -21,32 +21,27 @@ import (
 // fails when docs/reference.md differs from what "packwire docs reference"
 // prints now.
 
-func cmdDocsReference(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("docs reference", "docs reference", "Print the reference of every command and flag as Markdown, from the command\ntable and each command's --help (go generate ./cmd/packwire writes it to\ndocs/reference.md).", stderr)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(args, pos, 0, 0, "docs reference"); err != nil {
-		return err
-	}
-	docsEnv()
-	_, err = io.WriteString(stdout, referenceMarkdown(ctx))
-	return err
-}
+var (
+	cmdDocsReference = docsCommand("docs reference", "Print the reference of every command and flag as Markdown, from the command\ntable and each command's --help (go generate ./cmd/packwire writes it to\ndocs/reference.md).", referenceMarkdown)
+	cmdDocsMan       = docsCommand("docs man", "Print the manual page packwire(1) in troff, from the same source as the\nreference: packwire docs man > packwire.1; man ./packwire.1 shows it.", manPage)
+)
 
-func cmdDocsMan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("docs man", "docs man", "Print the manual page packwire(1) in troff, from the same source as the\nreference: packwire docs man > packwire.1; man ./packwire.1 shows it.", stderr)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
+// docsCommand is a command that takes no arguments and prints what write
+// makes of the command line's help.
+func docsCommand(name, description string, write func(context.Context) string) func(context.Context, []string, io.Writer, io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		fs := newFlagSet(name, name, description, stderr)
+		pos, err := parseInterspersed(fs, args)
+		if err != nil {
+			return err
+		}
+		if err := wantArgs(args, pos, 0, 0, name); err != nil {
+			return err
+		}
+		docsEnv()
+		_, err = io.WriteString(stdout, write(ctx))
 		return err
 	}
-	if err := wantArgs(args, pos, 0, 0, "docs man"); err != nil {
-		return err
-	}
-	docsEnv()
-	_, err = io.WriteString(stdout, manPage(ctx))
-	return err
 }
 
 // docsEnvVars set defaults that --help shows; the documentation shows
