@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
@@ -18,25 +17,13 @@ import (
 // others; the windows and failover times are reported (t.Log), not
 // asserted, as they depend on the machine's load.
 //
-// The nemeses in stillLosing are left out unless PACKWIRE_NEMESES=all:
-// they lost acknowledged pushes on the merged fixes of issue 29 (see
-// bench/CHAOS.md), which stays open for them. Every other nemesis must
-// lose nothing.
+// Every nemesis must lose nothing (pg-kill and pg-down, left out for a
+// while, run again: bench/CHAOS.md says what they had lost and why).
 func TestNemesesShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the nemesis suite starts PostgreSQL and three nodes")
 	}
 	run1 := nemeses
-	if os.Getenv("PACKWIRE_NEMESES") != "all" {
-		run1 = nil
-		for _, n := range nemeses {
-			if why, open := stillLosing[n.name]; open {
-				t.Logf("left out (PACKWIRE_NEMESES=all runs it): %s: %s", n.name, why)
-				continue
-			}
-			run1 = append(run1, n)
-		}
-	}
 	report, failed, err := run(context.Background(), options{nemeses: run1, short: true,
 		heartbeat: cluster.DefaultHeartbeat, nodeTimeout: cluster.DefaultNodeTimeout, readers: 3, log: &logWriter{t}})
 	t.Log("\n" + report)
@@ -46,13 +33,6 @@ func TestNemesesShort(t *testing.T) {
 	if failed {
 		t.Fatal("the nemesis suite found acknowledged pushes lost, stale reads or unequal copies: see the report above")
 	}
-}
-
-// stillLosing are the nemeses known to lose acknowledged pushes still,
-// with what was seen: an open bug, not a slow machine.
-var stillLosing = map[string]string{
-	"pg-kill": "3 acknowledged pushes lost in one CI-length run (2026-11-29 09:57, PostgreSQL then ran with synchronous_commit=off, since turned on)",
-	"pg-down": "1 acknowledged push missing from one copy recorded at the generation (2026-11-29 09:58): cause not found yet",
 }
 
 // logWriter sends the suite's progress lines to the test's log.

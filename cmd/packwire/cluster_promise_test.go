@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -280,5 +281,118 @@ func TestClusterNeverCatchesUpFromAStaleCopy(t *testing.T) {
 			t.Fatalf("after verify, %s has b2 at %q, want %s", n, got, two)
 		}
 		c.env.Git(c.bare(n), "fsck", "--strict")
+	}
+}
+
+// TestClusterCatchUpNeverPrunesAVotedPush (issue 29, the pg-down loss of
+// bench/chaos): a node's catch-up of its copy read the placement (the
+// copy behind), then the copy was recorded current (a late record of a
+// push it had taken) and voted for the next push, b2, while the
+// primary's git had not yet written b2. The catch-up then fetched with
+// --prune from the primary, proven at the generation it had read, and
+// deleted b2 from a copy recorded at b2's generation: an acknowledged
+// push missing from a copy the cluster calls current. Now the catch-up
+// and replication take turns on the copy's refs, and a catch-up finding
+// its copy current by then leaves it alone.
+func TestClusterCatchUpNeverPrunesAVotedPush(t *testing.T) {
+	c := newPromiseCluster(t)
+	c.commit("one")
+	c.env.Git(c.work, "push", "-q", c.pushURL("a"), "main")
+	primary := c.waitAll(1).Primary
+	lagging := "a"
+	if primary == "a" {
+		lagging = "b"
+	}
+
+	// The lagging node's catch-up stops before it fetches, until released.
+	reached, ended := make(chan struct{}, 8), make(chan struct{}, 8)
+	release := make(chan struct{})
+	var once sync.Once
+	releaseCatchUp := func() { once.Do(func() { close(release) }) }
+	defer releaseCatchUp()
+	c.nodes[lagging].Router.SetCatchUpHook(func(repo, at string) {
+		if repo != "team/app" {
+			return
+		}
+		switch at {
+		case "bring":
+			reached <- struct{}{}
+			select {
+			case <-release:
+			case <-time.After(time.Minute):
+			}
+		case "end":
+			ended <- struct{}{}
+		}
+	})
+	if _, err := c.db.Exec("UPDATE replicas SET generation = 0 WHERE repo = 'team/app' AND node = $1", lagging); err != nil {
+		t.Fatal(err)
+	}
+	// Its node's next tick catches it up; asked at once here too (one
+	// catch-up runs, the other waits for it).
+	go c.nodes[lagging].Router.Reconcile(context.Background())
+	select {
+	case <-reached:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the lagging copy's catch-up did not start")
+	}
+	// Meanwhile its copy is recorded current again (it never lacked
+	// generation 1: a push's late record), and takes the next push.
+	if _, err := c.db.Exec("UPDATE replicas SET generation = 1 WHERE repo = 'team/app' AND node = $1", lagging); err != nil {
+		t.Fatal(err)
+	}
+	committed, releaseGit := make(chan struct{}, 1), make(chan struct{})
+	var gitOnce sync.Once
+	letGitWrite := func() { gitOnce.Do(func() { close(releaseGit) }) }
+	defer letGitWrite()
+	c.nodes[primary].Router.SetAfterCommit(func(string) {
+		committed <- struct{}{}
+		select {
+		case <-releaseGit:
+		case <-time.After(time.Minute):
+		}
+	})
+	two := c.commit("two")
+	pushed := make(chan error, 1)
+	go func() {
+		out, err := c.env.Run(c.work, nil, "push", c.pushURL(primary), "HEAD:refs/heads/b2")
+		if err != nil {
+			err = fmt.Errorf("%v: %s", err, out)
+		}
+		pushed <- err
+	}()
+	select {
+	case <-committed:
+	case err := <-pushed:
+		t.Fatalf("the push ended before its commit: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the push was not committed")
+	}
+	c.waitFor(lagging+" recorded at generation 2", func(r cluster.RepoStatus) bool { return c.generationOf(r, lagging) == 2 })
+	if got := c.refAt(lagging, "refs/heads/b2"); got != two {
+		t.Fatalf("%s is recorded at generation 2 with b2 at %q, want %s", lagging, got, two)
+	}
+	if got := c.refAt(primary, "refs/heads/b2"); got != "" {
+		t.Fatalf("the primary's git wrote b2 before the test let it: %s", got)
+	}
+	// The catch-up goes on while the primary's refs still lack b2.
+	releaseCatchUp()
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lagging copy's catch-up did not end")
+	}
+	if got := c.refAt(lagging, "refs/heads/b2"); got != two {
+		t.Fatalf("%s's catch-up deleted b2 (now %q) from a copy recorded at its generation", lagging, got)
+	}
+	letGitWrite()
+	if err := <-pushed; err != nil {
+		t.Fatalf("the push: %v", err)
+	}
+	c.waitAll(2)
+	for _, n := range []string{"a", "b", "c"} {
+		if got := c.refAt(n, "refs/heads/b2"); got != two {
+			t.Fatalf("%s has b2 at %q, want %s", n, got, two)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"packwire/internal/procgroup"
@@ -402,6 +403,17 @@ func (r *Runner) Run(ctx context.Context, spec Spec, stdin io.Reader, stdout, st
 		return res, waitErr
 	}
 	return res, nil
+}
+
+// StopGently makes the end of cmd's context (exec.CommandContext) ask
+// git to stop with SIGTERM rather than kill it: on SIGTERM git removes
+// the lock files of the ref transaction it holds, which a SIGKILL leaves
+// behind, failing every later update of those refs ("Unable to create
+// '....lock': File exists") until someone removes them. It is killed
+// if still running after wait.
+func StopGently(cmd *exec.Cmd, wait time.Duration) {
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = wait
 }
 
 // CopyBuffers are the 256 KiB buffers every copy of git's output to a

@@ -9,6 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"packwire/internal/gitexec"
 )
 
 // DefaultBranch is the branch a new repository's HEAD names unless the
@@ -114,6 +117,7 @@ func FollowFirstPush(ctx context.Context, r Repo, created []string) (string, err
 
 func git(ctx context.Context, r Repo, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "safe.directory=*", "--git-dir", r.Path}, args...)...)
+	gitexec.StopGently(cmd, 5*time.Second) // no HEAD.lock left behind
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

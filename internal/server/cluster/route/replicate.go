@@ -117,7 +117,13 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader, max
 		return http.StatusNotFound, fmt.Errorf("repository moved or locked: %w", err)
 	}
 	defer lock.Release()
-	defer kits.refill(rp.Path) // the next replication's processes
+	// Not while this node's catch-up of the copy writes its refs
+	// (refwrites.go).
+	writes, err := lockRefWrites(ctx, rp.Path)
+	if err != nil {
+		return http.StatusServiceUnavailable, fmt.Errorf("waiting for the copy's catch-up: %w", err)
+	}
+	defer writes.Release()
 
 	// update-ref and rev-list started ahead (warm.go), or now; update-ref
 	// reads the updates while the objects come.
@@ -133,6 +139,7 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader, max
 	defer func() {
 		if !ended {
 			kit.end()
+			kits.refill(rp.Path) // the next replication's processes
 		}
 	}()
 	txn := kit.refs

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"packwire/internal/gitexec"
 	"packwire/internal/pipeline"
 	"packwire/internal/push"
 	"packwire/internal/repo"
@@ -44,6 +45,25 @@ type Router struct {
 	recording             map[string]chan struct{} // repo -> the record of the primary's copy in progress
 	spareDirs             []string                 // pushes' hooks directories made ahead (pushdir.go)
 	afterCommit           func(repo string)        // SetAfterCommit
+	onCatchUp             func(repo, at string)    // SetCatchUpHook
+}
+
+// SetCatchUpHook sets a function run at points of this node's catch-ups
+// of a copy: "bring" before it chooses a source and fetches, "end" when
+// the catch-up returns. Tests hold a catch-up there (nil: none).
+func (rt *Router) SetCatchUpHook(f func(repo, at string)) {
+	rt.mu.Lock()
+	rt.onCatchUp = f
+	rt.mu.Unlock()
+}
+
+func (rt *Router) catchUpHook(repo, at string) {
+	rt.mu.Lock()
+	f := rt.onCatchUp
+	rt.mu.Unlock()
+	if f != nil {
+		f(repo, at)
+	}
 }
 
 // SetAfterCommit sets a function run once a push's generation is
@@ -298,6 +318,7 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 		delete(rt.catching, name)
 		rt.mu.Unlock()
 		close(ch)
+		rt.catchUpHook(name, "end")
 	}()
 	for round := 0; round < catchUpRounds; round++ {
 		done, err := rt.catchUpRound(ctx, name)
@@ -323,8 +344,7 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 			if pl.Source != "" && pl.Generation == 0 {
 				return "", errWaiting
 			}
-			// Made by a round before (ensureLocal asks the store, whose
-			// connection this round holds).
+			// Made by a round before.
 			r, err := rt.Repos.Resolve(name)
 			if err != nil {
 				return "", err
@@ -400,6 +420,23 @@ func (rt *Router) catchUpRound(ctx context.Context, name string) (bool, error) {
 // not its, or a primary whose push is still landing, is never fetched
 // from: a pruning fetch from it would delete what it lacks here.
 func (rt *Router) bringTo(ctx context.Context, r repo.Repo, pl cluster.Placement) (string, error) {
+	rt.catchUpHook(pl.Repo, "bring")
+	// No replication writes here meanwhile (refwrites.go); and a copy
+	// recorded at the generation since pl was read (a late record of a
+	// push it took) may already hold a newer push, which the pruning
+	// fetch below would delete: it is left as it is.
+	writes, err := lockRefWrites(ctx, r.Path)
+	if err != nil {
+		return "", err
+	}
+	defer writes.Release()
+	now, err := cluster.Locate(ctx, rt.Node.DB, pl.Repo, rt.Node.NodeTimeout())
+	if err != nil {
+		return "", err
+	}
+	if now.UpToDate(rt.Node.Name) {
+		return cluster.CopyDigest(r.Path)
+	}
 	if pl.Generation == 0 {
 		// No push was ever committed: the repository has no refs, and a
 		// copy that has some (a push that failed after this copy took
@@ -413,6 +450,11 @@ func (rt *Router) bringTo(ctx context.Context, r repo.Repo, pl cluster.Placement
 	if err != nil {
 		return "", err
 	}
+	return rt.fetchFrom(ctx, r, pl, from)
+}
+
+// fetchFrom makes r's refs from's (bringTo) and returns their digest.
+func (rt *Router) fetchFrom(ctx context.Context, r repo.Repo, pl cluster.Placement, from cluster.Replica) (string, error) {
 	// Every ref as it is there, refs it no longer has deleted, in one
 	// transaction (--atomic).
 	// No automatic gc after the fetch: maintenance owns the object
@@ -420,7 +462,18 @@ func (rt *Router) bringTo(ctx context.Context, r repo.Repo, pl cluster.Placement
 	cmd := exec.CommandContext(ctx, "git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
 		cluster.RepoURL(from.URL, pl.Repo), "+refs/*:refs/*", "^"+cluster.LocalRefs+"*")
 	cmd.Env = append(os.Environ(), cluster.AuthEnv(rt.Secret)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	gitexec.StopGently(cmd, 5*time.Second) // stopped, it leaves no ref locks
+	out, err := cmd.CombinedOutput()
+	if err != nil && strings.Contains(string(out), ".lock': File exists") {
+		// A ref lock left by a git killed before it could remove it. No
+		// replication writes here now (refWritesLock), and no git holds
+		// a ref lock for longer than a push's lease: one older is stale.
+		if n, rerr := repo.RemoveStaleLocks(r, time.Now().Add(-cluster.PushLease)); rerr == nil && n > 0 {
+			rt.Node.Log.Info("cluster: removed ref locks left by a killed git", "repo", pl.Repo, "locks", n)
+			return rt.fetchFrom(ctx, r, pl, from)
+		}
+	}
+	if err != nil {
 		return "", fmt.Errorf("fetching from %s: %v: %s", from.Node, err, cluster.LastLines(string(out), 3))
 	}
 	return cluster.CopyDigest(r.Path)
@@ -487,6 +540,7 @@ func dropRefs(ctx context.Context, gitDir string) error {
 		return nil
 	}
 	cmd := exec.CommandContext(ctx, "git", "--git-dir", gitDir, "update-ref", "--stdin")
+	gitexec.StopGently(cmd, 5*time.Second)
 	cmd.Stdin = strings.NewReader(in.String())
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("deleting refs: %v: %s", err, cluster.LastLines(string(out), 3))

@@ -188,6 +188,8 @@ func (k *warmKit) end() {
 // quarantine, emptied by the replication, to the repository's next kit:
 // making a directory, and removing one, cost a few hundred microseconds
 // of CPU each on this machine's disk, which the next push wants.
+// The next kit is started only then (refill), so that it gets the
+// quarantine however long this kit's processes take to end.
 func (k *warmKit) finish(w *warmKits) {
 	q := k.quarantine
 	k.quarantine = "" // end leaves it
@@ -195,6 +197,7 @@ func (k *warmKit) finish(w *warmKits) {
 	if left, err := os.ReadDir(filepath.Join(q, "pack")); err != nil || len(left) > 0 || !w.keepQuarantine(k.gitDir, q) {
 		os.RemoveAll(q)
 	}
+	w.refill(k.gitDir)
 }
 
 // discard ends a kit never used, in the background.
@@ -359,7 +362,8 @@ type refTxn struct {
 func spawnRefs(ctx context.Context, gitDir, quarantine string) (*refTxn, error) {
 	cmd := exec.CommandContext(ctx, "git", "-c", "safe.directory=*", "--git-dir", gitDir, "update-ref", "--stdin")
 	cmd.Env = append(gitexec.Environ(), "GIT_ALTERNATE_OBJECT_DIRECTORIES="+quarantine)
-	cmd.WaitDelay = 5 * time.Second
+	// Its locks on the refs are removed, not left, when it is stopped.
+	gitexec.StopGently(cmd, 5*time.Second)
 	t := &refTxn{stderr: &bytes.Buffer{}, written: make(chan struct{})}
 	cmd.Stderr = t.stderr
 	var err error
