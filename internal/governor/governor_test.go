@@ -30,7 +30,9 @@ func record(start time.Time, kind string, wall, cpu time.Duration) Record {
 
 func waitCount(t *testing.T, g *Governor, n int) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
+	// Records are written by the governor's own goroutine: on a loaded
+	// machine that can take seconds (2 s was too short under load 50).
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		recs, _ := g.Last(context.Background(), n+1)
 		if len(recs) == n {
 			return
