@@ -152,10 +152,10 @@ func (s *setup) sshPerfWorkload(r *report) {
 		r.row(t.name, cpu, secs(benchkit.Median(t.walls)), fmt.Sprint(t.errs))
 	}
 	pw, ip, devnull, sshd, file := targets[0], targets[1], targets[2], targets[3], targets[4]
-	vsIP := compare.Analyze(pw.cpu, ip.cpu)
-	vsNull := compare.Analyze(pw.cpu, devnull.cpu)
-	vsSSHD := compare.Analyze(pw.cpu, sshd.cpu)
-	vsFile := compare.Analyze(pw.walls, file.walls)
+	vsIP := compare.Analyze(ip.cpu, pw.cpu) // ratios B/A: packwire / peer
+	vsNull := compare.Analyze(devnull.cpu, pw.cpu)
+	vsSSHD := compare.Analyze(sshd.cpu, pw.cpu)
+	vsFile := compare.Analyze(file.walls, pw.walls)
 	r.note(fmt.Sprintf("packwire / bare into index-pack: %s; / bare into /dev/null: %s; / sshd + git: %s; clone wall / file://: %s.",
 		ratioCI(vsIP), ratioCI(vsNull), ratioCI(vsSSHD), ratioCI(vsFile)))
 	r.target("repeated full clone over SSH: server CPU <= 1.3x the bare x/crypto/ssh server sending the pack into index-pack", vsIP.MedianRatio, 1.3, vsIP)
