@@ -72,7 +72,7 @@ func main() {
 	outDir := flag.String("out", "bench/out/peers", "work directory (repositories, data, clones)")
 	shape := flag.String("shape", "jquery", "synth shape of the benchmark repository (jquery, swift, linux)")
 	scale := flag.Float64("scale", 1, "synth scale of the benchmark repository")
-	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, sshfloor, coldclone, bigstorm, idle, load); default all but bigstorm")
+	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, sshfloor, coldclone, bigstorm, sshperf, idle, load); default all but bigstorm and sshperf")
 	from := flag.String("from", "", "copy this bare repository (e.g. one packwire synth made) instead of generating the shape (-shape names it)")
 	bigHerd := flag.Int("bigstorm-herd", 16, "clones per herd of the bigstorm workload (run it with a big repository: -shape linux -scale 0.15)")
 	flag.StringVar(&stormParts, "storm-parts", "cold,repeated,ci", "comma-separated parts of the storm workload to run: cold (cold clone herds), repeated (repeated clones against the peers), ci (CI runners fetching after a push)")
@@ -109,8 +109,9 @@ func main() {
 			want[w] = true
 		}
 	}
-	// bigstorm needs a big repository and an hour: only when asked for.
-	run := func(name string) bool { return want[name] || len(want) == 0 && name != "bigstorm" }
+	// bigstorm needs a big repository and an hour, sshperf a real history
+	// (-from): only when asked for.
+	run := func(name string) bool { return want[name] || len(want) == 0 && name != "bigstorm" && name != "sshperf" }
 
 	home := filepath.Join(out, "home")
 	os.MkdirAll(home, 0o700)
@@ -207,6 +208,9 @@ func main() {
 	}
 	if run("coldclone") {
 		s.coldCloneWorkload(r)
+	}
+	if run("sshperf") {
+		s.sshPerfWorkload(r)
 	}
 	if run("bigstorm") {
 		trs := map[string]bool{}

@@ -58,20 +58,8 @@ func (s *setup) sshFloorWorkload(r *report, n int) {
 	replyFile := filepath.Join(s.out, "sshfloor-reply")
 	os.WriteFile(replyFile, reply, 0o644)
 
-	self, err := os.Executable()
-	if err != nil {
-		benchkit.Fatalf("%v", err)
-	}
-	barePort := benchkit.FreePort()
-	g := benchkit.NewGroup("bare-ssh")
-	cmd := g.Command(self, "-bare-ssh-serve", "127.0.0.1:"+barePort, "-bare-ssh-reply", replyFile, "-bare-ssh-key", s.key+".pub")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		g.Close()
-		benchkit.Fatalf("%v", err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait(); g.Close() }()
-	benchkit.WaitPort(barePort)
+	barePort, g, stop := s.startBareSSH(replyFile)
+	defer stop()
 	bareCmd := sshArgs("git", barePort, "git-upload-pack '/"+s.repo+".git'")
 	if got, err := runSSH(bareCmd, stdin); err != nil || !bytes.Equal(got, reply) {
 		benchkit.Fatalf("sshfloor: the bare server's answer: %v\n%q", err, got)
@@ -167,6 +155,26 @@ func (s *setup) sshFloorWorkload(r *report, n int) {
 	}
 }
 
+// startBareSSH starts serveBareSSH (this program again) in its own cgroup,
+// answering every exec with the contents of replyFile, and returns its port,
+// its group and what stops it.
+func (s *setup) startBareSSH(replyFile string) (port string, g *benchkit.Group, stop func()) {
+	self, err := os.Executable()
+	if err != nil {
+		benchkit.Fatalf("%v", err)
+	}
+	port = benchkit.FreePort()
+	g = benchkit.NewGroup("bare-ssh")
+	cmd := g.Command(self, "-bare-ssh-serve", "127.0.0.1:"+port, "-bare-ssh-reply", replyFile, "-bare-ssh-key", s.key+".pub")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		g.Close()
+		benchkit.Fatalf("%v", err)
+	}
+	benchkit.WaitPort(port)
+	return port, g, func() { cmd.Process.Kill(); cmd.Wait(); g.Close() }
+}
+
 // msf is d in milliseconds, with two decimals' worth of precision kept.
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
@@ -197,7 +205,8 @@ func runSSH(args []string, stdin string) ([]byte, error) {
 
 // serveBareSSH is the bare server of sshFloorWorkload: golang.org/x/crypto/ssh
 // with nothing else but packwire's cipher offer. It accepts the one key in authorizedKey, answers every
-// exec with reply ("stream N": N random bytes instead), reads the client's
+// exec with reply ("stream N": N random bytes instead; "cat PATH": the
+// file's bytes, read once), reads the client's
 // input to its end, sends exit status 0, EOF and close (packwire's order),
 // and refuses everything else.
 func serveBareSSH(addr, replyFile, authorizedKey string) {
@@ -261,6 +270,25 @@ func randomBytes(n int) []byte {
 	return randomBuf[:n]
 }
 
+var filesMu sync.Mutex
+var files = map[string][]byte{}
+
+// fileBytes returns the contents of path, read once: the bare server's
+// CPU is the library's, not the file system's.
+func fileBytes(path string) []byte {
+	filesMu.Lock()
+	defer filesMu.Unlock()
+	if b, ok := files[path]; ok {
+		return b
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		log.Printf("bare ssh server: %v", err)
+	}
+	files[path] = b
+	return b
+}
+
 func serveBareConn(nc net.Conn, cfg *ssh.ServerConfig, reply []byte) {
 	defer nc.Close()
 	sc, chans, reqs, err := ssh.NewServerConn(nc, cfg)
@@ -291,6 +319,8 @@ func serveBareConn(nc net.Conn, cfg *ssh.ServerConfig, reply []byte) {
 					if n, ok := strings.CutPrefix(cmd.Command, "stream "); ok {
 						size, _ := strconv.Atoi(n)
 						out = randomBytes(size)
+					} else if path, ok := strings.CutPrefix(cmd.Command, "cat "); ok {
+						out = fileBytes(path)
 					}
 					go func() {
 						ch.Write(out)

@@ -112,6 +112,8 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.mu.Unlock()
 	err := accept.Loop(l, s.log().With("transport", "ssh"), s.isClosed, func(nc net.Conn) {
+		rtt, known := handshakeRTT(nc)
+		near := known && rtt <= preferMaxRTT
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetKeepAliveConfig(tcpKeepAlive)
 		}
@@ -127,7 +129,7 @@ func (s *Server) Serve(l net.Listener) error {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.handleConn(nc, config)
+			s.handleConn(nc, config, near)
 		}()
 	})
 	if err == nil {
@@ -250,8 +252,10 @@ func principalOf(perms *gossh.Permissions) access.Principal {
 	return access.Principal{User: perms.Extensions[extUser], Via: perms.Extensions[extVia]}
 }
 
-// handleConn runs one connection from accept to close.
-func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
+// handleConn runs one connection from accept to close. near: the round
+// trip is short enough to wait for the client's cipher list (see
+// preferCiphers).
+func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool) {
 	start := time.Now()
 	s.accepted.Add(1)
 	defer nc.Close()
@@ -272,8 +276,18 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
 		return
 	}
 
+	var deadline time.Time
 	if s.InitTimeout > 0 {
-		nc.SetDeadline(start.Add(s.InitTimeout))
+		deadline = start.Add(s.InitTimeout)
+		nc.SetDeadline(deadline)
+	}
+	if near && len(config.Ciphers) > 1 {
+		var ciphers []string
+		if nc, ciphers = preferCiphers(nc, config.ServerVersion, config.Ciphers, deadline); len(ciphers) < len(config.Ciphers) {
+			own := *config
+			own.Ciphers = ciphers
+			config = &own
+		}
 	}
 	sconn, chans, globalReqs, err := gossh.NewServerConn(nc, config)
 	if err != nil {
