@@ -1,0 +1,172 @@
+package accept
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Penalties refuse, right after accept and without reading a byte, the
+// connections of an address that keeps misbehaving: OpenSSH's
+// PerSourcePenalties. Each offence (a malformed request, a connection
+// refused over a per-address bound, a request that never came) adds its
+// cost to the address's penalty, which runs down with time; once it
+// exceeds Min the address is refused at accept until it has run out. An
+// address penalized again soon after a penalty ended gets twice the last
+// one. No penalty is longer than Max.
+//
+// Without them a flood of connections that are each refused costs the
+// server a goroutine, a read, a log line and often a key exchange apiece,
+// as fast as the attacker reconnects; with them it costs an accept and a
+// close. A nil *Penalties penalizes nothing.
+type Penalties struct {
+	min, max time.Duration
+	exempt   func(netip.Addr) bool
+	log      *slog.Logger
+	now      func() time.Time // tests
+
+	mu sync.Mutex
+	by map[netip.Addr]*penalty
+	// swept is when by was last cleared of penalties long over.
+	swept time.Time
+}
+
+// penalty is one address's account.
+type penalty struct {
+	until   time.Time     // the penalty runs out then
+	blocked bool          // it passed min: connections are refused at accept
+	last    time.Duration // the length of its last block, doubled on a relapse
+	ended   time.Time     // when that block ran out
+	refused int           // connections refused at accept during this block
+	reason  string        // the offence that started the block
+}
+
+// Offence costs, as OpenSSH's (noauth:1s authfail:5s grace-exceeded:10s).
+const (
+	// CostProtocol is a malformed request or packet, or a failed SSH
+	// handshake.
+	CostProtocol = 2 * time.Second
+	// CostBusy is a connection refused over a per-address bound.
+	CostBusy = time.Second
+	// CostTimeout is a connection that sent no request in --init-timeout.
+	CostTimeout = 10 * time.Second
+)
+
+// NewPenalties starts penalizing addresses once their penalty exceeds min,
+// for at most max; max <= 0 returns nil (off). exempt (nil: none) names
+// addresses never penalized: trusted reverse proxies, behind which every
+// client shares one address. log (nil: slog.Default) gets one line when an
+// address starts being refused and one when it is let in again.
+func NewPenalties(min, max time.Duration, exempt func(netip.Addr) bool, log *slog.Logger) *Penalties {
+	if max <= 0 {
+		return nil
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Penalties{min: min, max: max, exempt: exempt, log: log, now: time.Now, by: make(map[netip.Addr]*penalty)}
+}
+
+// Offend adds cost to remote's penalty for reason (for the log).
+func (p *Penalties) Offend(remote net.Addr, cost time.Duration, reason string) {
+	if p == nil {
+		return
+	}
+	addr, ok := addrOf(remote)
+	if !ok || (p.exempt != nil && p.exempt(addr)) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	p.sweepLocked(now)
+	a := p.by[addr]
+	if a == nil {
+		a = &penalty{}
+		p.by[addr] = a
+	}
+	p.expireLocked(addr, a, now)
+	if a.blocked {
+		return // already refused; an offence in flight adds nothing
+	}
+	a.until = later(a.until, now).Add(cost)
+	if a.until.Sub(now) <= p.min {
+		return
+	}
+	block := a.until.Sub(now)
+	if !a.ended.IsZero() && now.Sub(a.ended) < p.max {
+		block = max(block, 2*a.last) // a relapse: twice the last
+	}
+	block = min(block, p.max)
+	a.blocked, a.until, a.last, a.refused, a.reason = true, now.Add(block), block, 0, reason
+	p.log.Warn("refusing an address's connections at accept", "remote", addr.String(), "for", block.String(), "reason", reason)
+}
+
+// Refused reports whether remote is being refused: the caller closes the
+// connection at once (Reject).
+func (p *Penalties) Refused(remote net.Addr) bool {
+	if p == nil {
+		return false
+	}
+	addr, ok := addrOf(remote)
+	if !ok {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := p.by[addr]
+	if a == nil {
+		return false
+	}
+	p.expireLocked(addr, a, p.now())
+	if !a.blocked {
+		return false
+	}
+	a.refused++
+	return true
+}
+
+// expireLocked ends a's block or penalty once it has run out.
+func (p *Penalties) expireLocked(addr netip.Addr, a *penalty, now time.Time) {
+	if now.Before(a.until) {
+		return
+	}
+	if a.blocked {
+		a.blocked, a.ended = false, a.until
+		p.log.Info("accepting an address's connections again", "remote", addr.String(), "refused", a.refused, "after", a.last.String(), "reason", a.reason)
+	}
+}
+
+// sweepLocked forgets, once a minute at most, the addresses whose
+// penalty is over and whose relapse window has passed, so that the map
+// holds only recent offenders.
+func (p *Penalties) sweepLocked(now time.Time) {
+	if now.Sub(p.swept) < time.Minute {
+		return
+	}
+	p.swept = now
+	for addr, a := range p.by {
+		if p.expireLocked(addr, a, now); !a.blocked && now.Sub(later(a.until, a.ended)) > p.max {
+			delete(p.by, addr)
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Reject closes c at once with a reset, reading nothing and writing
+// nothing: the cheapest refusal there is, and it leaves no TIME_WAIT
+// socket behind on the server.
+func Reject(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
