@@ -39,13 +39,15 @@ func probeFrom(t *testing.T, addr string, send []byte) string {
 
 // TestPenaltyRefusesAtAccept: an address (127.0.0.2) that sends malformed
 // request lines is, once its penalty passes --penalty-min, closed right
-// after accept on every listener, with nothing read or written; another
+// after accept on every listener (git://, HTTP, SSH), with nothing read or
+// written; another
 // address (127.0.0.1) still clones; the refusals are logged once, not per
 // connection; and once the penalty has run out the address is served
 // again. On the old code every malformed line was read and answered.
 func TestPenaltyRefusesAtAccept(t *testing.T) {
 	const block = 4 * time.Second
 	s := startServer(t, func(c *Config) {
+		c.SSHAddr = "127.0.0.1:0"
 		// Two malformed lines (2 s each) pass a 3 s minimum: a 4 s block.
 		c.PenaltyMin, c.PenaltyMax = 3*time.Second, block
 	})
@@ -80,6 +82,10 @@ func TestPenaltyRefusesAtAccept(t *testing.T) {
 	if resp, err := c.Get("http://" + s.HTTPAddr.String() + "/team/app/info/refs?service=git-upload-pack"); err == nil {
 		resp.Body.Close()
 		t.Fatalf("a penalized address got HTTP %d", resp.StatusCode)
+	}
+	// And over SSH, before the server's banner.
+	if got := probeFrom(t, s.SSHAddr.String(), []byte("SSH-2.0-probe\r\n")); got != "" {
+		t.Fatalf("a penalized address got an SSH banner: %q", got)
 	}
 	// Another address is not affected.
 	if out, err := s.env.Run("", nil, "ls-remote", s.gitURL("team/app")); err != nil || !strings.Contains(out, "refs/heads/main") {

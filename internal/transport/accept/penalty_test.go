@@ -1,10 +1,12 @@
 package accept
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -80,5 +82,37 @@ func TestPenalties(t *testing.T) {
 	none.Offend(bad, CostTimeout, "test")
 	if none.Refused(bad) || NewPenalties(time.Second, 0, nil, nil) != nil {
 		t.Fatal("nil or Max 0 Penalties refused")
+	}
+}
+
+// TestRefusalLog: the first refusal for a reason is logged at once, the
+// next ones for it only as one summary line with their count; another
+// reason gets its own first line; after a period with nothing to count,
+// the next refusal is logged at once again. (The timer's period is an
+// hour: the test calls flush itself, as the timer would.)
+func TestRefusalLog(t *testing.T) {
+	old := SummaryEvery
+	SummaryEvery = time.Hour
+	defer func() { SummaryEvery = old }()
+	var logs strings.Builder
+	r := &RefusalLog{Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	defer r.Stop()
+	for i := range 100 {
+		r.Note("busy", fmt.Sprintf("192.0.2.7:%d", 1000+i))
+	}
+	r.Note("bad line", "192.0.2.8:1")
+	if got := logs.String(); strings.Count(got, "\n") != 2 || !strings.Contains(got, `reason=busy remote=192.0.2.7:1000`) || !strings.Contains(got, `reason="bad line"`) {
+		t.Fatalf("first lines:\n%s", got)
+	}
+	r.flush()
+	if got := logs.String(); strings.Count(got, "\n") != 3 || !strings.Contains(got, "count=99") || !strings.Contains(got, "last_remote=192.0.2.7:1099") {
+		t.Fatalf("want one summary line, for busy only:\n%s", got)
+	}
+	r.Note("busy", "192.0.2.9:1") // counted: busy's window is still open
+	r.flush()
+	r.flush() // a period with nothing counted closes it
+	r.Note("busy", "192.0.2.9:2")
+	if got := logs.String(); !strings.Contains(got, "count=1 ") || !strings.Contains(got, "remote=192.0.2.9:2") {
+		t.Fatalf("after a quiet period a refusal was not logged at once:\n%s", got)
 	}
 }
