@@ -9,7 +9,7 @@ import (
 )
 
 // Penalties refuse, right after accept and without reading a byte, the
-// connections of an address that keeps misbehaving: OpenSSH's
+// connections of an address (an IPv6 /64) that keeps misbehaving: OpenSSH's
 // PerSourcePenalties. Each offence (a malformed request, a connection
 // refused over a per-address bound, a request that never came) adds its
 // cost to the address's penalty, which runs down with time; once it
@@ -43,6 +43,23 @@ type penalty struct {
 	reason  string        // the offence that started the block
 }
 
+// maxSources bounds the addresses with a penalty account, as OpenSSH's
+// max-sources4/max-sources6: past it a new offender is not tracked (not
+// refused), so that a flood from many addresses cannot grow the map
+// without bound.
+const maxSources = 65536
+
+// sourceOf is the account an address is charged to: itself for IPv4, its
+// /64 for IPv6, where one host commonly has a whole /64 to pick from.
+func sourceOf(remote net.Addr) (netip.Addr, bool) {
+	addr, ok := addrOf(remote)
+	if !ok || addr.Is4() {
+		return addr, ok
+	}
+	prefix, err := addr.Prefix(64)
+	return prefix.Addr(), err == nil
+}
+
 // Offence costs, as OpenSSH's (noauth:1s authfail:5s grace-exceeded:10s).
 const (
 	// CostProtocol is a malformed request or packet, or a failed SSH
@@ -74,16 +91,19 @@ func (p *Penalties) Offend(remote net.Addr, cost time.Duration, reason string) {
 	if p == nil {
 		return
 	}
-	addr, ok := addrOf(remote)
-	if !ok || (p.exempt != nil && p.exempt(addr)) {
+	if a, ok := addrOf(remote); !ok || (p.exempt != nil && p.exempt(a)) {
 		return
 	}
+	addr, _ := sourceOf(remote)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
 	p.sweepLocked(now)
 	a := p.by[addr]
 	if a == nil {
+		if len(p.by) >= maxSources {
+			return
+		}
 		a = &penalty{}
 		p.by[addr] = a
 	}
@@ -110,7 +130,7 @@ func (p *Penalties) Refused(remote net.Addr) bool {
 	if p == nil {
 		return false
 	}
-	addr, ok := addrOf(remote)
+	addr, ok := sourceOf(remote)
 	if !ok {
 		return false
 	}

@@ -78,6 +78,14 @@ func TestPenalties(t *testing.T) {
 		t.Fatalf("sweep kept %d old accounts", len(p.by))
 	}
 
+	// IPv6: one account per /64.
+	for range 8 {
+		p.Offend(from("2001:db8:1:2::7"), CostProtocol, "test")
+	}
+	if !p.Refused(from("2001:db8:1:2:ffff::1")) || p.Refused(from("2001:db8:1:3::7")) {
+		t.Fatal("IPv6 addresses not charged per /64")
+	}
+
 	var none *Penalties
 	none.Offend(bad, CostTimeout, "test")
 	if none.Refused(bad) || NewPenalties(time.Second, 0, nil, nil) != nil {
