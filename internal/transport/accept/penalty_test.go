@@ -1,6 +1,7 @@
 package accept
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -108,8 +109,8 @@ func TestRefusalLog(t *testing.T) {
 	for i := range 100 {
 		r.Note("busy", fmt.Sprintf("192.0.2.7:%d", 1000+i))
 	}
-	r.Note("bad line", "192.0.2.8:1")
-	if got := logs.String(); strings.Count(got, "\n") != 2 || !strings.Contains(got, `reason=busy remote=192.0.2.7:1000`) || !strings.Contains(got, `reason="bad line"`) {
+	r.NoteError("bad line", "192.0.2.8:1", errors.New("zzzz"))
+	if got := logs.String(); strings.Count(got, "\n") != 2 || !strings.Contains(got, `reason=busy remote=192.0.2.7:1000`) || !strings.Contains(got, `reason="bad line" remote=192.0.2.8:1 error=zzzz`) {
 		t.Fatalf("first lines:\n%s", got)
 	}
 	r.flush()

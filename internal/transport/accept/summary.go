@@ -24,12 +24,17 @@ type RefusalLog struct {
 }
 
 type tally struct {
-	n    int
-	last string
+	n       int
+	last    string
+	lastErr string
 }
 
 // Note records that a connection from remote was refused for reason.
-func (r *RefusalLog) Note(reason, remote string) {
+func (r *RefusalLog) Note(reason, remote string) { r.NoteError(reason, remote, nil) }
+
+// NoteError is Note with the error behind the refusal (nil: none), logged
+// with the first refusal and the last one of a summary.
+func (r *RefusalLog) NoteError(reason, remote string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pending == nil {
@@ -38,11 +43,18 @@ func (r *RefusalLog) Note(reason, remote string) {
 	if t := r.pending[reason]; t != nil {
 		t.n++
 		t.last = remote
+		if err != nil {
+			t.lastErr = err.Error()
+		}
 		return
 	}
 	r.pending[reason] = &tally{}
 	if r.timer == nil {
 		r.timer = time.AfterFunc(SummaryEvery, r.flush)
+	}
+	if err != nil {
+		r.logger().Warn("connection refused", "reason", reason, "remote", remote, "error", err.Error())
+		return
 	}
 	r.logger().Warn("connection refused", "reason", reason, "remote", remote)
 }
@@ -63,8 +75,12 @@ func (r *RefusalLog) flush() {
 	sort.Strings(reasons)
 	for _, reason := range reasons {
 		t := r.pending[reason]
-		r.logger().Warn("connections refused", "reason", reason, "count", t.n, "within", SummaryEvery.String(), "last_remote", t.last)
-		t.n = 0
+		attrs := []any{"reason", reason, "count", t.n, "within", SummaryEvery.String(), "last_remote", t.last}
+		if t.lastErr != "" {
+			attrs = append(attrs, "last_error", t.lastErr)
+		}
+		r.logger().Warn("connections refused", attrs...)
+		t.n, t.lastErr = 0, ""
 	}
 	r.timer = nil
 	if len(r.pending) > 0 {

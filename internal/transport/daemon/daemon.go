@@ -205,7 +205,7 @@ func (s *Server) handle(conn net.Conn) {
 		if err == nil {
 			err = errors.New("expected a request line, got a special packet")
 		}
-		s.refusals.Note("bad request line: "+errorText(err), remote)
+		s.refusals.NoteError("bad request line", remote, errors.New(errorText(err)))
 		s.offend(conn, err)
 		refuse(conn, "malformed request: "+errorText(err))
 		return
@@ -213,7 +213,7 @@ func (s *Server) handle(conn net.Conn) {
 	conn.SetReadDeadline(time.Time{})
 	dreq, err := ParseRequest(line)
 	if err != nil {
-		s.refusals.Note("bad request line: "+err.Error(), remote)
+		s.refusals.NoteError("bad request line", remote, err)
 		s.Penalties.Offend(conn.RemoteAddr(), accept.CostProtocol, "bad request line")
 		refuse(conn, err.Error())
 		return

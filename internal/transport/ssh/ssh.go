@@ -288,7 +288,7 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig) {
 	}
 	sconn, chans, globalReqs, err := gossh.NewServerConn(nc, config)
 	if err != nil {
-		s.refusals.Note("handshake failed", remote)
+		s.refusals.NoteError("handshake failed", remote, err)
 		s.offendHandshake(nc, err)
 		return
 	}
