@@ -12,7 +12,8 @@ import (
 
 // probeFrom sends send from 127.0.0.2 to the git:// listener and returns
 // what the server answered up to a flush or its close ("" for a
-// connection closed at accept, which may reset it before the dial ends).
+// connection refused at accept: held, then reset, or reset before the
+// dial ends).
 func probeFrom(t *testing.T, addr string, send []byte) string {
 	t.Helper()
 	c, err := attacker.Dial("tcp", addr)
@@ -45,11 +46,12 @@ func probeFrom(t *testing.T, addr string, send []byte) string {
 // connection; and once the penalty has run out the address is served
 // again. On the old code every malformed line was read and answered.
 func TestPenaltyRefusesAtAccept(t *testing.T) {
-	const block = 4 * time.Second
+	// Five malformed lines (2 s each) pass a 9 s minimum: a 10 s block,
+	// long enough for the probes below, each held 1 s before its reset.
+	const block = 10 * time.Second
 	s := startServer(t, func(c *Config) {
 		c.SSHAddr = "127.0.0.1:0"
-		// Two malformed lines (2 s each) pass a 3 s minimum: a 4 s block.
-		c.PenaltyMin, c.PenaltyMax = 3*time.Second, block
+		c.PenaltyMin, c.PenaltyMax = 9*time.Second, block
 	})
 	s.seed(t, "team/app")
 	git := s.GitAddr.String()
@@ -68,11 +70,11 @@ func TestPenaltyRefusesAtAccept(t *testing.T) {
 		if !strings.Contains(got, "ERR malformed request") {
 			t.Fatalf("malformed line %d answered %q", i, got)
 		}
-		if i == 5 {
-			t.Fatal("six malformed request lines and the address is still served")
+		if i == 8 {
+			t.Fatal("nine malformed request lines and the address is still served")
 		}
 	}
-	for range 20 {
+	for range 2 {
 		if got := probeFrom(t, git, valid); got != "" {
 			t.Fatalf("a penalized address was answered: %q", got)
 		}
@@ -110,7 +112,7 @@ func TestPenaltyRefusesAtAccept(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("still refused 30 s after a 4 s penalty")
+			t.Fatal("still refused 30 s after a 10 s penalty")
 		}
 		time.Sleep(50 * time.Millisecond) // polling the expiry, not synchronizing
 	}

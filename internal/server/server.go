@@ -831,6 +831,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.daemon != nil {
 		s.daemon.Close()
 	}
+	defer s.Penalties.Close() // after the listeners: none is held anew
 	if s.ssh != nil {
 		s.ssh.Close()
 	}

@@ -78,7 +78,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		l.backoff.succeeded()
 		if l.Penalties.Refused(c.RemoteAddr()) {
-			Reject(c)
+			l.Penalties.Reject(c)
 			continue
 		}
 		started, ok := l.Startups.Begin(c.RemoteAddr())

@@ -125,3 +125,62 @@ func TestRefusalLog(t *testing.T) {
 		t.Fatalf("after a quiet period a refusal was not logged at once:\n%s", got)
 	}
 }
+
+// TestPenaltiesHold: a refused connection is held unread for holdFor, then
+// reset; past maxHeld at once, reset at once; Close resets the held ones.
+func TestPenaltiesHold(t *testing.T) {
+	oldFor, oldMax := holdFor, maxHeld
+	holdFor, maxHeld = 2*time.Second, 2 // "at once" is well under 2 s even on a loaded machine
+	defer func() { holdFor, maxHeld = oldFor, oldMax }()
+	p := NewPenalties(time.Second, time.Minute, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// pair returns a server-side connection and the time its client saw
+	// it end (on a channel).
+	pair := func() (net.Conn, chan time.Duration) {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended := make(chan time.Duration, 1)
+		start := time.Now()
+		go func() {
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			n, _ := c.Read(make([]byte, 1))
+			if n > 0 {
+				ended <- -1
+				return
+			}
+			ended <- time.Since(start)
+		}()
+		return s, ended
+	}
+	s1, e1 := pair()
+	s2, e2 := pair()
+	s3, e3 := pair()
+	p.Reject(s1)
+	p.Reject(s2)
+	p.Reject(s3) // past maxHeld: at once
+	if d := <-e3; d < 0 || d >= holdFor {
+		t.Fatalf("the connection past maxHeld ended after %s, want at once", d)
+	}
+	for i, e := range []chan time.Duration{e1, e2} {
+		if d := <-e; d < holdFor {
+			t.Fatalf("held connection %d ended after %s, before holdFor", i+1, d)
+		}
+	}
+	s4, e4 := pair()
+	p.Reject(s4)
+	p.Close()
+	if d := <-e4; d < 0 || d >= holdFor {
+		t.Fatalf("Close left a held connection for %s", d)
+	}
+}

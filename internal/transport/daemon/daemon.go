@@ -102,7 +102,7 @@ func (s *Server) Serve(l net.Listener) error {
 		// Before anything is allocated for it: a penalized address's
 		// flood costs an accept and a close.
 		if s.Penalties.Refused(conn.RemoteAddr()) {
-			accept.Reject(conn)
+			s.Penalties.Reject(conn)
 			return
 		}
 		conn = accept.QuickAck(conn)

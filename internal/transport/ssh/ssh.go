@@ -119,7 +119,7 @@ func (s *Server) Serve(l net.Listener) error {
 	err := accept.Loop(l, s.log().With("transport", "ssh"), s.isClosed, func(nc net.Conn) {
 		// Before anything is allocated for it, the key exchange above all.
 		if s.Penalties.Refused(nc.RemoteAddr()) {
-			accept.Reject(nc)
+			s.Penalties.Reject(nc)
 			return
 		}
 		if tc, ok := nc.(*net.TCPConn); ok {
