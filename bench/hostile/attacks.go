@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -49,6 +51,7 @@ func attackNames() []string {
 // attackStats counts what the attacker saw.
 type attackStats struct {
 	opened, refused, cutByServer atomic.Int64
+	resetConnecting              int64 // dials the server reset (closed at accept) before they ended
 	mu                           sync.Mutex
 	firstRefusal                 string
 }
@@ -67,6 +70,9 @@ func (s *attackStats) refuse(msg string) {
 
 func (s *attackStats) String() string {
 	t := fmt.Sprintf("%d opened, %d cut by the server, %d refused", s.opened.Load(), s.cutByServer.Load(), s.refused.Load())
+	if s.resetConnecting > 0 {
+		t += fmt.Sprintf(", %d more reset while connecting", s.resetConnecting)
+	}
 	if s.firstRefusal != "" {
 		t += fmt.Sprintf(" (`%s`)", s.firstRefusal)
 	}
@@ -95,7 +101,11 @@ func slots(ctx context.Context, n int, one func(ctx context.Context, slot int)) 
 
 func (e *env) dial(ctx context.Context, port string) (net.Conn, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(e.attacker)}, Timeout: 5 * time.Second}
-	return d.DialContext(ctx, "tcp", "127.0.0.1:"+port)
+	c, err := d.DialContext(ctx, "tcp", "127.0.0.1:"+port)
+	if errors.Is(err, syscall.ECONNRESET) {
+		e.resets.Add(1) // closed at accept (a penalized address) before the dial returned
+	}
+	return c, err
 }
 
 // hold keeps conn open until ctx ends or the server closes it, counting a

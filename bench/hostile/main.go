@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"packwire/bench/internal/benchkit"
@@ -42,7 +43,8 @@ type env struct {
 	git       string // listener ports
 	http      string
 	ssh       string
-	attacker  string // the attacks' source address
+	attacker  string       // the attacks' source address
+	resets    atomic.Int64 // the attacker's dials reset by the server, this phase
 	serveArgs []string
 }
 
@@ -171,12 +173,14 @@ func (e *env) measure(a attack, d time.Duration) row {
 	ctx, cancel := context.WithCancel(context.Background())
 	stats := &attackStats{}
 	done := make(chan struct{})
+	e.resets.Store(0)
 	go func() { a.run(ctx, e, stats); close(done) }()
 	time.Sleep(2 * time.Second) // the attack in place before the honest clients start
 	r.under = e.honest(context.Background(), d)
 	log.Printf("   under attack: %s", r.under)
 	cancel()
 	<-done
+	stats.resetConnecting = e.resets.Swap(0)
 
 	ctx, cancel = context.WithCancel(context.Background())
 	done = make(chan struct{})
@@ -191,8 +195,9 @@ func (e *env) measure(a attack, d time.Duration) row {
 	r.aloneCPU, r.aloneWall = e.server.Group.Read()-cpu0, time.Since(t0)
 	cancel()
 	<-done
+	alone.resetConnecting = e.resets.Swap(0)
 	r.attackerNotes = stats.String()
-	log.Printf("   attack alone: server CPU %.1f%% of a core; attacker: %s", 100*r.aloneCPU.Seconds()/r.aloneWall.Seconds(), r.attackerNotes)
+	log.Printf("   attack alone: server CPU %.1f%% of a core; attacker (under attack): %s; attacker (alone): %s", 100*r.aloneCPU.Seconds()/r.aloneWall.Seconds(), r.attackerNotes, alone)
 	time.Sleep(2 * time.Second) // let the server let go of the attack's connections
 	return r
 }

@@ -14,15 +14,17 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Options are what every chart shares. Zero values work: 640 pixels wide,
 // a height that suits the chart, no title and no unit.
 type Options struct {
-	Title          string
-	Width, Height  int
-	Unit           string // appended to values and the value axis ("ms", "MiB")
+	Title         string
+	Width, Height int
+	Unit          string // appended to values and the value axis ("ms", "MiB")
+	// Scale, when set, overrides Unit: values are in its base unit and are
+	// shown in the unit that suits the largest (Bytes, CPUPerSecond).
+	Scale          Scale
 	XLabel, YLabel string
 }
 
@@ -146,8 +148,13 @@ func Bars(w io.Writer, o Options, bars []Bar) error {
 	valueW := 0
 	maxV := 0.0
 	for _, b := range bars {
+		maxV = math.Max(maxV, math.Abs(b.Value))
+	}
+	u := unitFor(o, maxV)
+	maxV = 0
+	for _, b := range bars {
 		labelW = max(labelW, len([]rune(b.Label)))
-		valueW = max(valueW, len([]rune(valueText(b.Value, o.Unit)+" "+b.Note)))
+		valueW = max(valueW, len([]rune(u.text(b.Value)+" "+b.Note)))
 		maxV = math.Max(maxV, b.Value)
 	}
 	labelPx := math.Min(float64(labelW*charWidth+12), float64(c.w)*0.4)
@@ -160,8 +167,8 @@ func Bars(w io.Writer, o Options, bars []Bar) error {
 		y := float64(top + i*rowH)
 		c.text(labelPx-6, y+15, "end", "", truncate(b.Label, int(labelPx/charWidth)))
 		bw := plotW * math.Max(b.Value, 0) / maxV
-		c.rect(labelPx, y+3, bw, float64(rowH-6), palette[0], "", b.Label+": "+valueText(b.Value, o.Unit))
-		c.text(labelPx+bw+6, y+15, "start", "", strings.TrimSpace(valueText(b.Value, o.Unit)+" "+b.Note))
+		c.rect(labelPx, y+3, bw, float64(rowH-6), palette[0], "", b.Label+": "+u.text(b.Value))
+		c.text(labelPx+bw+6, y+15, "start", "", strings.TrimSpace(u.text(b.Value)+" "+b.Note))
 	}
 	return c.finish(w)
 }
@@ -170,6 +177,7 @@ func Bars(w io.Writer, o Options, bars []Bar) error {
 type frame struct {
 	x0, y0, x1, y1         float64 // pixels: left, top, right, bottom
 	minX, maxX, minY, maxY float64
+	unit                   Unit // of the values
 }
 
 func (f frame) px(x float64) float64 {
@@ -189,25 +197,33 @@ func (f frame) py(y float64) float64 {
 // axes draws the value axis with nice ticks from min(0, minY) and returns the frame.
 func axes(c *canvas, o Options, top float64, minY, maxY float64, legendRows int) frame {
 	minY = math.Min(0, minY)
-	ticks := niceTicks(minY, maxY, 5)
-	minY, maxY = ticks[0], ticks[len(ticks)-1]
+	// Ticks are round in the unit shown (1 MiB, not 1,000,000 bytes).
+	u := unitFor(o, math.Max(math.Abs(minY), math.Abs(maxY)))
+	ticks := niceTicks(minY/u.Size, maxY/u.Size, 5)
+	step := ticks[1] - ticks[0]
+	labels := make([]string, len(ticks))
 	labelW := 0
-	for _, t := range ticks {
-		labelW = max(labelW, len(valueText(t, o.Unit)))
+	for i, t := range ticks {
+		labels[i] = tickText(t, step)
+		if u.Name != "" {
+			labels[i] += " " + u.Name
+		}
+		labelW = max(labelW, len([]rune(labels[i])))
 	}
+	minY, maxY = ticks[0]*u.Size, ticks[len(ticks)-1]*u.Size
 	f := frame{
 		x0: float64(labelW*charWidth + 14), y0: top,
 		x1: float64(c.w) - 12, y1: float64(c.h) - 34 - float64(legendRows*16),
-		minY: minY, maxY: maxY,
+		minY: minY, maxY: maxY, unit: u,
 	}
 	if o.YLabel != "" {
 		f.x0 += 14
 		fmt.Fprintf(&c.b, `<text x="12" y="%.1f" text-anchor="middle" fill="#222" transform="rotate(-90 12 %.1f)">%s</text>`, (f.y0+f.y1)/2, (f.y0+f.y1)/2, esc(o.YLabel))
 	}
-	for _, t := range ticks {
-		y := f.py(t)
+	for i, t := range ticks {
+		y := f.py(t * u.Size)
 		c.line(f.x0, y, f.x1, y, "#ddd", 1)
-		c.text(f.x0-4, y+4, "end", "", valueText(t, o.Unit))
+		c.text(f.x0-4, y+4, "end", "", labels[i])
 	}
 	c.line(f.x0, f.y1, f.x1, f.y1, "#888", 1)
 	if o.XLabel != "" {
@@ -216,14 +232,21 @@ func axes(c *canvas, o Options, top float64, minY, maxY float64, legendRows int)
 	return f
 }
 
-// xTicks labels the horizontal axis, as clock times when isTime.
+// xTicks labels the horizontal axis: at round UTC times (whole minutes,
+// hours, days, months, by span) when isTime, else at round numbers.
 func xTicks(c *canvas, f frame, isTime bool) {
-	ticks := niceTicks(f.minX, f.maxX, 6)
-	// The label's precision follows the tick step, so that no two ticks
-	// read the same (20 s steps over five minutes need seconds).
-	step := 1.0
-	if len(ticks) > 1 {
-		step = ticks[1] - ticks[0]
+	n := max(2, int((f.x1-f.x0)/110)) // room for a label each
+	var ticks []float64
+	var label func(float64) string
+	if isTime {
+		ticks, label = timeTicks(f.minX, f.maxX, n)
+	} else {
+		ticks = niceTicks(f.minX, f.maxX, n)
+		step := 1.0
+		if len(ticks) > 1 {
+			step = ticks[1] - ticks[0]
+		}
+		label = func(v float64) string { return tickText(v, step) }
 	}
 	for _, t := range ticks {
 		if t < f.minX-1e-9 || t > f.maxX+1e-9 {
@@ -231,19 +254,7 @@ func xTicks(c *canvas, f frame, isTime bool) {
 		}
 		x := f.px(t)
 		c.line(x, f.y1, x, f.y1+4, "#888", 1)
-		label := trimFloat(t)
-		if isTime {
-			tm := time.Unix(int64(t), 0).UTC()
-			switch {
-			case step >= 86400:
-				label = tm.Format("01-02")
-			case step >= 60 && math.Mod(step, 60) == 0:
-				label = tm.Format("15:04")
-			default:
-				label = tm.Format("15:04:05")
-			}
-		}
-		c.text(x, f.y1+16, "middle", "", label)
+		c.text(x, f.y1+16, "middle", "", label(t))
 	}
 }
 
@@ -339,7 +350,7 @@ func xy(w io.Writer, o Options, isTime bool, series []Series, lines bool) error 
 			if math.IsNaN(p.X) || math.IsNaN(p.Y) || math.IsInf(p.Y, 0) {
 				continue
 			}
-			c.circle(f.px(p.X), f.py(p.Y), 2.5, colour, s.Name+": "+valueText(p.Y, o.Unit))
+			c.circle(f.px(p.X), f.py(p.Y), 2.5, colour, s.Name+": "+f.unit.text(p.Y))
 		}
 	}
 	legend(c, f, series)
@@ -405,7 +416,7 @@ func Distribution(w io.Writer, o Options, groups []Group) error {
 		c.line(cx, f.py(q3), cx, f.py(hi), "#555", 1)
 		c.line(cx-bw/4, f.py(lo), cx+bw/4, f.py(lo), "#555", 1)
 		c.line(cx-bw/4, f.py(hi), cx+bw/4, f.py(hi), "#555", 1)
-		summary := fmt.Sprintf("%s: n=%d median %s, IQR %s-%s", g.Label, len(vals), valueText(med, o.Unit), valueText(q1, o.Unit), valueText(q3, o.Unit))
+		summary := fmt.Sprintf("%s: n=%d median %s, IQR %s-%s", g.Label, len(vals), f.unit.text(med), f.unit.text(q1), f.unit.text(q3))
 		c.rect(cx-bw/2, f.py(q3), bw, f.py(q1)-f.py(q3), colour, `fill-opacity="0.25" stroke="`+colour+`"`, summary)
 		c.line(cx-bw/2, f.py(med), cx+bw/2, f.py(med), colour, 2.5)
 		// Dots spread deterministically across the box width, so a redraw
@@ -463,27 +474,24 @@ func niceTicks(lo, hi float64, n int) []float64 {
 	return ticks
 }
 
-func valueText(v float64, unit string) string {
-	s := trimFloat(v)
-	if unit != "" {
-		s += " " + unit
-	}
-	return s
-}
-
-// trimFloat prints a value with at most three significant decimals.
+// trimFloat prints a value with about three significant digits (all the
+// integer digits of a large one), never in scientific notation: below
+// 0.000001 it is 0.
 func trimFloat(v float64) string {
 	a := math.Abs(v)
 	switch {
-	case a >= 100 || a == 0:
-		return strconv.FormatFloat(math.Round(v), 'f', -1, 64)
+	case a >= 100 || a < 5e-7:
+		return strconv.FormatFloat(math.Round(v)+0, 'f', -1, 64)
 	case a >= 10:
 		return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64)
 	case a >= 1:
 		return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64)
-	default:
-		return strconv.FormatFloat(v, 'g', 3, 64)
 	}
+	// Three significant digits after the leading zeros, trailing zeros cut.
+	decimals := min(2-int(math.Floor(math.Log10(a))), 6)
+	s := strconv.FormatFloat(v, 'f', decimals, 64)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
 }
 
 func truncate(s string, n int) string {

@@ -30,7 +30,7 @@ type costsView struct {
 	Requests template.HTML // time series charts
 	CPU      template.HTML
 	Step     string
-	Cores    string // mean CPU cores busy over the window
+	Cores    string // mean CPU time a second over the window ("171 µs/s", "1.2 cores")
 }
 
 type costTable struct {
@@ -105,20 +105,23 @@ func (h *Handler) costs(w http.ResponseWriter, r *http.Request, who string) {
 	v.Walls = c.Walls
 	v.Step = stepText(c.Step)
 	if span := c.To.Sub(c.From); span > 0 {
-		v.Cores = fmt.Sprintf("%.2f", c.Total.CPU.Seconds()/span.Seconds())
+		v.Cores = chart.CPUPerSecond.Text(c.Total.CPU.Seconds() / span.Seconds())
 	}
 	var reqs, cpu chart.Series
 	reqs.Name, cpu.Name = "requests", "git CPU"
+	// Rates people read whatever the step: requests a minute (shown an
+	// hour or a second when that reads better), and CPU seconds a second
+	// of wall clock (shown as µs/s, ms/s or cores).
 	for _, pt := range c.Series {
 		x := float64(pt.Start.Unix())
-		reqs.Points = append(reqs.Points, chart.Point{X: x, Y: float64(pt.Requests)})
+		reqs.Points = append(reqs.Points, chart.Point{X: x, Y: float64(pt.Requests) / c.Step.Minutes()})
 		cpu.Points = append(cpu.Points, chart.Point{X: x, Y: pt.CPU.Seconds() / c.Step.Seconds()})
 	}
 	v.Requests = svg(func(b *bytes.Buffer) error {
-		return chart.Lines(b, chart.Options{Title: "Requests per " + v.Step, Width: 720, Height: 220}, true, []chart.Series{reqs})
+		return chart.Lines(b, chart.Options{Title: "Requests (mean rate per " + v.Step + ")", Scale: chart.RequestsPerMinute, Width: 720, Height: 220}, true, []chart.Series{reqs})
 	})
 	v.CPU = svg(func(b *bytes.Buffer) error {
-		return chart.Lines(b, chart.Options{Title: "git CPU, cores busy (mean per " + v.Step + ")", Width: 720, Height: 220}, true, []chart.Series{cpu})
+		return chart.Lines(b, chart.Options{Title: "git CPU time a second (mean per " + v.Step + ")", Scale: chart.CPUPerSecond, Width: 720, Height: 220}, true, []chart.Series{cpu})
 	})
 	for _, dim := range governor.CostDims {
 		b := c.By[dim]

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -498,5 +499,28 @@ func TestClusterPage(t *testing.T) {
 	}
 	if body := f.do("GET", "/-/now", nil, basic(f.admin)).Body.String(); !strings.Contains(body, "every node of the cluster") {
 		t.Errorf("the Now page does not say its last hour is the cluster's:\n%s", body)
+	}
+}
+
+// TestCostsChartUnits: the Costs page's charts read in units people use:
+// the fixture's 1.23 s of CPU in a day or a week is µs or ms of CPU a
+// second (it was "5e-05" cores), requests an hour or a minute, and the time axis
+// over an hour to three months is ticked at round times (it was 10:00:00, 15:33:20, 21:06:40).
+func TestCostsChartUnits(t *testing.T) {
+	f := newFixture(t)
+	scientific := regexp.MustCompile(`>[^<]*\d[eE][-+]?\d[^<]*</text>`)
+	seconds := regexp.MustCompile(`>\d\d:\d\d:\d\d</text>`)
+	month := "window=custom&from=" + time.Now().UTC().AddDate(0, -3, 0).Format("2006-01-02T15:04") + "&to=" + time.Now().UTC().Add(time.Hour).Format("2006-01-02T15:04")
+	for _, window := range []string{"window=1h", "window=24h", "window=7d", month} {
+		body := f.do("GET", "/-/costs?"+window, nil, basic(f.admin)).Body.String()
+		if m := scientific.FindString(body); m != "" {
+			t.Errorf("%s: a chart prints %q", window, m)
+		}
+		if m := seconds.FindString(body); m != "" && window != "window=1h" {
+			t.Errorf("%s: the time axis is ticked at %q, not on a round time", window, m)
+		}
+		if !strings.Contains(body, "s/s</text>") || !regexp.MustCompile(`req/(h|min)</text>`).MatchString(body) {
+			t.Errorf("%s: the charts lack CPU a second or requests a minute:\n%s", window, body)
+		}
 	}
 }

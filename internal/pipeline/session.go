@@ -238,6 +238,11 @@ func (b *badPktLine) Error() string {
 
 func (b *badPktLine) Is(target error) bool { return target == errBadPktLine }
 
+// IsProtocolError reports whether a call ended because the client sent a
+// packet no git client sends (a malformed pkt-line length): the
+// transports penalize its address for it (accept.Penalties).
+func IsProtocolError(err error) bool { return errors.Is(err, errBadPktLine) }
+
 // readDeadliner gives readRequest the session's way to end a blocked read.
 type readDeadliner func(time.Time) error
 

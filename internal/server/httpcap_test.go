@@ -93,7 +93,7 @@ func TestMaxConnectionsHTTP(t *testing.T) {
 	if err == nil || !strings.Contains(out, want) || !strings.Contains(out, "503") {
 		t.Fatalf("clone over the cap: err=%v, want %q and 503 in:\n%s", err, want, out)
 	}
-	if logs := s.logs.String(); !strings.Contains(logs, "connection refused: too many connections") || !strings.Contains(logs, "transport=http") {
+	if logs := s.logs.String(); !strings.Contains(logs, `reason="too many connections (max`) || !strings.Contains(logs, "transport=http") {
 		t.Fatalf("refusal not logged:\n%s", lastLines(logs, 10))
 	}
 

@@ -88,7 +88,13 @@ type Config struct {
 	// accept.Startups); 0: an eighth of MaxConnections, at least 10 (none
 	// without MaxConnections). Trusted proxies are not bounded.
 	MaxStartupsPerAddress int
-	MaxRequestBody        int64 // decoded HTTP fetch request bound
+	// PenaltyMax bounds how long an address that keeps misbehaving
+	// (malformed requests, handshakes that fail or never end, connections
+	// over MaxStartupsPerAddress) is refused at accept, as OpenSSH's
+	// PerSourcePenalties; 0: off. PenaltyMin is the penalty it must run up
+	// before it is refused (see accept.Penalties). Trusted proxies are exempt.
+	PenaltyMax, PenaltyMin time.Duration
+	MaxRequestBody         int64 // decoded HTTP fetch request bound
 	// Fetch request bodies over 1 MiB wait whole in DATA/tmp before they
 	// run: at most MaxSpooledBytes of them in all, MaxSpooledBytesPerAddr
 	// per client address; more are refused with "server busy" (0: no bound).
@@ -195,6 +201,8 @@ var Defaults = Config{
 	InitTimeout:      30 * time.Second,
 	IdleTimeout:      10 * time.Minute,
 	MaxConnections:   1024,
+	PenaltyMax:       10 * time.Minute,
+	PenaltyMin:       15 * time.Second,
 	MaxRequestBody:   httptransport.DefaultMaxRequestBody,
 	SSHKeepAlive:     30 * time.Second,
 	SSHIdleTimeout:   10 * time.Minute,
@@ -272,6 +280,9 @@ type Server struct {
 
 	// Listening addresses, set by Start for the listeners that are on.
 	GitAddr, HTTPAddr, SSHAddr, MetricsAddr net.Addr
+	// Penalties are the addresses refused at accept on every listener
+	// (Config.PenaltyMax); nil when off.
+	Penalties *accept.Penalties
 
 	metrics   *nethttp.Server
 	stopCache chan struct{} // ends the caches' expiry loop
@@ -459,6 +470,9 @@ func (s *Server) Start() error {
 	}
 
 	var gitL, httpL, sshL net.Listener
+	// One account per address for every listener: an address that
+	// misbehaves over git:// is refused over SSH and HTTP too.
+	s.Penalties = accept.NewPenalties(cfg.PenaltyMin, cfg.PenaltyMax, cfg.TrustedProxies.Contains, cfg.Log.With("component", "penalties"))
 	var err error
 	if cfg.GitAddr != "" {
 		if gitL, err = listen(cfg.GitAddr, "git://"); err != nil {
@@ -483,6 +497,7 @@ func (s *Server) Start() error {
 			httptransport.RefuseConnection(c, tlsConfig, msg)
 		}, cfg.Log.With("transport", "http"))
 		capped.Startups = s.startups()
+		capped.Penalties = s.Penalties
 		httpL = capped
 		if tlsConfig != nil {
 			httpL = tls.NewListener(httpL, tlsConfig)
@@ -507,7 +522,7 @@ func (s *Server) Start() error {
 	if gitL != nil {
 		s.GitAddr = gitL.Addr()
 		s.daemon = &daemon.Server{Pipeline: s.Pipeline, InitTimeout: cfg.InitTimeout, MaxConnections: cfg.MaxConnections,
-			Startups: s.startups(), Log: cfg.Log}
+			Startups: s.startups(), Penalties: s.Penalties, Log: cfg.Log}
 		s.serve("git://", func() error { return s.daemon.Serve(gitL) }, daemon.ErrServerClosed)
 	}
 	if httpL != nil {
@@ -617,6 +632,7 @@ func (s *Server) Start() error {
 			IdleTimeout:    cfg.SSHIdleTimeout,
 			MaxConnections: cfg.MaxConnections,
 			Startups:       s.startups(),
+			Penalties:      s.Penalties,
 			MaxSessions:    cfg.SSHMaxSessions,
 			MaxUnacked:     cmp.Or(cfg.SSHMaxUnacked, -1), // the flag's 0 is off
 			Log:            cfg.Log,
@@ -819,6 +835,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.daemon != nil {
 		s.daemon.Close()
 	}
+	defer s.Penalties.Close() // after the listeners: none is held anew
 	if s.ssh != nil {
 		s.ssh.Close()
 	}

@@ -62,6 +62,7 @@ func TestStartupsPerAddress(t *testing.T) {
 	s := startServer(t, func(c *Config) {
 		enableSSH(c)
 		c.MaxConnections, c.MaxStartupsPerAddress = maxConns, perAddress
+		c.PenaltyMax = 0 // the refusals, not the penalty they earn: TestPenaltyRefusesAtAccept
 	})
 	s.seed(t, "team/app")
 	sshEnv := sshEnvFor(s)

@@ -28,15 +28,21 @@ const maxRefusing = 128
 // connections that have not sent a request yet: one over it is handed to
 // refuse too, with its own reason, and counts against nothing. The server
 // reports a request's arrival with Started.
+//
+// Penalties, when set before the first Accept, closes the connections of
+// penalized addresses as they are accepted; an address over Startups is
+// charged for it.
 type Listener struct {
 	net.Listener
-	Startups *Startups
-	max      int64
-	refuse   func(c net.Conn, msg string)
-	log      *slog.Logger
+	Startups  *Startups
+	Penalties *Penalties
+	max       int64
+	refuse    func(c net.Conn, msg string)
+	log       *slog.Logger
 
 	open      atomic.Int64
 	refusing  refusals
+	refusals  RefusalLog
 	done      chan struct{}
 	closeOnce sync.Once
 	backoff   *backoff
@@ -50,7 +56,7 @@ func NewListener(l net.Listener, max int, refuse func(c net.Conn, msg string), l
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Listener{Listener: l, max: int64(max), refuse: refuse, log: log,
+	return &Listener{Listener: l, max: int64(max), refuse: refuse, log: log, refusals: RefusalLog{Log: log},
 		done: make(chan struct{}), backoff: &backoff{log: log, addr: l.Addr()}}
 }
 
@@ -71,9 +77,14 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.backoff.succeeded()
+		if l.Penalties.Refused(c.RemoteAddr()) {
+			l.Penalties.Reject(c)
+			continue
+		}
 		started, ok := l.Startups.Begin(c.RemoteAddr())
 		if !ok {
-			l.log.Warn("connection refused", "reason", StartupsReason(l.Startups.Max()), "remote", c.RemoteAddr().String())
+			l.refusals.Note(StartupsReason(l.Startups.Max()), c.RemoteAddr().String())
+			l.Penalties.Offend(c.RemoteAddr(), CostBusy, "over --max-startups-per-address")
 			l.refusing.answer(c, l.answer(StartupsMessage(l.Startups.Max())))
 			continue
 		}
@@ -91,6 +102,7 @@ func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.done)
 		l.backoff.stop()
+		l.refusals.Stop()
 	})
 	return l.Listener.Close()
 }
@@ -100,7 +112,7 @@ func (l *Listener) Close() error {
 func (l *Listener) Open() int { return int(l.open.Load()) }
 
 func (l *Listener) turnAway(c net.Conn) {
-	l.log.Warn("connection refused: too many connections", "remote", c.RemoteAddr().String(), "max", l.max)
+	l.refusals.Note(fmt.Sprintf("too many connections (max %d)", l.max), c.RemoteAddr().String())
 	l.refusing.answer(c, l.answer(BusyMessage(int(l.max))))
 }
 

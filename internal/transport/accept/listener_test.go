@@ -63,7 +63,7 @@ func TestListenerCap(t *testing.T) {
 		t.Fatalf("over the cap: got %q", b)
 	}
 	<-refused
-	if !strings.Contains(logs.String(), "connection refused: too many connections") || !strings.Contains(logs.String(), "max=2") {
+	if !strings.Contains(logs.String(), `msg="connection refused" reason="too many connections (max 2)"`) {
 		t.Fatalf("refusal not logged:\n%s", logs.String())
 	}
 	select {

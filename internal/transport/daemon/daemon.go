@@ -30,8 +30,12 @@ type Server struct {
 	InitTimeout    time.Duration // time allowed for the request line
 	MaxConnections int
 	Startups       *accept.Startups // per address, connections before their request line; nil: no bound
-	Log            *slog.Logger
+	// Penalties refuse at accept the addresses that keep sending malformed
+	// requests or overrunning Startups; nil: none.
+	Penalties *accept.Penalties
+	Log       *slog.Logger
 
+	refusals accept.RefusalLog
 	conns    atomic.Int64
 	mu       sync.Mutex
 	listener net.Listener
@@ -92,7 +96,15 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.listener = l
 	s.mu.Unlock()
+	s.refusals.Log = s.log().With("transport", "git")
+	defer s.refusals.Stop()
 	err := accept.Loop(l, s.log().With("transport", "git"), s.isClosed, func(conn net.Conn) {
+		// Before anything is allocated for it: a penalized address's
+		// flood costs an accept and a close.
+		if s.Penalties.Refused(conn.RemoteAddr()) {
+			s.Penalties.Reject(conn)
+			return
+		}
 		conn = accept.QuickAck(conn)
 		// Add under the lock Close takes: Wait after Close never races it.
 		s.mu.Lock()
@@ -164,7 +176,8 @@ func (s *Server) handle(conn net.Conn) {
 	remote := conn.RemoteAddr().String()
 	started, ok := s.Startups.Begin(conn.RemoteAddr())
 	if !ok {
-		s.log().Warn("connection refused", "transport", "git", "remote", remote, "reason", accept.StartupsReason(s.Startups.Max()))
+		s.refusals.Note(accept.StartupsReason(s.Startups.Max()), remote)
+		s.Penalties.Offend(conn.RemoteAddr(), accept.CostBusy, "over --max-startups-per-address")
 		s.Startups.Refuse(conn, func(c net.Conn) { readThenRefuse(c, accept.StartupsMessage(s.Startups.Max())) })
 		return
 	}
@@ -173,7 +186,7 @@ func (s *Server) handle(conn net.Conn) {
 	n := s.conns.Add(1)
 	defer s.conns.Add(-1)
 	if s.MaxConnections > 0 && n > int64(s.MaxConnections) {
-		s.log().Warn("connection refused: too many connections", "transport", "git", "remote", remote, "max", s.MaxConnections)
+		s.refusals.Note(fmt.Sprintf("too many connections (max %d)", s.MaxConnections), remote)
 		readThenRefuse(conn, accept.BusyMessage(s.MaxConnections))
 		return
 	}
@@ -192,14 +205,16 @@ func (s *Server) handle(conn net.Conn) {
 		if err == nil {
 			err = errors.New("expected a request line, got a special packet")
 		}
-		s.log().Info("bad request line", "transport", "git", "remote", remote, "error", err.Error())
+		s.refusals.NoteError("bad request line", remote, errors.New(errorText(err)))
+		s.offend(conn, err)
 		refuse(conn, "malformed request: "+errorText(err))
 		return
 	}
 	conn.SetReadDeadline(time.Time{})
 	dreq, err := ParseRequest(line)
 	if err != nil {
-		s.log().Info("bad request line", "transport", "git", "remote", remote, "error", err.Error())
+		s.refusals.NoteError("bad request line", remote, err)
+		s.Penalties.Offend(conn.RemoteAddr(), accept.CostProtocol, "bad request line")
 		refuse(conn, err.Error())
 		return
 	}
@@ -232,7 +247,24 @@ func (s *Server) handle(conn net.Conn) {
 	if s.Pipeline.Runner != nil {
 		out.idle = s.Pipeline.Runner.IdleTimeout
 	}
-	call.Run(ctx, conn, out, nil)
+	if _, err := call.Run(ctx, conn, out, nil); pipeline.IsProtocolError(err) {
+		s.Penalties.Offend(conn.RemoteAddr(), accept.CostProtocol, "malformed packet")
+	}
+}
+
+// offend charges the address of a connection whose request line never
+// came whole: a timeout as grace exceeded, anything else but a close
+// before the first byte as malformed.
+func (s *Server) offend(conn net.Conn, err error) {
+	if errors.Is(err, io.EOF) {
+		return // closed before a byte: a port check, not an attack
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		s.Penalties.Offend(conn.RemoteAddr(), accept.CostTimeout, "no request line within --init-timeout")
+		return
+	}
+	s.Penalties.Offend(conn.RemoteAddr(), accept.CostProtocol, "malformed request line")
 }
 
 // sendFileChunk is how much of a file goes out under one write deadline.

@@ -14,6 +14,7 @@ import (
 	"packwire/internal/gitexec"
 	"packwire/internal/pipeline"
 	"packwire/internal/pktline"
+	"packwire/internal/transport/accept"
 )
 
 const (
@@ -181,6 +182,9 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	}
 	if err != nil {
 		c.log.Info("request ended early", "service", service, "repo", path, "error", err.Error())
+	}
+	if pipeline.IsProtocolError(err) {
+		c.srv.Penalties.Offend(c.ssh.RemoteAddr(), accept.CostProtocol, "malformed packet")
 	}
 	// -1: git was killed; 0 after a failed relay: the client did not get it all.
 	if res.ExitCode < 0 || err != nil && res.ExitCode == 0 {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -27,18 +28,20 @@ import (
 type Server struct {
 	Pipeline       *pipeline.Pipeline
 	Access         *access.Controller
-	HostKeys       []gossh.Signer   // one per key type; see offeredHostKey for RSA
-	Ciphers        []string         // preference order offered; nil: DefaultCiphers
-	InitTimeout    time.Duration    // handshake + first exec must finish within this
-	KeepAlive      time.Duration    // interval of keepalive@openssh.com probes; 0: off
-	IdleTimeout    time.Duration    // close a connection once no command ran for this long after its last; 0: never
-	MaxConnections int              // 0: no limit
-	Startups       *accept.Startups // per address, connections before their first command; nil: no bound
-	MaxSessions    int              // session channels open at once per connection; 0: no limit
-	KeyRecheck     time.Duration    // how often open connections' keys are checked again once the store changed; 0: keyRecheckInterval
-	MaxUnacked     int              // bytes of a command's output sent and not yet acknowledged by the client's window; 0: DefaultMaxUnacked, <0: the client's whole window
+	HostKeys       []gossh.Signer    // one per key type; see offeredHostKey for RSA
+	Ciphers        []string          // preference order offered; nil: DefaultCiphers
+	InitTimeout    time.Duration     // handshake + first exec must finish within this
+	KeepAlive      time.Duration     // interval of keepalive@openssh.com probes; 0: off
+	IdleTimeout    time.Duration     // close a connection once no command ran for this long after its last; 0: never
+	MaxConnections int               // 0: no limit
+	Startups       *accept.Startups  // per address, connections before their first command; nil: no bound
+	Penalties      *accept.Penalties // refuse at accept the addresses that keep failing handshakes or sending malformed packets; nil: none
+	MaxSessions    int               // session channels open at once per connection; 0: no limit
+	KeyRecheck     time.Duration     // how often open connections' keys are checked again once the store changed; 0: keyRecheckInterval
+	MaxUnacked     int               // bytes of a command's output sent and not yet acknowledged by the client's window; 0: DefaultMaxUnacked, <0: the client's whole window
 	Log            *slog.Logger
 
+	refusals  accept.RefusalLog
 	mu        sync.Mutex
 	listener  net.Listener
 	closed    bool
@@ -111,7 +114,14 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 	}
 	s.mu.Unlock()
+	s.refusals.Log = s.log().With("transport", "ssh")
+	defer s.refusals.Stop()
 	err := accept.Loop(l, s.log().With("transport", "ssh"), s.isClosed, func(nc net.Conn) {
+		// Before anything is allocated for it, the key exchange above all.
+		if s.Penalties.Refused(nc.RemoteAddr()) {
+			s.Penalties.Reject(nc)
+			return
+		}
 		rtt, known := handshakeRTT(nc)
 		near := known && rtt <= preferMaxRTT
 		if tc, ok := nc.(*net.TCPConn); ok {
@@ -265,14 +275,15 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool) 
 	// SSH has no way to say why before the key exchange.
 	started, ok := s.Startups.Begin(nc.RemoteAddr())
 	if !ok {
-		log.Warn("connection refused", "reason", accept.StartupsReason(s.Startups.Max()))
+		s.refusals.Note(accept.StartupsReason(s.Startups.Max()), remote)
+		s.Penalties.Offend(nc.RemoteAddr(), accept.CostBusy, "over --max-startups-per-address")
 		return
 	}
 	defer started()
 	n := s.open.Add(1)
 	defer s.open.Add(-1)
 	if s.MaxConnections > 0 && n > int64(s.MaxConnections) {
-		log.Warn("connection refused", "reason", fmt.Sprintf("too many connections (max %d)", s.MaxConnections))
+		s.refusals.Note(fmt.Sprintf("too many connections (max %d)", s.MaxConnections), remote)
 		return
 	}
 
@@ -291,7 +302,8 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool) 
 	}
 	sconn, chans, globalReqs, err := gossh.NewServerConn(nc, config)
 	if err != nil {
-		log.Info("connection refused", "reason", "handshake failed", "error", err.Error())
+		s.refusals.NoteError("handshake failed", remote, err)
+		s.offendHandshake(nc, err)
 		return
 	}
 	nc.SetDeadline(time.Time{})
@@ -393,6 +405,21 @@ type conn struct {
 	revoked    string      // why the key no longer stands for principal ("": it does); see revoke
 }
 
+// offendHandshake charges the address of a connection whose handshake
+// failed: a timeout as grace exceeded, a close as nothing (a port check,
+// or a client that gave up, on a changed host key say), anything else as
+// a protocol error.
+func (s *Server) offendHandshake(nc net.Conn, err error) {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		s.Penalties.Offend(nc.RemoteAddr(), accept.CostTimeout, "no handshake within --init-timeout")
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	default:
+		s.Penalties.Offend(nc.RemoteAddr(), accept.CostProtocol, "SSH handshake failed")
+	}
+}
+
 // expireInit closes a connection that sent no command within InitTimeout.
 func (c *conn) expireInit() {
 	c.mu.Lock()
@@ -400,6 +427,7 @@ func (c *conn) expireInit() {
 	c.mu.Unlock()
 	if expired {
 		c.log.Info("connection closed", "reason", "no command within the init timeout", "timeout", c.srv.InitTimeout.String())
+		c.srv.Penalties.Offend(c.ssh.RemoteAddr(), accept.CostTimeout, "no command within --init-timeout")
 		c.ssh.Close()
 	}
 }
