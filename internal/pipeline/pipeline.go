@@ -112,6 +112,13 @@ type Pipeline struct {
 	MaxPushBytes int64
 	// FsckPushes has git check every pushed object (receive.fsckObjects).
 	FsckPushes bool
+	// LFS, when set, checks every push that writes: receive-pack runs
+	// its pre-receive hook (HooksDir) with the environment PushEnv
+	// gives, which refuses new LFS pointers to objects the server does
+	// not hold for the repository (internal/lfs).
+	LFS interface {
+		PushEnv(repoName string) []string
+	}
 	// RequestPace bounds how slowly a client may send its request (an HTTP
 	// fetch body, a git:// or SSH pack request) before it takes a slot.
 	RequestPace Pace

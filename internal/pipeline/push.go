@@ -231,6 +231,12 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		spec.Config = append(spec.Config, pushguard.Config(p.HooksDir)...)
 		spec.Env = append(spec.Env, hookmode.Env+"="+hookmode.ProcReceive, pushguard.EnvFFOnly+"="+list)
 	}
+	if p.LFS != nil && p.HooksDir != "" {
+		if len(plan.ffOnly) == 0 {
+			spec.Config = append(spec.Config, "core.hooksPath="+p.HooksDir)
+		}
+		spec.Env = append(spec.Env, p.LFS.PushEnv(c.Repo.Name)...)
+	}
 	spec.Config = append(spec.Config, c.route.Config...)
 	spec.Env = append(spec.Env, c.route.Env...)
 	pushDone := func() {}

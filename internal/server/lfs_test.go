@@ -1,0 +1,379 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"packwire/internal/access"
+)
+
+// requireGitLFS fails (not skips) without git-lfs: the end-to-end tests
+// would prove nothing.
+func requireGitLFS(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("git-lfs"); err != nil {
+		t.Fatal("git-lfs is not installed: run scripts/install-deps (apt-get install -y git-lfs)")
+	}
+}
+
+// lfsServer is an access server with git-lfs set up in the client's HOME.
+func startLFSServer(t *testing.T) *accessServer {
+	t.Helper()
+	requireGitLFS(t)
+	a := startAccessServer(t)
+	a.env.Git("", "lfs", "install", "--skip-repo")
+	return a
+}
+
+// randomBytes is n bytes no compression shrinks, from seed.
+func randomBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// lfsWork makes a working repository that tracks *.bin with LFS, holding
+// one committed file of content, and returns it.
+func (a *accessServer) lfsWork(t *testing.T, content []byte) string {
+	t.Helper()
+	w := filepath.Join(t.TempDir(), "w")
+	a.env.Git("", "init", "-q", w)
+	a.env.Git(w, "lfs", "install", "--local")
+	a.env.Git(w, "lfs", "track", "*.bin")
+	os.WriteFile(filepath.Join(w, "a.bin"), content, 0o644)
+	os.WriteFile(filepath.Join(w, "README"), []byte("lfs test\n"), 0o644)
+	a.env.Git(w, "add", ".")
+	a.env.Git(w, "commit", "-qm", "first")
+	return w
+}
+
+// lfsObjectFiles lists what the LFS store holds on disk: objects and
+// temporary files (an upload that failed leaves none).
+func (a *accessServer) lfsObjectFiles(t *testing.T) (objects, temps []string) {
+	t.Helper()
+	dir := filepath.Join(a.Data.Dir, "lfs")
+	filepath.WalkDir(filepath.Join(dir, "objects"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			objects = append(objects, filepath.Base(p))
+		}
+		return nil
+	})
+	ents, _ := os.ReadDir(filepath.Join(dir, "tmp"))
+	for _, e := range ents {
+		temps = append(temps, e.Name())
+	}
+	return objects, temps
+}
+
+func TestLFSOverHTTP(t *testing.T) {
+	a := startLFSServer(t)
+	a.grant(t, "alice", "write", "**")
+	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {
+		t.Fatal(err)
+	}
+	content := randomBytes(1, 200<<10)
+	w := a.lfsWork(t, content)
+
+	// git lfs's pre-push hook uploads the object, then git pushes the refs
+	// (which the push check lets through: the object is there).
+	if out, err := a.git(t, w, "http", a.alice, "lfs/app", "push", "URL", "HEAD:refs/heads/main"); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	objects, temps := a.lfsObjectFiles(t)
+	if len(objects) != 1 || objects[0] != sha256Hex(content) || len(temps) != 0 {
+		t.Fatalf("store holds %v (temp %v), want the one object %s", objects, temps, sha256Hex(content))
+	}
+
+	// A clone smudges the file from the server.
+	c := filepath.Join(t.TempDir(), "c")
+	if out, err := a.git(t, "", "http", a.alice, "lfs/app", "clone", "-q", "URL", c); err != nil {
+		t.Fatalf("clone: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(c, "a.bin")); !bytes.Equal(got, content) {
+		t.Fatalf("cloned a.bin is %d bytes, not the pushed content", len(got))
+	}
+
+	// Without smudging, then git lfs pull and fetch --all.
+	s := filepath.Join(t.TempDir(), "s")
+	url, _ := a.remote("http", a.alice, "lfs/app")
+	if out, err := a.env.Run("", []string{"GIT_LFS_SKIP_SMUDGE=1"}, "clone", "-q", url, s); err != nil {
+		t.Fatalf("clone: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(s, "a.bin")); bytes.Equal(got, content) || !bytes.HasPrefix(got, []byte("version https://git-lfs")) {
+		t.Fatalf("a clone with GIT_LFS_SKIP_SMUDGE has %q, want the pointer", got[:min(40, len(got))])
+	}
+	a.env.Git(s, "lfs", "pull")
+	if got, _ := os.ReadFile(filepath.Join(s, "a.bin")); !bytes.Equal(got, content) {
+		t.Fatal("git lfs pull did not bring the content")
+	}
+	a.env.Git(s, "lfs", "fetch", "--all")
+
+	// git lfs migrate import of an existing history, then push.
+	m := filepath.Join(t.TempDir(), "m")
+	a.env.Git("", "init", "-q", m)
+	big := randomBytes(2, 50<<10)
+	os.WriteFile(filepath.Join(m, "data.dat"), big, 0o644)
+	a.env.Git(m, "add", ".")
+	a.env.Git(m, "commit", "-qm", "plain file")
+	a.env.Git(m, "lfs", "migrate", "import", "--include=*.dat", "--everything")
+	if out, err := a.git(t, m, "http", a.alice, "lfs/app", "push", "URL", "HEAD:refs/heads/migrated"); err != nil {
+		t.Fatalf("push after migrate: %v\n%s", err, out)
+	}
+	if _, ok := a.LFS.Objects.Stat(sha256Hex(big)); !ok {
+		t.Fatal("the migrated file's object is not on the server")
+	}
+}
+
+// TestLFSPushNeedsObjects: a push whose new commits add an LFS pointer to
+// an object the server does not hold is refused, naming it (the pre-push
+// hook skipped: git push --no-verify).
+func TestLFSPushNeedsObjects(t *testing.T) {
+	a := startLFSServer(t)
+	a.grant(t, "alice", "write", "**")
+	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {
+		t.Fatal(err)
+	}
+	content := randomBytes(3, 10<<10)
+	w := a.lfsWork(t, content)
+	for _, transport := range []string{"http", "ssh"} {
+		out, err := a.git(t, w, transport, a.alice, "lfs/app", "push", "--no-verify", "URL", "HEAD:refs/heads/main")
+		if err == nil || !strings.Contains(out, sha256Hex(content)) || !strings.Contains(out, "does not have") {
+			t.Fatalf("%s: push of a pointer without its object: %v\n%s", transport, err, out)
+		}
+		if ref := refOf(a, a.Data.Repos.PathFor("lfs/app"), "refs/heads/main"); ref != "" {
+			t.Fatalf("%s: main moved to %s", transport, ref)
+		}
+	}
+	// With the object uploaded first (git lfs push), the same push passes.
+	if out, err := a.git(t, w, "http", a.alice, "lfs/app", "lfs", "push", "--all", "URL"); err != nil {
+		t.Fatalf("git lfs push: %v\n%s", err, out)
+	}
+	if out, err := a.git(t, w, "http", a.alice, "lfs/app", "push", "--no-verify", "URL", "HEAD:refs/heads/main"); err != nil {
+		t.Fatalf("push after git lfs push: %v\n%s", err, out)
+	}
+}
+
+func TestLFSOverSSH(t *testing.T) {
+	a := startLFSServer(t)
+	a.grant(t, "alice", "write", "**")
+	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {
+		t.Fatal(err)
+	}
+	content := randomBytes(4, 100<<10)
+	w := a.lfsWork(t, content)
+	if out, err := a.git(t, w, "ssh", a.alice, "lfs/app", "push", "URL", "HEAD:refs/heads/main"); err != nil {
+		t.Fatalf("push over SSH: %v\n%s", err, out)
+	}
+	c := filepath.Join(t.TempDir(), "c")
+	if out, err := a.git(t, "", "ssh", a.alice, "lfs/app", "clone", "-q", "URL", c); err != nil {
+		t.Fatalf("clone over SSH: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(c, "a.bin")); !bytes.Equal(got, content) {
+		t.Fatalf("a.bin cloned over SSH is %d bytes, not the pushed content", len(got))
+	}
+}
+
+// lfsRequest sends one LFS API request as user (token) and returns the
+// status and body.
+func (a *accessServer) lfsRequest(t *testing.T, who *actor, method, repo, path string, body io.Reader, contentLength int64) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, fmt.Sprintf("http://%s/%s.git/info/lfs/%s", a.HTTPAddr, repo, path), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentLength >= 0 {
+		req.ContentLength = contentLength
+	}
+	req.Header.Set("Accept", "application/vnd.git-lfs+json")
+	req.Header.Set("Content-Type", "application/vnd.git-lfs+json")
+	if who.name != "" {
+		req.SetBasicAuth(who.name, who.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func batchBody(op, oid string, size int) string {
+	return fmt.Sprintf(`{"operation":%q,"transfers":["basic"],"objects":[{"oid":%q,"size":%d}]}`, op, oid, size)
+}
+
+// TestLFSBadInput: wrong hash, wrong size, a truncated upload, an unknown
+// or malformed oid, an object over the limit get LFS's errors and leave
+// nothing in the store; another repository's object is not readable.
+func TestLFSBadInput(t *testing.T) {
+	requireGitLFS(t)
+	a := startAccessServerWith(t, func(c *Config) { c.MaxLFSObjectBytes = 1 << 20 })
+	a.grant(t, "alice", "write", "**")
+	bob := a.addUser(t, "bob")
+	a.grant(t, "bob", "write", "lfs/b")
+	ctx := context.Background()
+	if err := a.Data.Store.SetSetting(ctx, access.SettingAnonRead, "off"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"lfs/a", "lfs/b"} {
+		if _, err := a.Data.Repos.Create(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	content := randomBytes(5, 4096)
+	oid := sha256Hex(content)
+	empty := func(what string) {
+		t.Helper()
+		if objects, temps := a.lfsObjectFiles(t); len(objects) != 0 || len(temps) != 0 {
+			t.Fatalf("%s left objects %v, temp files %v", what, objects, temps)
+		}
+	}
+
+	// Wrong content for the oid: 422, nothing kept.
+	wrong := randomBytes(6, 4096)
+	if status, body, _ := a.lfsRequest(t, a.alice, "PUT", "lfs/a", "objects/"+oid, bytes.NewReader(wrong), int64(len(wrong))); status != 422 || !strings.Contains(body, "hash mismatch") {
+		t.Fatalf("wrong hash: %d %s", status, body)
+	}
+	empty("a wrong hash")
+	// Over the limit: 413 in the batch and on PUT.
+	if status, body, _ := a.lfsRequest(t, a.alice, "POST", "lfs/a", "objects/batch", strings.NewReader(batchBody("upload", oid, 2<<20)), -1); status != 200 || !strings.Contains(body, `"code":413`) {
+		t.Fatalf("batch over the limit: %d %s", status, body)
+	}
+	// A truncated upload: the client announces more than it sends, then hangs up.
+	conn, err := net.Dial("tcp", a.HTTPAddr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "PUT /lfs/a.git/info/lfs/objects/%s HTTP/1.1\r\nHost: x\r\nAuthorization: Basic %s\r\nContent-Length: %d\r\n\r\n", oid, basicAuth("alice", a.alice.token), len(content))
+	conn.Write(content[:1000])
+	conn.Close()
+	// The server's answer to the next request comes after it saw the
+	// hang-up (one connection's handler ends before the next is counted).
+	waitFor(t, time.Minute, "the truncated upload to be dropped", func() bool {
+		objects, temps := a.lfsObjectFiles(t)
+		return len(objects) == 0 && len(temps) == 0
+	})
+	// Unknown and malformed oids.
+	if status, body, _ := a.lfsRequest(t, a.alice, "GET", "lfs/a", "objects/"+oid, nil, -1); status != 404 || !strings.Contains(body, "Object does not exist") {
+		t.Fatalf("unknown oid: %d %s", status, body)
+	}
+	if status, _, _ := a.lfsRequest(t, a.alice, "GET", "lfs/a", "objects/"+strings.ToUpper(oid), nil, -1); status != 422 {
+		t.Fatalf("upper-case oid: %d", status)
+	}
+	// The right upload through lfs/a, then verify.
+	if status, body, _ := a.lfsRequest(t, a.alice, "PUT", "lfs/a", "objects/"+oid, bytes.NewReader(content), int64(len(content))); status != 200 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	if status, body, _ := a.lfsRequest(t, a.alice, "POST", "lfs/a", "objects/verify", strings.NewReader(fmt.Sprintf(`{"oid":%q,"size":%d}`, oid, len(content))), -1); status != 200 {
+		t.Fatalf("verify: %d %s", status, body)
+	}
+	if status, _, _ := a.lfsRequest(t, a.alice, "POST", "lfs/a", "objects/verify", strings.NewReader(fmt.Sprintf(`{"oid":%q,"size":%d}`, oid, 1)), -1); status != 422 {
+		t.Fatalf("verify of the wrong size: %d", status)
+	}
+	// bob may not read lfs/a (404, as for a missing repository), and lfs/b
+	// does not hold the object though the store does.
+	if status, _, _ := a.lfsRequest(t, bob, "GET", "lfs/a", "objects/"+oid, nil, -1); status != 404 {
+		t.Fatalf("bob reading lfs/a: %d", status)
+	}
+	if status, body, _ := a.lfsRequest(t, bob, "POST", "lfs/b", "objects/batch", strings.NewReader(batchBody("download", oid, len(content))), -1); status != 200 || !strings.Contains(body, `"code":404`) {
+		t.Fatalf("bob's batch through lfs/b for lfs/a's object: %d %s", status, body)
+	}
+	if status, _, _ := a.lfsRequest(t, bob, "GET", "lfs/b", "objects/"+oid, nil, -1); status != 404 {
+		t.Fatalf("bob's download through lfs/b: %d", status)
+	}
+	// Anonymous: 401 with LFS-Authenticate (anonymous read is off here).
+	if status, _, h := a.lfsRequest(t, anon, "POST", "lfs/a", "objects/batch", strings.NewReader(batchBody("download", oid, len(content))), -1); status != 401 || h.Get("LFS-Authenticate") == "" {
+		t.Fatalf("anonymous batch: %d, LFS-Authenticate %q", status, h.Get("LFS-Authenticate"))
+	}
+	// Range: a resumed download gets the rest.
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://%s/lfs/a.git/info/lfs/objects/%s", a.HTTPAddr, oid), nil)
+	req.SetBasicAuth("alice", a.alice.token)
+	req.Header.Set("Range", "bytes=1000-")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 206 || !bytes.Equal(rest, content[1000:]) {
+		t.Fatalf("range download: %d, %d bytes", resp.StatusCode, len(rest))
+	}
+}
+
+// TestLFSLocks: git lfs lock, locks, unlock; another user's lock is
+// refused without force, and force needs the admin role.
+func TestLFSLocks(t *testing.T) {
+	a := startLFSServer(t)
+	a.grant(t, "alice", "write", "**")
+	bob := a.addUser(t, "bob")
+	a.grant(t, "bob", "write", "**")
+	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {
+		t.Fatal(err)
+	}
+	w := a.lfsWork(t, randomBytes(7, 1000))
+	if out, err := a.git(t, w, "http", a.alice, "lfs/app", "push", "URL", "HEAD:refs/heads/main"); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	clone := func(who *actor) string {
+		c := filepath.Join(t.TempDir(), "c")
+		if out, err := a.git(t, "", "http", who, "lfs/app", "clone", "-q", "URL", c); err != nil {
+			t.Fatalf("clone: %v\n%s", err, out)
+		}
+		return c
+	}
+	ca, cb := clone(a.alice), clone(bob)
+	if out, err := a.env.Run(ca, nil, "lfs", "lock", "a.bin"); err != nil || !strings.Contains(out, "Locked a.bin") {
+		t.Fatalf("alice's lock: %v\n%s", err, out)
+	}
+	if out, err := a.env.Run(cb, nil, "lfs", "lock", "a.bin"); err == nil {
+		t.Fatalf("bob locked a.bin that alice holds:\n%s", out)
+	}
+	if out := a.env.Git(cb, "lfs", "locks"); !strings.Contains(out, "a.bin") || !strings.Contains(out, "alice") {
+		t.Fatalf("git lfs locks: %q", out)
+	}
+	out, err := a.env.Run(cb, nil, "lfs", "unlock", "--force", "a.bin")
+	if err == nil || !strings.Contains(out, "owned by another user") {
+		t.Fatalf("bob's forced unlock without admin: %v\n%s", err, out)
+	}
+	status, body, _ := a.lfsRequest(t, bob, "POST", "lfs/app", "locks/1/unlock", strings.NewReader(`{}`), -1)
+	if status != 403 || !strings.Contains(body, "owned by another user") {
+		t.Fatalf("bob's unlock without force: %d %s", status, body)
+	}
+	a.grant(t, "bob", "admin", "lfs/app")
+	if out, err := a.env.Run(cb, nil, "lfs", "unlock", "--force", "a.bin"); err != nil {
+		t.Fatalf("an admin's forced unlock: %v\n%s", err, out)
+	}
+	if out, err := a.env.Run(ca, nil, "lfs", "lock", "a.bin"); err != nil {
+		t.Fatalf("lock again: %v\n%s", err, out)
+	}
+	if out, err := a.env.Run(ca, nil, "lfs", "unlock", "a.bin"); err != nil {
+		t.Fatalf("alice's unlock: %v\n%s", err, out)
+	}
+	var list struct{ Locks []json.RawMessage }
+	_, body, _ = a.lfsRequest(t, a.alice, "GET", "lfs/app", "locks", nil, -1)
+	if json.Unmarshal([]byte(body), &list); len(list.Locks) != 0 {
+		t.Fatalf("locks left: %s", body)
+	}
+}
