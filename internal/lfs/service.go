@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -151,4 +152,20 @@ func (s *Service) record(kind, transport string, r repo.Repo, p access.Principal
 	if s.Governor != nil {
 		s.Governor.Record(rec)
 	}
+}
+
+// RepoUsage is how many LFS objects repo holds in the data directory and
+// their bytes, for the admin commands; a data directory where LFS never
+// ran holds none (and is left without an index).
+func RepoUsage(ctx context.Context, dataDir, repoName string) (objects, bytes int64, err error) {
+	path := filepath.Join(Dir(dataDir), IndexFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return 0, 0, nil
+	}
+	x, err := OpenIndex(ctx, path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer x.Close()
+	return x.Usage(ctx, repoName)
 }

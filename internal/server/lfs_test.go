@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"packwire/internal/access"
+	"packwire/internal/governor"
+	"packwire/internal/repo"
 )
 
 // requireGitLFS fails (not skips) without git-lfs: the end-to-end tests
@@ -375,5 +377,66 @@ func TestLFSLocks(t *testing.T) {
 	_, body, _ = a.lfsRequest(t, a.alice, "GET", "lfs/app", "locks", nil, -1)
 	if json.Unmarshal([]byte(body), &list); len(list.Locks) != 0 {
 		t.Fatalf("locks left: %s", body)
+	}
+}
+
+// TestLFSAccounting: an upload and a download are governor records of
+// their kind with their bytes, user and repository, and on /metrics; a
+// repository's quota counts LFS bytes (507 past it).
+func TestLFSAccounting(t *testing.T) {
+	requireGitLFS(t)
+	a := startAccessServerWith(t, func(c *Config) { c.MetricsPublic = true })
+	a.grant(t, "alice", "write", "**")
+	ctx := context.Background()
+	r, err := a.Data.Repos.Create(ctx, "lfs/q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := a.lastSeq(t)
+	content := randomBytes(8, 20000)
+	oid := sha256Hex(content)
+	if status, body, _ := a.lfsRequest(t, a.alice, "PUT", "lfs/q", "objects/"+oid, bytes.NewReader(content), int64(len(content))); status != 200 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	if status, body, _ := a.lfsRequest(t, a.alice, "GET", "lfs/q", "objects/"+oid, nil, -1); status != 200 || body != string(content) {
+		t.Fatalf("download: %d, %d bytes", status, len(body))
+	}
+	recs := a.recordsAfter(t, seq, func(rs []governor.Record) bool { return len(rs) >= 2 })
+	kinds := map[string]governor.Record{}
+	for _, rec := range recs {
+		kinds[rec.Kind] = rec
+	}
+	if up := kinds["lfs-upload"]; up.BytesIn != int64(len(content)) || up.User != "alice" || up.Repo != "lfs/q" || up.Result != "ok" {
+		t.Fatalf("upload record: %+v", up)
+	}
+	if down := kinds["lfs-download"]; down.BytesOut != int64(len(content)) || down.User != "alice" || down.Repo != "lfs/q" || down.Result != "ok" {
+		t.Fatalf("download record: %+v", down)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", a.HTTPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `kind="lfs-download"`) || !strings.Contains(string(metrics), `kind="lfs-upload"`) {
+		t.Fatal("/metrics has no lfs-download / lfs-upload series")
+	}
+
+	// A quota just over what the repository holds (git's objects and the
+	// LFS object): another object of that size does not fit.
+	used, err := repo.Usage(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.SetQuota(ctx, r, used+int64(len(content))+1000); err != nil {
+		t.Fatal(err)
+	}
+	other := randomBytes(9, 20000)
+	status, body, _ := a.lfsRequest(t, a.alice, "POST", "lfs/q", "objects/batch", strings.NewReader(batchBody("upload", sha256Hex(other), len(other))), -1)
+	if status != 507 || !strings.Contains(body, "quota") {
+		t.Fatalf("batch past the quota: %d %s", status, body)
+	}
+	if status, body, _ := a.lfsRequest(t, a.alice, "PUT", "lfs/q", "objects/"+sha256Hex(other), bytes.NewReader(other), int64(len(other))); status != 507 {
+		t.Fatalf("upload past the quota: %d %s", status, body)
 	}
 }
