@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,4 +45,43 @@ func TestRepoShowLFS(t *testing.T) {
 	if out, code := packwire(t, "repo", "show", "other", "--data", data); code != 0 || !strings.Contains(out, "LFS objects: 0, 0 B") {
 		t.Fatalf("repo show of a repository without LFS objects: %d\n%s", code, out)
 	}
+
+	// The objects follow the repository: renamed, deleted (a new
+	// repository of the name holds none), restored.
+	if out, code := packwire(t, "repo", "rename", "app", "renamed", "--data", data); code != 0 {
+		t.Fatalf("repo rename: %d %s", code, out)
+	}
+	if out, _ := packwire(t, "repo", "show", "renamed", "--data", data); !strings.Contains(out, "LFS objects: 1,") {
+		t.Fatalf("repo show after rename:\n%s", out)
+	}
+	if out, code := packwire(t, "repo", "delete", "renamed", "--data", data); code != 0 {
+		t.Fatalf("repo delete: %d %s", code, out)
+	}
+	packwire(t, "repo", "create", "renamed", "--data", data)
+	if out, _ := packwire(t, "repo", "show", "renamed", "--data", data); !strings.Contains(out, "LFS objects: 0,") {
+		t.Fatalf("a new repository of a deleted one's name holds its LFS objects:\n%s", out)
+	}
+	packwire(t, "repo", "delete", "renamed", "--data", data)
+	if out, code := packwire(t, "repo", "restore", "renamed", "--at", firstStamp(t, data), "--data", data); code != 0 {
+		t.Fatalf("repo restore: %d %s", code, out)
+	}
+	if out, _ := packwire(t, "repo", "show", "renamed", "--data", data); !strings.Contains(out, "LFS objects: 1,") {
+		t.Fatalf("repo show after restore:\n%s", out)
+	}
+}
+
+// firstStamp is the oldest deletion in the trash, as repo trash lists it.
+func firstStamp(t *testing.T, data string) string {
+	t.Helper()
+	out, code := packwire(t, "repo", "trash", "--data", data)
+	fields := strings.Fields(out)
+	if code != 0 || len(fields) < 2 {
+		t.Fatalf("repo trash: %d %s", code, out)
+	}
+	stamps := []string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		stamps = append(stamps, strings.Fields(line)[1])
+	}
+	slices.Sort(stamps)
+	return stamps[0]
 }

@@ -194,3 +194,13 @@ func (x *Index) RenameRepo(ctx context.Context, from, to string) error {
 	_, err := x.st.DB.ExecContext(ctx, "UPDATE lfs_locks SET repo = ? WHERE repo = ?", to, from)
 	return err
 }
+
+// Held reports whether any repository (or trash entry) holds oid.
+func (x *Index) Held(ctx context.Context, oid string) (bool, error) {
+	var one int
+	err := x.st.DB.QueryRowContext(ctx, "SELECT 1 FROM lfs_objects WHERE oid = ? LIMIT 1", oid).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -331,6 +331,28 @@ func (s *Server) expireTrash(ctx context.Context) {
 	if err != nil {
 		s.Config.Log.Error("trash: removing expired repositories", "error", err.Error())
 	}
+	if s.LFS != nil {
+		for _, t := range removed {
+			if err := lfs.Expired(ctx, s.Data.Dir, t.Name, t.Stamp()); err != nil {
+				s.Config.Log.Warn("trash: LFS objects of a removed repository", "repo", t.Name, "error", err.Error())
+			}
+		}
+	}
+}
+
+// sweepLFS removes LFS content no repository holds any more, after
+// lfs.SweepGrace, on the maintenance scheduler's turn.
+func (s *Server) sweepLFS(ctx context.Context) {
+	if s.LFS == nil {
+		return
+	}
+	n, bytes, err := s.LFS.Sweep(ctx, lfs.SweepGrace)
+	if err != nil {
+		s.Config.Log.Warn("lfs: removing unreferenced objects", "error", err.Error())
+	}
+	if n > 0 {
+		s.Config.Log.Info("lfs: removed unreferenced objects", "objects", n, "bytes", bytes)
+	}
 }
 
 // New opens the data directory (creating it: datadir.Create) and builds the pipeline. It
@@ -632,7 +654,10 @@ func (s *Server) Start() error {
 	}
 	if cfg.MaintainInterval > 0 {
 		sched := &maintain.Scheduler{M: s.Maintainer, Repos: s.Data.Repos.List, Interval: cfg.MaintainInterval,
-			Concurrency: cfg.MaintainConcurrency, Budget: cfg.MaintainBudget, Sweep: s.expireTrash}
+			Concurrency: cfg.MaintainConcurrency, Budget: cfg.MaintainBudget, Sweep: func(ctx context.Context) {
+				s.expireTrash(ctx)
+				s.sweepLFS(ctx)
+			}}
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopMaintain = cancel
 		s.wg.Add(1)
