@@ -43,17 +43,18 @@ func parseSSHCommand(command string) (name, path, op string, ok bool) {
 // ServeSSH runs git-lfs-authenticate: it answers the LFS API's href for
 // the repository and, for a user, an Authorization header with a token
 // good for AuthenticateTTL, so that git-lfs over SSH needs no HTTP
-// credentials. git-lfs-transfer (the pure SSH protocol) is refused with
-// an exit status, which makes git-lfs fall back to git-lfs-authenticate.
+// credentials; and git-lfs-transfer, the pure SSH protocol (transfer.go).
 func (s *Service) ServeSSH(ctx context.Context, p access.Principal, remote, command string, stdin io.Reader, stdout, stderr io.Writer) uint32 {
 	start := time.Now()
 	name, path, op, ok := parseSSHCommand(command)
-	if !ok || op != "download" && op != "upload" {
-		fmt.Fprintf(stderr, "fatal: invalid command: %s NAME download|upload\n", strings.Fields(command)[0])
+	if ok && name == "git-lfs-transfer" && op == "lock" {
+		// Locks over the SSH protocol are not spoken: git-lfs then uses
+		// git-lfs-authenticate and the HTTP locks API.
+		fmt.Fprintf(stderr, "fatal: git-lfs-transfer: the lock operation is not supported; use git-lfs-authenticate\n")
 		return 128
 	}
-	if name == "git-lfs-transfer" {
-		fmt.Fprintf(stderr, "fatal: git-lfs-transfer is not supported by this server; use git-lfs-authenticate\n")
+	if !ok || op != "download" && op != "upload" {
+		fmt.Fprintf(stderr, "fatal: invalid command: %s NAME download|upload\n", strings.Fields(command)[0])
 		return 128
 	}
 	n := needRead
@@ -65,6 +66,9 @@ func (s *Service) ServeSSH(ctx context.Context, p access.Principal, remote, comm
 		s.record("lfs-authenticate", "ssh", repo.Repo{}, p, remote, start, 0, 0, governor.ResultRefused, aerr.Message)
 		fmt.Fprintf(stderr, "fatal: %s\n", aerr.Message)
 		return 128
+	}
+	if name == "git-lfs-transfer" {
+		return s.transfer(ctx, p, remote, r, op, stdin, stdout)
 	}
 	answer := struct {
 		Href      string            `json:"href"`

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"packwire/internal/access"
+	"packwire/internal/gittest"
 	"packwire/internal/governor"
 	"packwire/internal/repo"
 )
@@ -177,24 +178,89 @@ func TestLFSPushNeedsObjects(t *testing.T) {
 	}
 }
 
+// TestLFSOverSSH: git-lfs 3 over SSH alone (git-lfs-transfer: the
+// transfers are SSH records; locks too), and git-lfs-authenticate, whose
+// href and header reach the object over HTTP.
 func TestLFSOverSSH(t *testing.T) {
 	a := startLFSServer(t)
 	a.grant(t, "alice", "write", "**")
-	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {
+	name := "lfs/app"
+	if _, err := a.Data.Repos.Create(context.Background(), name); err != nil {
 		t.Fatal(err)
 	}
-	content := randomBytes(4, 100<<10)
+	seq := a.lastSeq(t)
+	content := randomBytes(10, 100<<10)
 	w := a.lfsWork(t, content)
-	if out, err := a.git(t, w, "ssh", a.alice, "lfs/app", "push", "URL", "HEAD:refs/heads/main"); err != nil {
+	if out, err := a.git(t, w, "ssh", a.alice, name, "push", "URL", "HEAD:refs/heads/main"); err != nil {
 		t.Fatalf("push over SSH: %v\n%s", err, out)
 	}
 	c := filepath.Join(t.TempDir(), "c")
-	if out, err := a.git(t, "", "ssh", a.alice, "lfs/app", "clone", "-q", "URL", c); err != nil {
+	if out, err := a.git(t, "", "ssh", a.alice, name, "clone", "-q", "URL", c); err != nil {
 		t.Fatalf("clone over SSH: %v\n%s", err, out)
 	}
 	if got, _ := os.ReadFile(filepath.Join(c, "a.bin")); !bytes.Equal(got, content) {
 		t.Fatalf("a.bin cloned over SSH is %d bytes, not the pushed content", len(got))
 	}
+	recs := a.recordsAfter(t, seq, func(rs []governor.Record) bool {
+		kinds := map[string]bool{}
+		for _, r := range rs {
+			kinds[r.Kind] = true
+		}
+		return kinds["lfs-upload"] && kinds["lfs-download"]
+	})
+	for _, r := range recs {
+		if strings.HasPrefix(r.Kind, "lfs-") && (r.Transport != "ssh" || r.Result != "ok" || r.User != "alice") {
+			t.Fatalf("record %+v, want an SSH transfer by alice", r)
+		}
+	}
+	sshEnv := a.sshEnv(a.alice)
+	if out, err := a.env.Run(c, sshEnv, "lfs", "lock", "a.bin"); err != nil || !strings.Contains(out, "Locked a.bin") {
+		t.Fatalf("lock over SSH: %v\n%s", err, out)
+	}
+	if out, err := a.env.Run(c, sshEnv, "lfs", "locks"); err != nil || !strings.Contains(out, "a.bin") || !strings.Contains(out, "alice") {
+		t.Fatalf("locks over SSH: %v\n%s", err, out)
+	}
+	if out, err := a.env.Run(c, sshEnv, "lfs", "unlock", "a.bin"); err != nil {
+		t.Fatalf("unlock over SSH: %v\n%s", err, out)
+	}
+
+	// git-lfs-authenticate: an href and a header good for the HTTP API.
+	_, port, _ := strings.Cut(a.SSHAddr.String(), ":")
+	args := append(gittest.SSHOptions(a.alice.key, "", "-p", port), "git@127.0.0.1", "git-lfs-authenticate '"+name+".git' download")
+	out, err := exec.Command("ssh", args...).Output()
+	if err != nil {
+		t.Fatalf("git-lfs-authenticate: %v\n%s", err, out)
+	}
+	var auth struct {
+		Href      string
+		Header    map[string]string
+		ExpiresIn int `json:"expires_in"`
+	}
+	if err := json.Unmarshal(out, &auth); err != nil || auth.ExpiresIn <= 0 || auth.Header["Authorization"] == "" {
+		t.Fatalf("git-lfs-authenticate answered %q (%v)", out, err)
+	}
+	req, _ := http.NewRequest("GET", auth.Href+"/objects/"+sha256Hex(content), nil)
+	req.Header.Set("Authorization", auth.Header["Authorization"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(got, content) {
+		t.Fatalf("download with git-lfs-authenticate's answer: %d, %d bytes", resp.StatusCode, len(got))
+	}
+	// An unregistered key is anonymous: no header, and no upload.
+	args = append(gittest.SSHOptions(a.env.NewSSHKey("stranger"), "", "-p", port), "git@127.0.0.1", "git-lfs-authenticate "+name+" upload")
+	if out, err := exec.Command("ssh", args...).CombinedOutput(); err == nil || !strings.Contains(string(out), "authentication required") {
+		t.Fatalf("anonymous git-lfs-authenticate upload: %v\n%s", err, out)
+	}
+}
+
+// sshEnv is the environment with which git reaches the server as who over SSH.
+func (a *accessServer) sshEnv(who *actor) []string {
+	_, env := a.remote("ssh", who, "")
+	return env
 }
 
 // lfsRequest sends one LFS API request as user (token) and returns the
