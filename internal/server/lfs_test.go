@@ -20,6 +20,7 @@ import (
 
 	"packwire/internal/access"
 	"packwire/internal/gittest"
+	"packwire/internal/pktline"
 	"packwire/internal/governor"
 	"packwire/internal/repo"
 )
@@ -504,5 +505,66 @@ func TestLFSAccounting(t *testing.T) {
 	}
 	if status, body, _ := a.lfsRequest(t, a.alice, "PUT", "lfs/q", "objects/"+sha256Hex(other), bytes.NewReader(other), int64(len(other))); status != 507 {
 		t.Fatalf("upload past the quota: %d %s", status, body)
+	}
+}
+
+// TestLFSTransferBadInput: over git-lfs-transfer, an upload whose content
+// does not hash to its oid is refused with 422 and leaves nothing; the
+// session goes on (verify-object then says 404) and ends with quit.
+func TestLFSTransferBadInput(t *testing.T) {
+	requireGitLFS(t)
+	a := startAccessServer(t)
+	a.grant(t, "alice", "write", "**")
+	if _, err := a.Data.Repos.Create(context.Background(), "lfs/a"); err != nil {
+		t.Fatal(err)
+	}
+	_, stdin, stdout, done := a.sshSession(t, a.alice, "git-lfs-transfer lfs/a upload")
+	defer done()
+	in := pktline.NewReader(stdout)
+	// readUntilFlush returns the text packets of one answer (a delim as "DELIM").
+	readUntilFlush := func() []string {
+		t.Helper()
+		var got []string
+		for {
+			kind, line, err := in.Read()
+			if err != nil {
+				t.Fatalf("reading: %v (so far %q)", err, got)
+			}
+			switch kind {
+			case pktline.Flush:
+				return got
+			case pktline.Delim:
+				got = append(got, "DELIM")
+			default:
+				got = append(got, strings.TrimSuffix(string(line), "\n"))
+			}
+		}
+	}
+	if caps := readUntilFlush(); len(caps) == 0 || caps[0] != "version=1" {
+		t.Fatalf("capabilities: %q", caps)
+	}
+	stdin.Write(pkts("version 1", ""))
+	if got := readUntilFlush(); len(got) != 1 || got[0] != "status 200" {
+		t.Fatalf("version: %q", got)
+	}
+	content := randomBytes(11, 5000)
+	oid := sha256Hex(content)
+	msg := pkts("put-object "+oid, fmt.Sprintf("size=%d", len(content)), "DELIM")
+	msg, _ = pktline.Append(msg, randomBytes(12, 5000))
+	msg = append(msg, "0000"...)
+	stdin.Write(msg)
+	if got := readUntilFlush(); len(got) < 3 || got[0] != "status 422" || !strings.Contains(got[2], "hash mismatch") {
+		t.Fatalf("put-object of the wrong content: %q", got)
+	}
+	if objects, temps := a.lfsObjectFiles(t); len(objects) != 0 || len(temps) != 0 {
+		t.Fatalf("left objects %v, temp files %v", objects, temps)
+	}
+	stdin.Write(pkts("verify-object "+oid, fmt.Sprintf("size=%d", len(content)), ""))
+	if got := readUntilFlush(); len(got) == 0 || got[0] != "status 404" {
+		t.Fatalf("verify-object: %q", got)
+	}
+	stdin.Write(pkts("quit", ""))
+	if got := readUntilFlush(); len(got) != 1 || got[0] != "status 200" {
+		t.Fatalf("quit: %q", got)
 	}
 }
