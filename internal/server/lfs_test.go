@@ -20,8 +20,8 @@ import (
 
 	"packwire/internal/access"
 	"packwire/internal/gittest"
-	"packwire/internal/pktline"
 	"packwire/internal/governor"
+	"packwire/internal/pktline"
 	"packwire/internal/repo"
 )
 
