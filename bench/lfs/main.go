@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,6 +29,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"packwire/bench/internal/benchkit"
 )
 
 const concurrency = 8
@@ -54,12 +55,12 @@ func main() {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	token := lines[len(lines)-1]
 
-	port := freePort()
+	port := benchkit.FreePort()
 	srv := exec.Command(*bin, "serve", "--data", data, "--http", "127.0.0.1:"+port, "--git", "", "--ssh", "", "--maintain-interval", "0")
 	srv.Stderr = io.Discard
 	check(srv.Start())
 	defer func() { srv.Process.Kill(); srv.Wait() }()
-	waitPort(port)
+	benchkit.WaitPort(port)
 	base := "http://127.0.0.1:" + port + "/app.git/info/lfs/objects/"
 
 	// Upload N random objects through the API.
@@ -81,7 +82,7 @@ func main() {
 	}
 
 	// nginx serves DATA/lfs/objects as static files (sendfile on).
-	nport := freePort()
+	nport := benchkit.FreePort()
 	ndir := filepath.Join(dir, "nginx")
 	check(os.MkdirAll(ndir, 0o755))
 	conf := fmt.Sprintf(`daemon off; master_process off; worker_processes 1; pid %s/nginx.pid; error_log %s/error.log;
@@ -95,7 +96,7 @@ http { access_log off; sendfile on; tcp_nopush on; keepalive_requests 100000;
 	ngx.Stderr = os.Stderr
 	check(ngx.Start())
 	defer func() { ngx.Process.Kill(); ngx.Wait() }()
-	waitPort(nport)
+	benchkit.WaitPort(nport)
 	nbase := "http://127.0.0.1:" + nport + "/objects/"
 
 	type peer struct {
@@ -214,25 +215,6 @@ func run(bin string, args ...string) string {
 		log.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	check(err)
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
-}
-
-func waitPort(port string) {
-	for i := 0; i < 500; i++ {
-		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	log.Fatalf("nothing listens on %s", port)
 }
 
 func check(err error) {
