@@ -468,10 +468,27 @@ func TestLFSAccounting(t *testing.T) {
 	if status, body, _ := a.lfsRequest(t, a.alice, "GET", "lfs/q", "objects/"+oid, nil, -1); status != 200 || body != string(content) {
 		t.Fatalf("download: %d, %d bytes", status, len(body))
 	}
-	recs := a.recordsAfter(t, seq, func(rs []governor.Record) bool { return len(rs) >= 2 })
+	// Anonymous read is on here: anyone downloads, no one anonymous uploads.
+	if status, body, _ := a.lfsRequest(t, anon, "GET", "lfs/q", "objects/"+oid, nil, -1); status != 200 || body != string(content) {
+		t.Fatalf("anonymous download where anonymous read is on: %d", status)
+	}
+	if status, _, h := a.lfsRequest(t, anon, "PUT", "lfs/q", "objects/"+oid, bytes.NewReader(content), int64(len(content))); status != 401 || h.Get("LFS-Authenticate") == "" {
+		t.Fatalf("anonymous upload: %d", status)
+	}
+	recs := a.recordsAfter(t, seq, func(rs []governor.Record) bool {
+		n := 0
+		for _, r := range rs {
+			if r.User == "alice" {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	kinds := map[string]governor.Record{}
 	for _, rec := range recs {
-		kinds[rec.Kind] = rec
+		if rec.User == "alice" {
+			kinds[rec.Kind] = rec
+		}
 	}
 	if up := kinds["lfs-upload"]; up.BytesIn != int64(len(content)) || up.User != "alice" || up.Repo != "lfs/q" || up.Result != "ok" {
 		t.Fatalf("upload record: %+v", up)
