@@ -119,6 +119,9 @@ type Pipeline struct {
 	LFS interface {
 		PushEnv(repoName string) []string
 	}
+	// LFSBytes, when set, is what a repository's LFS objects take: the
+	// quota counts them with git's objects.
+	LFSBytes func(ctx context.Context, repoName string) (int64, error)
 	// RequestPace bounds how slowly a client may send its request (an HTTP
 	// fetch body, a git:// or SSH pack request) before it takes a slot.
 	RequestPace Pace

@@ -453,6 +453,13 @@ func (c *Call) pushRoom() (maxInput int64, refusal string) {
 		p.log().Warn("repository size unreadable", "repo", c.Repo.Name, "error", err.Error())
 		return maxInput, ""
 	}
+	if p.LFSBytes != nil {
+		lfsBytes, err := p.LFSBytes(context.Background(), c.Repo.Name)
+		if err != nil {
+			p.log().Warn("LFS size unreadable", "repo", c.Repo.Name, "error", err.Error())
+		}
+		used += lfsBytes
+	}
 	room := quota - used
 	if room <= 0 {
 		return 0, fmt.Sprintf("repository over its quota (%s used of %s)", units.Bytes(used), units.Bytes(quota))

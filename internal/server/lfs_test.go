@@ -585,3 +585,35 @@ func TestLFSTransferBadInput(t *testing.T) {
 		t.Fatalf("quit: %q", got)
 	}
 }
+
+// TestLFSQuotaCountsForPushes: LFS objects that fill a repository's quota
+// leave no room for a git push either.
+func TestLFSQuotaCountsForPushes(t *testing.T) {
+	requireGitLFS(t)
+	a := startAccessServer(t)
+	a.grant(t, "alice", "write", "**")
+	ctx := context.Background()
+	r, err := a.Data.Repos.Create(ctx, "lfs/q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.env.Build(r.Path, gittest.Shape{Commits: 2, Files: 2, BlobBytes: 100, Seed: 1})
+	content := randomBytes(13, 30000)
+	if status, body, _ := a.lfsRequest(t, a.alice, "PUT", "lfs/q", "objects/"+sha256Hex(content), bytes.NewReader(content), int64(len(content))); status != 200 {
+		t.Fatalf("upload: %d %s", status, body)
+	}
+	used, err := repo.Usage(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Room for git's objects, not for them and the LFS object.
+	if err := repo.SetQuota(ctx, r, used+int64(len(content))/2); err != nil {
+		t.Fatal(err)
+	}
+	w := a.work(t, r.Path)
+	a.commit(w, "one more")
+	out, err := a.git(t, w, "http", a.alice, "lfs/q", "push", "URL", "HEAD:refs/heads/main")
+	if err == nil || !strings.Contains(out, "over its quota") {
+		t.Fatalf("push into a repository whose LFS objects fill its quota: %v\n%s", err, out)
+	}
+}

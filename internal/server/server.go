@@ -450,6 +450,10 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 		s.LFS.Repos, s.LFS.Access, s.LFS.Governor, s.LFS.Log = data.Repos, data.Access, gov, cfg.Log
 		s.LFS.MaxObjectBytes = cfg.MaxLFSObjectBytes
+		s.Pipeline.LFSBytes = func(ctx context.Context, repoName string) (int64, error) {
+			_, bytes, err := s.LFS.Index.Usage(ctx, repoName)
+			return bytes, err
+		}
 		if cfg.LFSRequireObjects {
 			if err = pushguard.InstallHookAs(s.Pipeline.HooksDir, lfs.HookName, exe); err != nil {
 				return nil, fmt.Errorf("hooks directory: %w", err)
