@@ -19,6 +19,8 @@ backed up with pg_dump or the provider's backups instead.
   - packwire.db (users, keys, token hashes, grants, rules, settings) by
     SQLite's VACUUM INTO; governor.db (request records) only with --governor;
   - the SSH host keys, so that clients' pinned fingerprints stay valid;
+  - Git LFS: lfs/lfs.db (which repository holds which object, locks) by
+    VACUUM INTO, then the objects it names;
   - every repository: its refs read first (written as the copy's
     packed-refs), then its objects, so every object those refs reach is in
     the copy; each one under a lock that keeps maintenance, repo delete and

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"packwire/internal/lfs"
 	"packwire/internal/lifecycle"
 	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
@@ -43,6 +44,9 @@ func cmdRepoDelete(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("repo delete %s: %w", pos[0], err)
 	}
 	recordRepoChange(ctx, data, stderr, "repo delete", t.Name, "in the trash as "+t.Stamp())
+	if err := lfs.Deleted(ctx, data.Dir, t.Name, t.Stamp()); err != nil {
+		return fmt.Errorf("repo delete %s: deleted, but its LFS objects are still recorded under its name: %w", t.Name, err)
+	}
 	fmt.Fprintf(stdout, "deleted %s: in the trash as %s (packwire repo restore %s --at %s)\n", t.Name, t.Stamp(), t.Name, t.Stamp())
 	return nil
 }
@@ -74,6 +78,9 @@ func cmdRepoRestore(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("repo restore %s: %w", pos[0], err)
 	}
 	recordRepoChange(ctx, data, stderr, "repo restore", r.Name, "deleted "+t.Stamp())
+	if err := lfs.Restored(ctx, data.Dir, r.Name, t.Stamp()); err != nil {
+		return fmt.Errorf("repo restore %s: restored, but not its LFS objects: %w", r.Name, err)
+	}
 	fmt.Fprintf(stdout, "restored %s (deleted %s)\n", r.Name, t.Stamp())
 	return nil
 }
@@ -145,6 +152,9 @@ and each node moves its copy before it serves NEW.`, args, stderr, nil)
 		}
 		from, to = f.Name, t.Name
 		recordRepoChange(ctx, data, stderr, "repo rename", from, "to "+to)
+		if err := lfs.Renamed(ctx, data.Dir, from, to); err != nil {
+			return fmt.Errorf("repo rename %s %s: renamed, but its LFS objects are still recorded under %s: %w", from, to, from, err)
+		}
 		fmt.Fprintf(stdout, "renamed %s to %s\n", from, to)
 	}
 	changes, err := lifecycle.AccessChanges(ctx, data.Store, from, to)

@@ -11,6 +11,7 @@ import (
 
 	"packwire/internal/datadir"
 	"packwire/internal/governor"
+	"packwire/internal/lfs"
 	"packwire/internal/lifecycle"
 	"packwire/internal/maintain"
 	"packwire/internal/repo"
@@ -216,6 +217,11 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := printUsage(stdout, r); err != nil {
 		return err
 	}
+	lfsObjects, lfsBytes, err := lfs.RepoUsage(ctx, data.Dir, r.Name)
+	if err != nil {
+		return fmt.Errorf("repo show %s: LFS: %w", r.Name, err)
+	}
+	fmt.Fprintf(stdout, "LFS objects: %d, %s\n", lfsObjects, bytesText(lfsBytes))
 	fmt.Fprintf(stdout, "refs: %d branches, %d tags, %d other\n", refs.Branches, refs.Tags, refs.Other)
 	fmt.Fprintf(stdout, "packs: %d, %s; loose objects: %d\n", len(l.Packs), bytesText(l.Bytes()), l.Loose)
 	for _, p := range l.Packs {

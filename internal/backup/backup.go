@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"packwire/internal/governor"
+	"packwire/internal/lfs"
 	"packwire/internal/maintain"
 	"packwire/internal/repo"
 	"packwire/internal/repolock"
@@ -127,12 +128,15 @@ func Create(ctx context.Context, dataDir, out string, opts Options) (*Manifest, 
 		}
 		m.Files = append(m.Files, filepath.Base(k))
 	}
+	ln := &linker{allowed: !opts.Copy, stats: &stats}
+	if err := copyLFS(ctx, src, tmp, ln, m, opts); err != nil {
+		return nil, stats, fmt.Errorf("LFS: %w", err)
+	}
 	root := repo.Root{Dir: filepath.Join(src, "repos")}
 	repos, err := root.List()
 	if err != nil {
 		return nil, stats, err
 	}
-	ln := &linker{allowed: !opts.Copy, stats: &stats}
 	dstRoot := repo.Root{Dir: filepath.Join(tmp, "repos")}
 	if err := os.MkdirAll(dstRoot.Dir, 0o755); err != nil {
 		return nil, stats, err
@@ -157,6 +161,35 @@ func Create(ctx context.Context, dataDir, out string, opts Options) (*Manifest, 
 		return nil, stats, err
 	}
 	return m, stats, nil
+}
+
+// copyLFS copies the LFS index (VACUUM INTO), then the objects it names
+// (hard links where possible: an object file never changes): an index row
+// is written only after its file is in place, so every object the copied
+// index names is there to copy.
+func copyLFS(ctx context.Context, src, tmp string, ln *linker, m *Manifest, opts Options) error {
+	index := filepath.Join(lfs.Dir(src), lfs.IndexFile)
+	if _, err := os.Stat(index); errors.Is(err, fs.ErrNotExist) {
+		return nil // LFS never ran
+	}
+	rel := filepath.Join(filepath.Base(lfs.Dir(src)), lfs.IndexFile)
+	if err := os.MkdirAll(filepath.Join(tmp, filepath.Dir(rel)), 0o700); err != nil {
+		return err
+	}
+	if err := vacuumInto(ctx, index, filepath.Join(tmp, rel)); err != nil {
+		return err
+	}
+	m.Files = append(m.Files, filepath.ToSlash(rel))
+	objects := filepath.Join(lfs.Dir(src), "objects")
+	if _, err := os.Stat(objects); err != nil {
+		return nil
+	}
+	before := ln.stats.Linked + ln.stats.Copied
+	if err := copyTree(objects, filepath.Join(tmp, filepath.Dir(rel), "objects"), ln, true); err != nil {
+		return err
+	}
+	opts.logf("LFS: %s of objects", units.Bytes(ln.stats.Linked+ln.stats.Copied-before))
+	return nil
 }
 
 // newTarget checks that dir does not exist or is empty and makes a

@@ -1,7 +1,10 @@
 package backup
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +13,7 @@ import (
 
 	"packwire/internal/datadir"
 	"packwire/internal/gittest"
+	"packwire/internal/lfs"
 	"packwire/internal/maintain"
 	"packwire/internal/repo"
 	"packwire/internal/store"
@@ -123,6 +127,21 @@ func TestRestore(t *testing.T) {
 	if err := repo.SetDescription(r, "the app"); err != nil {
 		t.Fatal(err)
 	}
+	// An LFS object of team/app.
+	ls, err := lfs.Open(ctx, data.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := []byte("an LFS object\n")
+	sum := sha256.Sum256(content)
+	oid := hex.EncodeToString(sum[:])
+	if _, err := ls.Objects.Put(oid, int64(len(content)), bytes.NewReader(content)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Index.Add(ctx, r.Name, oid, int64(len(content))); err != nil {
+		t.Fatal(err)
+	}
+	ls.Close()
 	out := filepath.Join(t.TempDir(), "out")
 	if _, _, err := Create(ctx, data.Dir, out, Options{}); err != nil {
 		t.Fatal(err)
@@ -156,6 +175,12 @@ func TestRestore(t *testing.T) {
 	}
 	if d := repo.Description(r2); d != "the app" {
 		t.Fatalf("description after restore: %q", d)
+	}
+	if n, size, err := lfs.RepoUsage(ctx, target, "team/app"); err != nil || n != 1 || size != int64(len(content)) {
+		t.Fatalf("LFS after restore: %d objects, %d bytes (%v)", n, size, err)
+	}
+	if got, err := os.ReadFile((&lfs.Disk{Dir: lfs.Dir(target)}).Path(oid)); err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("LFS object after restore: %q (%v)", got, err)
 	}
 	if _, _, err := Restore(ctx, out, target, Options{}); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("restore into a data directory: %v", err)

@@ -78,6 +78,9 @@ func Restore(ctx context.Context, dir, dataDir string, opts Options) (*Manifest,
 
 // isObjectFile is true for files under a repository's objects directory.
 func isObjectFile(rel string) bool {
+	if strings.HasPrefix(filepath.ToSlash(rel), "lfs/objects/") {
+		return true // LFS objects, as immutable as git's
+	}
 	parts := strings.Split(filepath.ToSlash(rel), "/")
 	for i, p := range parts[:len(parts)-1] {
 		if p == "objects" && i > 0 && strings.HasSuffix(parts[i-1], ".git") && parts[0] == "repos" {

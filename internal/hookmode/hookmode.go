@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"packwire/internal/lfs"
 	"packwire/internal/packcache"
 	"packwire/internal/pushguard"
 	"packwire/internal/server/cluster"
@@ -24,6 +25,7 @@ const (
 	PackObjects          = "pack-objects"
 	ProcReceive          = "proc-receive"
 	ReferenceTransaction = "reference-transaction"
+	PreReceive           = lfs.HookName // the LFS push check
 )
 
 func init() {
@@ -34,7 +36,7 @@ func init() {
 	// receive-pack's hooks are found by name in core.hooksPath (links to
 	// this binary), and one push may run both: the name tells which.
 	switch filepath.Base(os.Args[0]) {
-	case ProcReceive, ReferenceTransaction:
+	case ProcReceive, ReferenceTransaction, PreReceive:
 		hook = filepath.Base(os.Args[0])
 	}
 	switch hook {
@@ -44,5 +46,7 @@ func init() {
 		os.Exit(pushguard.RunHook(os.Stdin, os.Stdout, os.Stderr))
 	case ReferenceTransaction:
 		os.Exit(cluster.RunHook(os.Args[1:], os.Stdin, os.Stderr))
+	case PreReceive:
+		os.Exit(lfs.RunHook(os.Stdin, os.Stderr))
 	}
 }

@@ -112,6 +112,16 @@ type Pipeline struct {
 	MaxPushBytes int64
 	// FsckPushes has git check every pushed object (receive.fsckObjects).
 	FsckPushes bool
+	// LFS, when set, checks every push that writes: receive-pack runs
+	// its pre-receive hook (HooksDir) with the environment PushEnv
+	// gives, which refuses new LFS pointers to objects the server does
+	// not hold for the repository (internal/lfs).
+	LFS interface {
+		PushEnv(repoName string) []string
+	}
+	// LFSBytes, when set, is what a repository's LFS objects take: the
+	// quota counts them with git's objects.
+	LFSBytes func(ctx context.Context, repoName string) (int64, error)
 	// RequestPace bounds how slowly a client may send its request (an HTTP
 	// fetch body, a git:// or SSH pack request) before it takes a slot.
 	RequestPace Pace

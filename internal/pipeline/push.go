@@ -231,6 +231,12 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 		spec.Config = append(spec.Config, pushguard.Config(p.HooksDir)...)
 		spec.Env = append(spec.Env, hookmode.Env+"="+hookmode.ProcReceive, pushguard.EnvFFOnly+"="+list)
 	}
+	if p.LFS != nil && p.HooksDir != "" {
+		if len(plan.ffOnly) == 0 {
+			spec.Config = append(spec.Config, "core.hooksPath="+p.HooksDir)
+		}
+		spec.Env = append(spec.Env, p.LFS.PushEnv(c.Repo.Name)...)
+	}
 	spec.Config = append(spec.Config, c.route.Config...)
 	spec.Env = append(spec.Env, c.route.Env...)
 	pushDone := func() {}
@@ -446,6 +452,13 @@ func (c *Call) pushRoom() (maxInput int64, refusal string) {
 	if err != nil {
 		p.log().Warn("repository size unreadable", "repo", c.Repo.Name, "error", err.Error())
 		return maxInput, ""
+	}
+	if p.LFSBytes != nil {
+		lfsBytes, err := p.LFSBytes(context.Background(), c.Repo.Name)
+		if err != nil {
+			p.log().Warn("LFS size unreadable", "repo", c.Repo.Name, "error", err.Error())
+		}
+		used += lfsBytes
 	}
 	room := quota - used
 	if room <= 0 {

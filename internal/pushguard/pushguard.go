@@ -53,10 +53,16 @@ func Config(hooksDir string) []string {
 // used at once). Only this hook is there: packwire runs no hook a
 // repository carries.
 func InstallHook(dir, executable string) error {
+	return InstallHookAs(dir, HookName, executable)
+}
+
+// InstallHookAs links the hook name in dir to executable (the LFS push
+// check is pre-receive beside proc-receive).
+func InstallHookAs(dir, name, executable string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	link := filepath.Join(dir, HookName)
+	link := filepath.Join(dir, name)
 	if target, err := os.Readlink(link); err == nil && target == executable {
 		return nil
 	}

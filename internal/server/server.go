@@ -30,6 +30,7 @@ import (
 	"packwire/internal/fetchcache"
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
+	"packwire/internal/lfs"
 	"packwire/internal/lifecycle"
 	"packwire/internal/limiter"
 	"packwire/internal/maintain"
@@ -150,6 +151,19 @@ type Config struct {
 	// id, reachable or not); off: neither advertised nor answered.
 	ObjectInfo bool
 
+	// LFS serves Git LFS (HTTP API under /NAME.git/info/lfs, SSH
+	// git-lfs-authenticate) from DATA/lfs.
+	LFS bool
+	// MaxLFSObjectBytes bounds one LFS object (0: no bound).
+	MaxLFSObjectBytes int64
+	// LFSRequireObjects refuses a push whose new LFS pointers name objects
+	// the server does not hold for the repository.
+	LFSRequireObjects bool
+	// LFSURL is the base URL (scheme://host:port) clients reach the HTTP
+	// listener at, for the hrefs SSH's git-lfs-authenticate answers
+	// ("": http:// and the HTTP listener's address).
+	LFSURL string
+
 	MetricsAddr string // separate listener for /metrics; empty: /metrics on the HTTP listener
 	// MetricsPublic serves /metrics on the HTTP listener to anyone; off, it
 	// needs a token scoped to metrics or a server admin's (a separate
@@ -219,6 +233,9 @@ var Defaults = Config{
 	MaxPushesPerUser:   PushesPerUser(max(4, 2*runtime.NumCPU())),
 	MaxPushRefs:        pipeline.DefaultMaxPushRefs,
 	FsckPushes:         true,
+
+	LFS:               true,
+	LFSRequireObjects: true,
 
 	RequestMinRate:       1024,
 	RequestTimeout:       5 * time.Minute,
@@ -300,6 +317,9 @@ type Server struct {
 	stopNode     context.CancelFunc // ends the cluster node's loop
 	replicator   *route.Replicator  // a cluster node's replication endpoint
 
+	// LFS is Git LFS for this data directory (nil: off).
+	LFS *lfs.Service
+
 	// Node and Router are this server's part of a cluster (Config.Node); nil otherwise.
 	Node   *cluster.Node
 	Router *route.Router
@@ -322,6 +342,28 @@ func (s *Server) expireTrash(ctx context.Context) {
 	}
 	if err != nil {
 		s.Config.Log.Error("trash: removing expired repositories", "error", err.Error())
+	}
+	if s.LFS != nil {
+		for _, t := range removed {
+			if err := lfs.Expired(ctx, s.Data.Dir, t.Name, t.Stamp()); err != nil {
+				s.Config.Log.Warn("trash: LFS objects of a removed repository", "repo", t.Name, "error", err.Error())
+			}
+		}
+	}
+}
+
+// sweepLFS removes LFS content no repository holds any more, after
+// lfs.SweepGrace, on the maintenance scheduler's turn.
+func (s *Server) sweepLFS(ctx context.Context) {
+	if s.LFS == nil {
+		return
+	}
+	n, bytes, err := s.LFS.Sweep(ctx, lfs.SweepGrace)
+	if err != nil {
+		s.Config.Log.Warn("lfs: removing unreferenced objects", "error", err.Error())
+	}
+	if n > 0 {
+		s.Config.Log.Info("lfs: removed unreferenced objects", "objects", n, "bytes", bytes)
 	}
 }
 
@@ -414,6 +456,23 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance,
 		QuarantineAge: maintain.QuarantineAge(cfg.IdleTimeout)})
 	s.openOutgoing()
+	if cfg.LFS && cfg.Node == "" { // a cluster would need a shared store: not built
+		if s.LFS, err = lfs.Open(ctx, data.Dir); err != nil {
+			return nil, err
+		}
+		s.LFS.Repos, s.LFS.Access, s.LFS.Governor, s.LFS.Log = data.Repos, data.Access, gov, cfg.Log
+		s.LFS.MaxObjectBytes = cfg.MaxLFSObjectBytes
+		s.Pipeline.LFSBytes = func(ctx context.Context, repoName string) (int64, error) {
+			_, bytes, err := s.LFS.Index.Usage(ctx, repoName)
+			return bytes, err
+		}
+		if cfg.LFSRequireObjects {
+			if err = pushguard.InstallHookAs(s.Pipeline.HooksDir, lfs.HookName, exe); err != nil {
+				return nil, fmt.Errorf("hooks directory: %w", err)
+			}
+			s.Pipeline.LFS = s.LFS
+		}
+	}
 	if cfg.Node != "" {
 		if err = s.openCluster(ctx); err != nil {
 			return nil, err
@@ -559,6 +618,17 @@ func (s *Server) Start() error {
 			IdleTimeout:    cfg.IdleTimeout,
 			Log:            cfg.Log,
 		}
+		if s.LFS != nil {
+			git.LFS = s.LFS
+			s.LFS.HTTPURL = cfg.LFSURL
+			if s.LFS.HTTPURL == "" {
+				scheme := "http"
+				if cfg.TLSCert != "" {
+					scheme = "https"
+				}
+				s.LFS.HTTPURL = scheme + "://" + reachableAddr(httpL.Addr())
+			}
+		}
 		routes := map[string]nethttp.Handler{"/api/v1/requests": s.Governor.APIHandler(s.adminOnly)}
 		if metricsL == nil {
 			routes["/metrics"] = s.Governor.MetricsHandler()
@@ -607,7 +677,10 @@ func (s *Server) Start() error {
 	}
 	if cfg.MaintainInterval > 0 {
 		sched := &maintain.Scheduler{M: s.Maintainer, Repos: s.Data.Repos.List, Interval: cfg.MaintainInterval,
-			Concurrency: cfg.MaintainConcurrency, Budget: cfg.MaintainBudget, Sweep: s.expireTrash}
+			Concurrency: cfg.MaintainConcurrency, Budget: cfg.MaintainBudget, Sweep: func(ctx context.Context) {
+				s.expireTrash(ctx)
+				s.sweepLFS(ctx)
+			}}
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopMaintain = cancel
 		s.wg.Add(1)
@@ -636,6 +709,9 @@ func (s *Server) Start() error {
 			MaxSessions:    cfg.SSHMaxSessions,
 			MaxUnacked:     cmp.Or(cfg.SSHMaxUnacked, -1), // the flag's 0 is off
 			Log:            cfg.Log,
+		}
+		if s.LFS != nil {
+			s.ssh.LFS = s.LFS
 		}
 		s.serve("ssh", func() error { return s.ssh.Serve(sshL) }, sshtransport.ErrServerClosed)
 	}
@@ -888,6 +964,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.Node.Membership.Close()
 	}
 	s.Governor.Close()
+	if s.LFS != nil {
+		s.LFS.Close()
+	}
 	s.Data.Close()
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
@@ -908,4 +987,19 @@ func dashboardPrefix(d nethttp.Handler, git nethttp.Handler) nethttp.Handler {
 			git.ServeHTTP(w, r)
 		}
 	})
+}
+
+// reachableAddr is a listener's address as a client can dial it: an
+// unspecified IP (":8080") becomes this host's name.
+func reachableAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil {
+			host = name
+		}
+	}
+	return net.JoinHostPort(host, port)
 }

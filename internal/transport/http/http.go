@@ -40,8 +40,13 @@ type Handler struct {
 	// IdleTimeout bounds how long sending one piece of a file the pipeline
 	// hands over whole (ServeFile) may block on a client; 0: no bound.
 	IdleTimeout time.Duration
-	Log         *slog.Logger
+	// LFS serves the Git LFS API, /NAME(.git)/info/lfs/...; nil: not served.
+	LFS http.Handler
+	Log *slog.Logger
 }
+
+// lfsPrefix marks an LFS API path; the transport only routes it.
+const lfsPrefix = "/info/lfs/"
 
 const realm = `Basic realm="packwire", charset="UTF-8"`
 
@@ -64,6 +69,10 @@ func Route(path string) (repoPath, endpoint string, ok bool) {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.LFS != nil && strings.Contains(r.URL.Path, lfsPrefix) {
+		h.LFS.ServeHTTP(w, r)
+		return
+	}
 	if r.Method == http.MethodPost && r.ProtoMajor == 1 {
 		// Every answer to a request whose body was not read to its end
 		// closes the connection, and the handler does not wait for the rest:

@@ -125,6 +125,9 @@ func greeting(p access.Principal, fingerprint string) string {
 // exec runs one git command through the pipeline and returns the exit
 // status to report.
 func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
+	if c.srv.LFS != nil && c.srv.LFS.IsSSHCommand(command) && c.unavailable == "" {
+		return c.srv.LFS.ServeSSH(c.ctx, c.principal, c.remote, command, ch, ch, ch.Stderr())
+	}
 	service, path, err := ParseCommand(command)
 	if err != nil {
 		c.log.Info("refused", "reason", "invalid command", "command", truncate(command, 200))

@@ -39,6 +39,7 @@ type Server struct {
 	MaxSessions    int               // session channels open at once per connection; 0: no limit
 	KeyRecheck     time.Duration     // how often open connections' keys are checked again once the store changed; 0: keyRecheckInterval
 	MaxUnacked     int               // bytes of a command's output sent and not yet acknowledged by the client's window; 0: DefaultMaxUnacked, <0: the client's whole window
+	LFS            LFSCommands       // git-lfs-authenticate and git-lfs-transfer; nil: refused as any unknown command
 	Log            *slog.Logger
 
 	refusals  accept.RefusalLog
@@ -51,6 +52,13 @@ type Server struct {
 	accepted  atomic.Int64       // connections accepted since start
 	pacingOff sync.Once          // logs once that windowOf failed
 	stopKeys  chan struct{}      // closed by Close: ends watchKeys
+}
+
+// LFSCommands runs Git LFS's SSH commands (git-lfs-authenticate NAME OP)
+// for a principal; the transport only routes them.
+type LFSCommands interface {
+	IsSSHCommand(command string) bool
+	ServeSSH(ctx context.Context, p access.Principal, remote, command string, stdin io.Reader, stdout, stderr io.Writer) (status uint32)
 }
 
 // DefaultCiphers are AES only. The client's preference decides which

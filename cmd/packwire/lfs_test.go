@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+	"testing"
+
+	"packwire/internal/lfs"
+)
+
+// TestRepoShowLFS: repo show prints the LFS objects a repository holds
+// and their bytes, and none for a data directory where LFS never ran.
+func TestRepoShowLFS(t *testing.T) {
+	data := newData(t)
+	for _, name := range []string{"app", "other"} {
+		if out, code := packwire(t, "repo", "create", name, "--data", data); code != 0 {
+			t.Fatalf("repo create: %d %s", code, out)
+		}
+	}
+	if out, code := packwire(t, "repo", "show", "app", "--data", data); code != 0 || !strings.Contains(out, "LFS objects: 0, 0 B") {
+		t.Fatalf("repo show before LFS: %d\n%s", code, out)
+	}
+	ctx := context.Background()
+	s, err := lfs.Open(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := bytes.Repeat([]byte("x"), 3000)
+	sum := sha256.Sum256(content)
+	oid := hex.EncodeToString(sum[:])
+	if _, err := s.Objects.Put(oid, int64(len(content)), bytes.NewReader(content)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Index.Add(ctx, "app", oid, int64(len(content))); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if out, code := packwire(t, "repo", "show", "app", "--data", data); code != 0 || !strings.Contains(out, "LFS objects: 1, 2.9 KiB") {
+		t.Fatalf("repo show: %d\n%s", code, out)
+	}
+	if out, code := packwire(t, "repo", "show", "other", "--data", data); code != 0 || !strings.Contains(out, "LFS objects: 0, 0 B") {
+		t.Fatalf("repo show of a repository without LFS objects: %d\n%s", code, out)
+	}
+
+	// The objects follow the repository: renamed, deleted (a new
+	// repository of the name holds none), restored.
+	if out, code := packwire(t, "repo", "rename", "app", "renamed", "--data", data); code != 0 {
+		t.Fatalf("repo rename: %d %s", code, out)
+	}
+	if out, _ := packwire(t, "repo", "show", "renamed", "--data", data); !strings.Contains(out, "LFS objects: 1,") {
+		t.Fatalf("repo show after rename:\n%s", out)
+	}
+	if out, code := packwire(t, "repo", "delete", "renamed", "--data", data); code != 0 {
+		t.Fatalf("repo delete: %d %s", code, out)
+	}
+	packwire(t, "repo", "create", "renamed", "--data", data)
+	if out, _ := packwire(t, "repo", "show", "renamed", "--data", data); !strings.Contains(out, "LFS objects: 0,") {
+		t.Fatalf("a new repository of a deleted one's name holds its LFS objects:\n%s", out)
+	}
+	packwire(t, "repo", "delete", "renamed", "--data", data)
+	if out, code := packwire(t, "repo", "restore", "renamed", "--at", firstStamp(t, data), "--data", data); code != 0 {
+		t.Fatalf("repo restore: %d %s", code, out)
+	}
+	if out, _ := packwire(t, "repo", "show", "renamed", "--data", data); !strings.Contains(out, "LFS objects: 1,") {
+		t.Fatalf("repo show after restore:\n%s", out)
+	}
+}
+
+// firstStamp is the oldest deletion in the trash, as repo trash lists it.
+func firstStamp(t *testing.T, data string) string {
+	t.Helper()
+	out, code := packwire(t, "repo", "trash", "--data", data)
+	fields := strings.Fields(out)
+	if code != 0 || len(fields) < 2 {
+		t.Fatalf("repo trash: %d %s", code, out)
+	}
+	stamps := []string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		stamps = append(stamps, strings.Fields(line)[1])
+	}
+	slices.Sort(stamps)
+	return stamps[0]
+}

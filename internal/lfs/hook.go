@@ -1,0 +1,154 @@
+package lfs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"packwire/internal/oid"
+)
+
+// The push check (--lfs-require-objects): receive-pack's pre-receive hook,
+// this binary in hook mode, refuses a push whose new blobs include an LFS
+// pointer to an object the repository does not hold, naming the first.
+// It runs once the pack is in the quarantine and before any ref moves.
+
+// Hook environment: where the LFS store is and which repository is pushed.
+const (
+	EnvHookDir  = "PACKWIRE_LFS_DIR"
+	EnvHookRepo = "PACKWIRE_LFS_REPO"
+	// HookName is the hook's name in the hooks directory.
+	HookName = "pre-receive"
+)
+
+// PushEnv is what receive-pack's environment needs for the hook.
+func (s *Service) PushEnv(repoName string) []string {
+	return []string{"PACKWIRE_HOOK=" + HookName, EnvHookDir + "=" + s.Objects.Dir, EnvHookRepo + "=" + repoName}
+}
+
+// RunHook is the pre-receive hook: stdin has "old new ref" lines.
+func RunHook(stdin io.Reader, stderr io.Writer) int {
+	dir, repoName := os.Getenv(EnvHookDir), os.Getenv(EnvHookRepo)
+	if dir == "" || repoName == "" {
+		return 0 // not asked to check
+	}
+	var tips []string
+	sc := bufio.NewScanner(stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 3 && oid.Valid(f[1]) && strings.Trim(f[1], "0") != "" {
+			tips = append(tips, f[1])
+		}
+	}
+	if len(tips) == 0 {
+		return 0
+	}
+	ctx := context.Background()
+	pointers, err := newPointers(ctx, tips)
+	if err != nil {
+		fmt.Fprintf(stderr, "packwire: checking LFS pointers: %v\n", err)
+		return 1
+	}
+	if len(pointers) == 0 {
+		return 0
+	}
+	index, err := OpenIndex(ctx, filepath.Join(dir, IndexFile))
+	if err != nil {
+		fmt.Fprintf(stderr, "packwire: checking LFS pointers: %v\n", err)
+		return 1
+	}
+	defer index.Close()
+	disk := &Disk{Dir: dir}
+	for _, p := range pointers {
+		size, held, err := index.Size(ctx, repoName, p.OID)
+		if err != nil {
+			fmt.Fprintf(stderr, "packwire: checking LFS pointers: %v\n", err)
+			return 1
+		}
+		if _, stored := disk.Stat(p.OID); !held || !stored || size != p.Size {
+			fmt.Fprintf(stderr, "packwire: your push references an LFS object this repository does not have: %s (%s, %d bytes)\n", p.OID, p.path, p.Size)
+			fmt.Fprintf(stderr, "packwire: upload it first with 'git lfs push --all REMOTE', then push again\n")
+			return 1
+		}
+	}
+	return 0
+}
+
+type newPointer struct {
+	Pointer
+	path string
+}
+
+// newPointers lists the LFS pointers among the blobs the tips bring that
+// no ref reached before: rev-list names them, cat-file --batch-check keeps
+// the small blobs, cat-file --batch reads those.
+func newPointers(ctx context.Context, tips []string) ([]newPointer, error) {
+	args := append([]string{"rev-list", "--objects"}, tips...)
+	args = append(args, "--not", "--all")
+	out, err := exec.CommandContext(ctx, "git", args...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("git rev-list: %w", err)
+	}
+	paths := map[string]string{}
+	var list bytes.Buffer
+	for _, line := range strings.Split(string(out), "\n") {
+		id, path, ok := strings.Cut(line, " ")
+		if !ok || path == "" {
+			continue // a commit, or the root tree
+		}
+		paths[id] = path
+		list.WriteString(id + "\n")
+	}
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	check := exec.CommandContext(ctx, "git", "cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)")
+	check.Stdin = &list
+	out, err = check.Output()
+	if err != nil {
+		return nil, fmt.Errorf("git cat-file --batch-check: %w", err)
+	}
+	var small bytes.Buffer
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[1] != "blob" {
+			continue
+		}
+		if n, err := strconv.Atoi(f[2]); err == nil && n <= MaxPointerSize {
+			small.WriteString(f[0] + "\n")
+		}
+	}
+	if small.Len() == 0 {
+		return nil, nil
+	}
+	read := exec.CommandContext(ctx, "git", "cat-file", "--batch")
+	read.Stdin = &small
+	out, err = read.Output()
+	if err != nil {
+		return nil, fmt.Errorf("git cat-file --batch: %w", err)
+	}
+	var found []newPointer
+	for len(out) > 0 {
+		header, rest, ok := bytes.Cut(out, []byte("\n"))
+		f := strings.Fields(string(header))
+		if !ok || len(f) != 3 {
+			break
+		}
+		n, err := strconv.Atoi(f[2])
+		if err != nil || n+1 > len(rest) {
+			break
+		}
+		if p, ok := ParsePointer(rest[:n]); ok {
+			found = append(found, newPointer{p, paths[f[0]]})
+		}
+		out = rest[n+1:]
+	}
+	return found, nil
+}

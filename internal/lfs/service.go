@@ -1,0 +1,171 @@
+package lfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"packwire/internal/access"
+	"packwire/internal/governor"
+	"packwire/internal/repo"
+)
+
+// Service is LFS for one data directory: what the HTTP API and the SSH
+// commands share.
+type Service struct {
+	Repos   repo.Root
+	Access  *access.Controller
+	Objects *Disk
+	Index   *Index
+	// MaxObjectBytes bounds one object (0: no bound).
+	MaxObjectBytes int64
+	// HTTPURL is the base URL (scheme://host[:port]) HTTP clients reach
+	// this server at, for the hrefs git-lfs-authenticate answers over SSH.
+	HTTPURL  string
+	Governor *governor.Governor
+	Log      *slog.Logger
+}
+
+// Dir is the LFS directory of a data directory.
+func Dir(dataDir string) string { return filepath.Join(dataDir, "lfs") }
+
+// Open opens the object store and the index under DATA/lfs.
+func Open(ctx context.Context, dataDir string) (*Service, error) {
+	dir := Dir(dataDir)
+	objects, err := NewDisk(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lfs: %w", err)
+	}
+	index, err := OpenIndex(ctx, filepath.Join(dir, IndexFile))
+	if err != nil {
+		return nil, fmt.Errorf("lfs: %w", err)
+	}
+	return &Service{Objects: objects, Index: index}, nil
+}
+
+// Close closes the index.
+func (s *Service) Close() error { return s.Index.Close() }
+
+func (s *Service) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
+// need is what an operation requires of the principal.
+type need int
+
+const (
+	needRead need = iota
+	needWrite
+	needAdmin
+)
+
+// apiError is an answer in LFS's JSON error format.
+type apiError struct {
+	Status  int
+	Message string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+// authorize resolves repoPath and decides whether p may do what n says,
+// with the pipeline's rules: no read access looks like no repository (401
+// to anonymous HTTP, so that git-lfs asks for credentials).
+func (s *Service) authorize(ctx context.Context, p access.Principal, repoPath string, n need, viaHTTP bool) (repo.Repo, *apiError) {
+	model, err := s.Access.Load(ctx, p)
+	if err != nil {
+		return repo.Repo{}, &apiError{http.StatusServiceUnavailable, "temporarily unavailable: the store did not answer, retry shortly"}
+	}
+	notFound := func(name string) *apiError {
+		if viaHTTP && p.IsAnonymous() && (n != needRead || !model.AnonRead(name)) {
+			return &apiError{http.StatusUnauthorized, fmt.Sprintf("authentication required for '%s'", name)}
+		}
+		return &apiError{http.StatusNotFound, fmt.Sprintf("repository '%s' not found", name)}
+	}
+	r, err := s.Repos.Resolve(repoPath)
+	if err != nil {
+		name, cerr := repo.CleanName(repoPath)
+		if cerr != nil {
+			name = "?"
+		}
+		if errors.Is(err, repo.ErrNotFound) || errors.Is(err, repo.ErrInvalidName) {
+			return repo.Repo{}, notFound(name)
+		}
+		return repo.Repo{}, &apiError{http.StatusInternalServerError, "internal error resolving repository"}
+	}
+	op := access.Read
+	if n != needRead {
+		op = access.Write
+	}
+	switch err := model.Decide(p, op, r.Name); {
+	case err == nil:
+	case errors.Is(err, access.ErrNoRead):
+		return repo.Repo{}, notFound(r.Name)
+	case errors.Is(err, access.ErrAuthRequired):
+		return repo.Repo{}, &apiError{http.StatusUnauthorized, fmt.Sprintf("authentication required to write to '%s'", r.Name)}
+	default:
+		return repo.Repo{}, &apiError{http.StatusForbidden, fmt.Sprintf("permission denied: %s may not write to '%s'", p, r.Name)}
+	}
+	if n == needAdmin && model.Role(p, r.Name) < access.RoleAdmin {
+		return repo.Repo{}, &apiError{http.StatusForbidden, fmt.Sprintf("permission denied: %s is not an admin of '%s'", p, r.Name)}
+	}
+	return r, nil
+}
+
+// quotaRoom is how many more bytes repo may take (LFS objects count with
+// git's), or -1 without a quota.
+func (s *Service) quotaRoom(ctx context.Context, r repo.Repo) (int64, error) {
+	quota, err := repo.Quota(r)
+	if err != nil || quota <= 0 {
+		return -1, err
+	}
+	used, err := repo.Usage(r)
+	if err != nil {
+		return 0, err
+	}
+	_, lfsBytes, err := s.Index.Usage(ctx, r.Name)
+	if err != nil {
+		return 0, err
+	}
+	return max(0, quota-used-lfsBytes), nil
+}
+
+// record hands one transfer to the governor and logs it.
+func (s *Service) record(kind, transport string, r repo.Repo, p access.Principal, remote string, start time.Time, in, out int64, result, errText string) {
+	rec := governor.Record{
+		ID: governor.NewID(start), Start: start, Transport: transport, Repo: r.Name, User: p.User, Remote: remote,
+		Service: "lfs", Kind: kind, BytesIn: in, BytesOut: out, Wall: governor.Duration(time.Since(start)),
+		Result: result, Error: errText,
+	}
+	level := slog.LevelInfo
+	if result != governor.ResultOK && result != governor.ResultRefused {
+		level = slog.LevelWarn
+	}
+	s.log().LogAttrs(context.Background(), level, "request", rec.LogAttrs()...)
+	if s.Governor != nil {
+		s.Governor.Record(rec)
+	}
+}
+
+// RepoUsage is how many LFS objects repo holds in the data directory and
+// their bytes, for the admin commands; a data directory where LFS never
+// ran holds none (and is left without an index).
+func RepoUsage(ctx context.Context, dataDir, repoName string) (objects, bytes int64, err error) {
+	path := filepath.Join(Dir(dataDir), IndexFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return 0, 0, nil
+	}
+	x, err := OpenIndex(ctx, path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer x.Close()
+	return x.Usage(ctx, repoName)
+}
