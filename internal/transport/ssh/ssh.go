@@ -39,15 +39,21 @@ type Server struct {
 	MaxUnacked     int              // bytes of a command's output sent and not yet acknowledged by the client's window; 0: DefaultMaxUnacked, <0: the client's whole window
 	Log            *slog.Logger
 
-	mu        sync.Mutex
-	listener  net.Listener
-	closed    bool
-	conns     map[*conn]struct{} // connections past the handshake
-	wg        sync.WaitGroup     // connection handlers
-	open      atomic.Int64       // connections now open, counted against MaxConnections
-	accepted  atomic.Int64       // connections accepted since start
-	pacingOff sync.Once          // logs once that windowOf failed
-	stopKeys  chan struct{}      // closed by Close: ends watchKeys
+	mu       sync.Mutex
+	listener net.Listener
+	closed   bool
+	conns    map[*conn]struct{} // connections past the handshake
+	wg       sync.WaitGroup     // connection handlers
+	// handling counts connection handlers alone (wg has watchKeys too),
+	// for StopAccepting's callers to wait on; stopping: the accept loop
+	// was ended by StopAccepting (loopDone closed).
+	handling  sync.WaitGroup
+	stopping  bool
+	loopDone  chan struct{}
+	open      atomic.Int64  // connections now open, counted against MaxConnections
+	accepted  atomic.Int64  // connections accepted since start
+	pacingOff sync.Once     // logs once that windowOf failed
+	stopKeys  chan struct{} // closed by Close: ends watchKeys
 }
 
 // DefaultCiphers are AES only. The client's preference decides which
@@ -110,6 +116,8 @@ func (s *Server) Serve(l net.Listener) error {
 			}()
 		}
 	}
+	s.loopDone = make(chan struct{})
+	defer close(s.loopDone)
 	s.mu.Unlock()
 	err := accept.Loop(l, s.log().With("transport", "ssh"), s.isClosed, func(nc net.Conn) {
 		if tc, ok := nc.(*net.TCPConn); ok {
@@ -125,8 +133,10 @@ func (s *Server) Serve(l net.Listener) error {
 			return
 		}
 		s.wg.Add(1)
+		s.handling.Add(1)
 		go func() {
 			defer s.wg.Done()
+			defer s.handling.Done()
 			s.handleConn(nc, config)
 		}()
 	})
@@ -146,8 +156,38 @@ func (s *Server) maxUnacked() int {
 func (s *Server) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.closed
+	return s.closed || s.stopping
 }
+
+// StopAccepting closes the listener (in this process: a next process
+// that inherited the socket accepts on it) and returns once the accept
+// loop has ended. Unlike Close, a connection that has not run a command
+// yet may still run one, and is closed once it is done; connections with
+// no command running that already ran one are closed now (a kept
+// connection: the client's next one goes to the next process).
+// WaitConnections waits for them all.
+func (s *Server) StopAccepting() {
+	s.mu.Lock()
+	s.stopping = true
+	done := s.loopDone
+	if s.listener != nil {
+		s.listener.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	for _, c := range conns {
+		c.closeWhenDone()
+	}
+}
+
+// WaitConnections blocks until every connection handler has returned.
+func (s *Server) WaitConnections() { s.handling.Wait() }
 
 // Close stops accepting; running requests are drained by the pipeline.
 // Connections with no request running are closed now, the others as soon
@@ -341,6 +381,9 @@ func (s *Server) track(c *conn) bool {
 		s.conns = make(map[*conn]struct{})
 	}
 	s.conns[c] = struct{}{}
+	if s.stopping {
+		c.afterCommand = true // the lock order is s.mu, then c.mu
+	}
 	return true
 }
 
@@ -376,7 +419,10 @@ type conn struct {
 	lastActive time.Time   // last command end or channel open, for IdleTimeout
 	idleTimer  *time.Timer // from the first command's end; nil without IdleTimeout
 	draining   bool        // server closed: close once running is 0
-	revoked    string      // why the key no longer stands for principal ("": it does); see revoke
+	// afterCommand: the server hands over (StopAccepting): close once a
+	// command has run and none is running.
+	afterCommand bool
+	revoked      string // why the key no longer stands for principal ("": it does); see revoke
 }
 
 // expireInit closes a connection that sent no command within InitTimeout.
@@ -419,7 +465,19 @@ func (c *conn) endCommand() {
 			c.idleTimer.Reset(timeout)
 		}
 	}
-	idle := c.draining && c.running == 0
+	idle := (c.draining || c.afterCommand) && c.running == 0
+	c.mu.Unlock()
+	if idle {
+		c.ssh.Close()
+	}
+}
+
+// closeWhenDone closes the connection now if it ran a command and runs
+// none, else once its commands are done (StopAccepting).
+func (c *conn) closeWhenDone() {
+	c.mu.Lock()
+	c.afterCommand = true
+	idle := c.sawCommand && c.running == 0
 	c.mu.Unlock()
 	if idle {
 		c.ssh.Close()
