@@ -41,7 +41,8 @@ const firstFD = 3
 // who handed them ("systemd", "packwire" or "" for none). It reads the
 // environment once and clears it, so that git and the other children do
 // not believe the sockets are theirs. A systemd descriptor without a name
-// (no FileDescriptorName=) is named "fdN"; the caller matches those by address.
+// of its own (FileDescriptorName=) is named "fdN"; the caller matches
+// those by address.
 func Inherited() (map[string]net.Listener, string, error) {
 	if names, ok := os.LookupEnv(EnvNames); ok {
 		os.Unsetenv(EnvNames)
@@ -62,8 +63,14 @@ func Inherited() (map[string]net.Listener, string, error) {
 	}
 	list := make([]string, n)
 	given := strings.Split(names, ":")
+	count := map[string]int{}
+	for _, name := range given {
+		count[name]++
+	}
 	for i := range list {
-		if i < len(given) && given[i] != "" && given[i] != "unknown" {
+		// A name several sockets share (systemd's default is the socket
+		// unit's: "packwire.socket" for each ListenStream=) names none.
+		if i < len(given) && given[i] != "" && given[i] != "unknown" && count[given[i]] == 1 {
 			list[i] = given[i]
 		} else {
 			list[i] = "fd" + strconv.Itoa(firstFD+i)

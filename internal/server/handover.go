@@ -22,12 +22,13 @@ func takeInherited(inherited map[string]net.Listener, name, addr string) net.Lis
 		delete(inherited, name)
 		return l
 	}
+	// Any other name (a socket unit's own) is matched by port, as "fdN".
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil
 	}
 	for k, l := range inherited {
-		if !strings.HasPrefix(k, "fd") {
+		if k == "git" || k == "http" || k == "ssh" || k == "metrics" {
 			continue
 		}
 		if _, p, err := net.SplitHostPort(l.Addr().String()); err == nil && p == port {
