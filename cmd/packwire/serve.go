@@ -30,7 +30,11 @@ The data directory is created on first start, with its SQLite store and SSH
 host keys that persist (ed25519, ECDSA P-256, RSA 3072; an older data
 directory gains the keys it lacks). An empty address turns a transport off.
 SIGINT or SIGTERM stops accepting, lets running requests finish within --grace,
-then exits 0.
+then exits 0. SIGHUP re-reads --config and the flags: limits apply at once; a
+replaced binary or other changed settings hand the listening sockets over to a
+new process, as SIGUSR2 (packwire upgrade) always does, refusing and cutting
+no connection. Sockets passed by systemd (LISTEN_FDS) are used, matched by
+name (git, http, ssh, metrics) or port. See docs/restarts.md.
 
 --config FILE (default $PACKWIRE_CONFIG) reads flags from a TOML file whose
 keys are the flag names without "--": max-pack-jobs = 8, http = ":8080",
@@ -104,7 +108,7 @@ stops serve with exit status 2, naming the flag or key and the range.`, stderr)
 	fs.DurationVar(&cfg.HookTimeout, "hook-timeout", d.HookTimeout, "one webhook POST, the answer included; a slower receiver's attempt fails and is retried")
 	fs.DurationVar(&cfg.MirrorPushTimeout, "mirror-push-timeout", d.MirrorPushTimeout, "one push to a push mirror")
 	fs.DurationVar(&cfg.MirrorCheck, "mirror-check-interval", d.MirrorCheck, "how often read-only mirrors are checked for a due sync, each on its own --interval (0: never; packwire repo sync still syncs)")
-	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running requests get to finish before they are killed")
+	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM or a hand over to a new process, time running requests get to finish before they are killed")
 	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")
 	// Every count, size and duration must be 0 or more: a value the server
 	// cannot use is refused here, naming the flag or the file's key and
