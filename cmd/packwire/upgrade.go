@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -31,6 +32,12 @@ serving and says why in its log.`, stderr)
 	}
 	if err := wantArgs(args, pos, 0, 0, syn); err != nil {
 		return err
+	}
+	if ok, err := datadir.Exists(*dir); err != nil {
+		return err
+	} else if !ok {
+		abs, _ := filepath.Abs(*dir)
+		return &datadir.NoDataError{Dir: abs}
 	}
 	pidFile := handover.PIDFile(*dir)
 	old, err := handover.ReadPID(pidFile)
