@@ -225,7 +225,7 @@ func TestRestartDropsNothing(t *testing.T) {
 	if restarts >= 2 && !strings.Contains(string(log), "packwire rebuilt serving") {
 		t.Errorf("the rebuilt binary never served:\n%s", log)
 	}
-	t.Logf("%d operations (%d acknowledged pushes), %d restarts, 0 failed", ops.Load(), len(acked), restarts)
+	t.Logf("%d operations (%d acknowledged pushes), %d restarts, %d failed", ops.Load(), len(acked), restarts, len(failures))
 }
 
 func copyFile(t *testing.T, from, to string) {
