@@ -187,7 +187,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	reload := make(chan os.Signal, 1)
-	signal.Notify(reload, syscall.SIGHUP, syscall.SIGUSR2)
+	signal.Notify(reload, syscall.SIGHUP, handover.UpgradeSignal)
 	defer signal.Stop(reload)
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
@@ -222,7 +222,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			return nil
 		case sig := <-reload:
-			next := sig == syscall.SIGUSR2 // packwire upgrade: always a new process
+			next := sig == handover.UpgradeSignal // packwire upgrade: always a new process
 			if sig == syscall.SIGHUP {
 				var err error
 				if next, grace, err = reloadServe(srv, args, grace, exe, exeInfo, stderr); err != nil {

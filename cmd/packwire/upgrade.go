@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"packwire/internal/datadir"
@@ -44,7 +43,7 @@ serving and says why in its log.`, stderr)
 	if err != nil {
 		return fmt.Errorf("no server found for %s: %w", *dir, err)
 	}
-	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+	if err := handover.Signal(old, handover.UpgradeSignal); err != nil {
 		return fmt.Errorf("signalling pid %d (from %s): %w", old, pidFile, err)
 	}
 	deadline := time.Now().Add(*timeout)

@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -85,10 +84,9 @@ func listeners(names []string) (map[string]net.Listener, error) {
 	var errs []error
 	for i, name := range names {
 		fd := firstFD + i
-		syscall.CloseOnExec(fd)
 		f := os.NewFile(uintptr(fd), name)
 		l, err := net.FileListener(f)
-		f.Close() // FileListener holds its own duplicate
+		f.Close() // FileListener holds its own duplicate (close-on-exec: git does not inherit it)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("inherited descriptor %d (%s): %w", fd, name, err))
 			continue

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // PIDFile is where a serving packwire writes its pid (DATA/run/packwire.pid):
@@ -45,25 +44,4 @@ func RemovePID(path string) {
 	if pid, err := ReadPID(path); err == nil && pid == os.Getpid() {
 		os.Remove(path)
 	}
-}
-
-// Alive reports whether a process with this pid runs: exists and, where
-// /proc tells, is not a zombie (an exited process its parent has not
-// waited for yet).
-func Alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil && err != syscall.EPERM {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return !os.IsNotExist(err) || !procMounted()
-	}
-	// pid (comm) STATE ...: comm may hold spaces and parentheses.
-	i := strings.LastIndexByte(string(stat), ')')
-	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
-}
-
-func procMounted() bool {
-	_, err := os.Stat("/proc/self/stat")
-	return err == nil
 }
