@@ -36,6 +36,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		{name: "serve", args: "[--config FILE]", summary: "serve every bare repository under DATA/repos (creates DATA on first start)", run: cmdServe},
+		{name: "upgrade", args: "[--data DIR]", summary: "restart the running server on its sockets, refusing and cutting nothing (a new binary, or settings)", run: cmdUpgrade},
 		{name: "init", summary: "create the data directory and its store without serving", run: cmdInit},
 		{name: "repo", summary: "repositories", subs: []*command{
 			{name: "create", args: "NAME [--default-branch B]", summary: "create an empty bare repository (names may be nested: team/app)", run: cmdRepoCreate},

@@ -16,6 +16,7 @@ import (
 
 	"packwire/internal/buildinfo"
 	"packwire/internal/datadir"
+	"packwire/internal/handover"
 	"packwire/internal/server"
 	"packwire/internal/transport/forwarded"
 	sshtransport "packwire/internal/transport/ssh"
@@ -30,7 +31,11 @@ The data directory is created on first start, with its SQLite store and SSH
 host keys that persist (ed25519, ECDSA P-256, RSA 3072; an older data
 directory gains the keys it lacks). An empty address turns a transport off.
 SIGINT or SIGTERM stops accepting, lets running requests finish within --grace,
-then exits 0.
+then exits 0. SIGHUP re-reads --config and the flags: limits apply at once; a
+replaced binary or other changed settings hand the listening sockets over to a
+new process, as SIGUSR2 (packwire upgrade) always does, refusing and cutting
+no connection. Sockets passed by systemd (LISTEN_FDS) are used, matched by
+name (git, http, ssh, metrics) or port. See docs/restarts.md.
 
 --config FILE (default $PACKWIRE_CONFIG) reads flags from a TOML file whose
 keys are the flag names without "--": max-pack-jobs = 8, http = ":8080",
@@ -110,7 +115,7 @@ stops serve with exit status 2, naming the flag or key and the range.`, stderr)
 	fs.DurationVar(&cfg.HookTimeout, "hook-timeout", d.HookTimeout, "one webhook POST, the answer included; a slower receiver's attempt fails and is retried")
 	fs.DurationVar(&cfg.MirrorPushTimeout, "mirror-push-timeout", d.MirrorPushTimeout, "one push to a push mirror")
 	fs.DurationVar(&cfg.MirrorCheck, "mirror-check-interval", d.MirrorCheck, "how often read-only mirrors are checked for a due sync, each on its own --interval (0: never; packwire repo sync still syncs)")
-	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM, time running requests get to finish before they are killed")
+	grace := fs.Duration("grace", 30*time.Second, "on SIGINT/SIGTERM or a hand over to a new process, time running requests get to finish before they are killed")
 	logFormat := fs.String("log-format", "text", "log format: text or json (logs go to stderr)")
 	// Every count, size and duration must be 0 or more: a value the server
 	// cannot use is refused here, naming the flag or the file's key and
@@ -171,10 +176,26 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("git is not installed or not on PATH: packwire serves through git's own upload-pack and receive-pack (install it, e.g. apt-get install git)")
 	}
 
+	inherited, from, err := handover.Inherited()
+	if err != nil {
+		return err
+	}
+	cfg.Listeners = inherited
+	cfg.HandedOver = from == "packwire"
+	// The binary as it is now, to tell on SIGHUP whether it was replaced.
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cannot find this binary: %w", err)
+	}
+	exeInfo, _ := os.Stat(exe)
+
 	// Signals are caught before the addresses are printed: a SIGINT sent
 	// as soon as they appear must shut down gracefully, not kill.
 	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	reload := make(chan os.Signal, 1)
+	signal.Notify(reload, syscall.SIGHUP, handover.UpgradeSignal)
+	defer signal.Stop(reload)
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -183,7 +204,121 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		srv.Data.Close()
 		return err
 	}
-	fmt.Fprintf(stdout, "%s serving %s\n", buildinfo.Get(), srv.Data.Repos.Dir)
+	printListening(stdout, srv, cfg)
+	pidFile := handover.PIDFile(srv.Data.Dir)
+	if err := handover.WritePID(pidFile); err != nil {
+		cfg.Log.Warn("pid file not written: packwire upgrade cannot find this server", "file", pidFile, "error", err.Error())
+	}
+	defer handover.RemovePID(pidFile)
+	if err := handover.Ready(); err != nil {
+		cfg.Log.Warn("could not say ready", "error", err.Error())
+	}
+	if from != "" {
+		cfg.Log.Info("serving on inherited sockets", "from", from, "sockets", len(inherited))
+	}
+
+	for {
+		select {
+		case <-sigCtx.Done():
+			stop() // a second signal kills at once
+			fmt.Fprintf(stdout, "packwire: shutting down, waiting up to %s for %d running requests\n", grace, srv.Pipeline.InFlight())
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
+			defer cancel()
+			if err := srv.Shutdown(shutdownCtx); err != nil {
+				fmt.Fprintf(stderr, "packwire: shutdown: %v\n", err)
+			}
+			return nil
+		case sig := <-reload:
+			next := sig == handover.UpgradeSignal // packwire upgrade: always a new process
+			if sig == syscall.SIGHUP {
+				var err error
+				if next, grace, err = reloadServe(srv, args, grace, exe, exeInfo, stderr); err != nil {
+					cfg.Log.Error("configuration reload refused: nothing changed", "error", err.Error())
+					continue
+				}
+			}
+			if !next {
+				continue
+			}
+			if err := handOver(srv, exe, grace, stdout); err != nil {
+				cfg.Log.Error("hand over to a new process failed: this one keeps serving", "error", err.Error())
+				continue
+			}
+			return nil
+		}
+	}
+}
+
+// handOverTimeout is how long a new process may take to open the data
+// directory and say it serves before the old one gives up on it.
+const handOverTimeout = 2 * time.Minute
+
+// handOver starts exe as the next server on this one's sockets and, once
+// it serves, finishes this one's requests within grace.
+func handOver(srv *server.Server, exe string, grace time.Duration, stdout io.Writer) error {
+	names, files, err := srv.ListenerFiles()
+	if err != nil {
+		return err
+	}
+	proc, err := handover.Exec(exe, os.Args[1:], names, files, handOverTimeout)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "packwire: pid %d serves now; pid %d finishes its %d running requests (up to %s)\n", proc.Pid, os.Getpid(), srv.Pipeline.InFlight(), grace)
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.HandOver(ctx); err != nil {
+		fmt.Fprintf(stdout, "packwire: pid %d: hand over: %v\n", os.Getpid(), err)
+	}
+	return nil
+}
+
+// reloadServe re-reads serve's flags and --config file (SIGHUP): limits
+// apply at once; other changed settings, or a binary replaced on disk,
+// ask for a new process (next); settings only a stop and start can change
+// refuse the whole reload.
+func reloadServe(srv *server.Server, args []string, grace time.Duration, exe string, exeInfo os.FileInfo, stderr io.Writer) (next bool, _ time.Duration, _ error) {
+	cfg, newGrace, err := parseServe(args, stderr)
+	if err != nil {
+		return false, grace, err
+	}
+	live, handOver, stopStart := srv.Changes(cfg)
+	if len(stopStart) > 0 {
+		return false, grace, fmt.Errorf("--%s: a new value needs packwire stopped and started", strings.Join(stopStart, ", --"))
+	}
+	log := srv.Config.Log
+	if len(live) > 0 {
+		srv.Reload(cfg)
+		log.Info("configuration reloaded", "applied", strings.Join(live, ","))
+	}
+	if newGrace != grace {
+		log.Info("configuration reloaded", "applied", "grace")
+	}
+	if now, err := os.Stat(exe); err == nil && exeInfo != nil && !sameBinary(now, exeInfo) {
+		log.Info("the binary was replaced: handing over to a new process", "binary", exe)
+		return true, newGrace, nil
+	}
+	if len(handOver) > 0 {
+		log.Info("configuration changed: handing over to a new process", "settings", strings.Join(handOver, ","))
+		return true, newGrace, nil
+	}
+	if len(live) == 0 && newGrace == grace {
+		log.Info("configuration reloaded: nothing changed")
+	}
+	return false, newGrace, nil
+}
+
+// sameBinary: the file at the path is still the one this process was
+// started from (same inode, size and time).
+func sameBinary(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
+}
+
+func printListening(stdout io.Writer, srv *server.Server, cfg server.Config) {
+	fmt.Fprintf(stdout, "%s serving %s (pid %d)\n", buildinfo.Get(), srv.Data.Repos.Dir, os.Getpid())
 	if srv.GitAddr != nil {
 		fmt.Fprintf(stdout, "  git://   listening on %s\n", srv.GitAddr)
 	}
@@ -204,16 +339,6 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stdout, "           host key %s %s\n", key.PublicKey().Type(), gossh.FingerprintSHA256(key.PublicKey()))
 		}
 	}
-
-	<-sigCtx.Done()
-	stop() // a second signal kills at once
-	fmt.Fprintf(stdout, "packwire: shutting down, waiting up to %s for %d running requests\n", grace, srv.Pipeline.InFlight())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		fmt.Fprintf(stderr, "packwire: shutdown: %v\n", err)
-	}
-	return nil
 }
 
 // checkTLS wants both halves of a certificate or neither, and files that

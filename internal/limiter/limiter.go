@@ -93,11 +93,12 @@ func (l *Limiter) AcquireFor(ctx context.Context, repo, client string) (release 
 		return nil, 0, err
 	}
 	l.queue = append(l.queue, w)
+	maxWait := l.MaxWait // under the lock: SetLimits may change it
 	l.mu.Unlock()
 
 	var timeout <-chan time.Time
-	if l.MaxWait > 0 {
-		t := time.NewTimer(l.MaxWait)
+	if maxWait > 0 {
+		t := time.NewTimer(maxWait)
 		defer t.Stop()
 		timeout = t.C
 	}
@@ -184,6 +185,11 @@ func (l *Limiter) finishLocked(done *waiter, held time.Duration) {
 			l.avgHold = (l.avgHold*7 + held) / 8
 		}
 	}
+	l.admitLocked()
+}
+
+// admitLocked starts the waiters, in order, that the limits now allow.
+func (l *Limiter) admitLocked() {
 	for i := 0; i < len(l.queue); {
 		w := l.queue[i]
 		if l.canRunLocked(w) {
@@ -236,6 +242,23 @@ func (l *Limiter) busyLocked(w *waiter, timedOut bool) *BusyError {
 	retry := hold * time.Duration(queued/slots+1)
 	retry = min(max(retry, 5*time.Second), 5*time.Minute)
 	return &BusyError{Repo: repo, Queued: queued, TimedOut: timedOut, RetryAfter: retry.Round(time.Second)}
+}
+
+// SetLimits changes the limits of a running limiter (a configuration
+// reload): requests running keep their slots, and waiters that the new
+// limits allow start at once.
+func (l *Limiter) SetLimits(global, perRepo, perClient, maxQueue int, maxWait time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.Global, l.PerRepo, l.PerClient, l.MaxQueue, l.MaxWait = global, perRepo, perClient, maxQueue, maxWait
+	l.admitLocked()
+}
+
+// PerClientLimit is PerClient, read under the lock SetLimits takes.
+func (l *Limiter) PerClientLimit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.PerClient
 }
 
 // Stats is the limiter's state now.

@@ -267,7 +267,8 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 		p.clients = map[string]int{}
 	}
 	p.clients[client]++
-	busy := p.MaxPerClient > 0 && p.clients[client] > p.MaxPerClient
+	maxPerClient := p.MaxPerClient
+	busy := maxPerClient > 0 && p.clients[client] > maxPerClient
 	p.active.Add(1)
 	p.mu.Unlock()
 	req.Protocol = CleanProtocol(req.Protocol)
@@ -297,7 +298,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 		// Refused before anything is read or spawned for it: one client (a
 		// flood of SSH channels, HTTP requests) cannot hold every process.
 		err = &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second,
-			Message: fmt.Sprintf("server busy: too many concurrent requests from %s (max %d), retry later", client, p.MaxPerClient)}
+			Message: fmt.Sprintf("server busy: too many concurrent requests from %s (max %d), retry later", client, maxPerClient)}
 	} else {
 		err = p.authorize(ctx, call)
 	}
@@ -774,6 +775,14 @@ func (c *Call) Abandon() { c.releaseWG() }
 
 // InFlight is the number of git processes running now.
 func (p *Pipeline) InFlight() int64 { return p.inFlight.Load() }
+
+// SetMaxPerClient changes MaxPerClient while requests run (a
+// configuration reload); requests running keep running.
+func (p *Pipeline) SetMaxPerClient(n int) {
+	p.mu.Lock()
+	p.MaxPerClient = n
+	p.mu.Unlock()
+}
 
 // Shutdown refuses new requests and waits for running ones to finish until
 // ctx ends; then it kills what is left and waits for it to exit.

@@ -12,12 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	nethttp "net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,7 @@ import (
 	"packwire/internal/fetchcache"
 	"packwire/internal/gitexec"
 	"packwire/internal/governor"
+	"packwire/internal/handover"
 	"packwire/internal/lfs"
 	"packwire/internal/lifecycle"
 	"packwire/internal/limiter"
@@ -72,6 +75,16 @@ type Config struct {
 	GitAddr     string // git:// listener, e.g. ":9418"
 	HTTPAddr    string // smart HTTP listener, e.g. ":8080"
 	SSHAddr     string // SSH listener, e.g. ":2222"
+
+	// Listeners are sockets this process inherited (internal/handover),
+	// by name: "git", "http", "ssh", "metrics"; systemd's unnamed ones
+	// ("fd3"...) are matched to an address by port. A transport with one
+	// uses it instead of listening on its address.
+	Listeners map[string]net.Listener
+	// HandedOver: a previous packwire may still be finishing requests on
+	// this data directory, so what a crash leaves behind (ref locks,
+	// request bodies, the caches' files) is not cleared at start.
+	HandedOver bool
 
 	TLSCert, TLSKey string // serve HTTPS when both are set
 
@@ -304,7 +317,11 @@ type Server struct {
 	metrics   *nethttp.Server
 	stopCache chan struct{} // ends the caches' expiry loop
 	hooks     net.Listener
+	hooksSock os.FileInfo // the hook socket as created, removed at Shutdown only if still ours
 	hooksDone chan struct{}
+	// listeners are the sockets the transports accept on, by name, for
+	// ListenerFiles to hand over.
+	listeners map[string]net.Listener
 	daemon    *daemon.Server
 	http      *nethttp.Server
 	ssh       *sshtransport.Server
@@ -430,8 +447,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		s.Pipeline.Reach = &reach.Checker{}
 	}
 	// Ref locks left by a git killed with the server (kill -9 mid-push)
-	// would make every later update of those refs fail.
-	if repos, lerr := data.Repos.List(); lerr == nil {
+	// would make every later update of those refs fail. After a hand
+	// over they are the previous process's running pushes': kept.
+	if repos, lerr := data.Repos.List(); lerr == nil && !cfg.HandedOver {
 		for _, r := range repos {
 			if n, err := repo.RemoveStaleLocks(r, startTime); err != nil {
 				cfg.Log.Warn("removing stale ref locks", "repo", r.Name, "error", err.Error())
@@ -440,8 +458,11 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			}
 		}
 	}
-	// Request bodies left by a crash are of no use.
-	os.RemoveAll(s.Pipeline.TempDir)
+	// Request bodies left by a crash are of no use (after a hand over,
+	// they are the previous process's requests).
+	if !cfg.HandedOver {
+		os.RemoveAll(s.Pipeline.TempDir)
+	}
 	if err = os.MkdirAll(s.Pipeline.TempDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
@@ -519,14 +540,26 @@ func (s *Server) Start() error {
 		}
 		return err
 	}
-	listen := func(addr, what string) (net.Listener, error) {
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("%s listener: %w", what, err)
+	inherited := maps.Clone(cfg.Listeners)
+	s.listeners = map[string]net.Listener{}
+	listen := func(addr, what, name string) (net.Listener, error) {
+		l := takeInherited(inherited, name, addr)
+		if l == nil {
+			var err error
+			if l, err = net.Listen("tcp", addr); err != nil {
+				return nil, fmt.Errorf("%s listener: %w", what, err)
+			}
 		}
 		listeners = append(listeners, l)
+		s.listeners[name] = l
 		return l, nil
 	}
+	defer func() {
+		for name, l := range inherited { // handed to no transport
+			cfg.Log.Warn("inherited socket not used: no transport of that name is on", "name", name, "address", l.Addr().String())
+			l.Close()
+		}
+	}()
 
 	var gitL, httpL, sshL net.Listener
 	// One account per address for every listener: an address that
@@ -534,12 +567,12 @@ func (s *Server) Start() error {
 	s.Penalties = accept.NewPenalties(cfg.PenaltyMin, cfg.PenaltyMax, cfg.TrustedProxies.Contains, cfg.Log.With("component", "penalties"))
 	var err error
 	if cfg.GitAddr != "" {
-		if gitL, err = listen(cfg.GitAddr, "git://"); err != nil {
+		if gitL, err = listen(cfg.GitAddr, "git://", "git"); err != nil {
 			return fail(err)
 		}
 	}
 	if cfg.HTTPAddr != "" {
-		if httpL, err = listen(cfg.HTTPAddr, "http"); err != nil {
+		if httpL, err = listen(cfg.HTTPAddr, "http", "http"); err != nil {
 			return fail(err)
 		}
 		var tlsConfig *tls.Config
@@ -563,13 +596,13 @@ func (s *Server) Start() error {
 		}
 	}
 	if cfg.SSHAddr != "" {
-		if sshL, err = listen(cfg.SSHAddr, "ssh"); err != nil {
+		if sshL, err = listen(cfg.SSHAddr, "ssh", "ssh"); err != nil {
 			return fail(err)
 		}
 	}
 	var metricsL net.Listener
 	if cfg.MetricsAddr != "" {
-		if metricsL, err = listen(cfg.MetricsAddr, "metrics"); err != nil {
+		if metricsL, err = listen(cfg.MetricsAddr, "metrics", "metrics"); err != nil {
 			return fail(err)
 		}
 	}
@@ -760,7 +793,7 @@ func (s *Server) openPackCache(gitVersion string) error {
 		return fmt.Errorf("pack cache: cannot find this binary for the hook: %w", err)
 	}
 	cache := &packcache.Cache{
-		Dir:          filepath.Join(s.Data.Dir, "cache", "packs"),
+		Dir:          s.cacheDir("packs"),
 		MaxBytes:     cfg.PackCacheMaxBytes,
 		MaxAge:       cfg.PackCacheMaxAge,
 		MinUses:      cfg.PackCacheMinUses,
@@ -783,6 +816,7 @@ func (s *Server) openPackCache(gitVersion string) error {
 		return fmt.Errorf("pack cache socket: %w", err)
 	}
 	s.hooks = l
+	s.hooksSock, _ = os.Stat(sock)
 	s.hooksDone = make(chan struct{})
 	go func() {
 		defer close(s.hooksDone)
@@ -796,12 +830,28 @@ func (s *Server) openPackCache(gitVersion string) error {
 	return nil
 }
 
+// cacheDir is this process's directory for a cache's files,
+// DATA/cache/KIND/PID: a process that took over from another must not
+// clear the files the other still replays. Those of processes that no
+// longer run are removed.
+func (s *Server) cacheDir(kind string) string {
+	parent := filepath.Join(s.Data.Dir, "cache", kind)
+	entries, _ := os.ReadDir(parent)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !handover.Alive(pid) || pid == os.Getpid() {
+			os.RemoveAll(filepath.Join(parent, e.Name())) // older layouts' files too
+		}
+	}
+	return filepath.Join(parent, strconv.Itoa(os.Getpid()))
+}
+
 // openFetchCache prepares the store of whole fetch responses under
 // DATA/cache/fetch.
 func (s *Server) openFetchCache(gitVersion string) error {
 	cfg := s.Config
 	cache := &fetchcache.Cache{
-		Dir:          filepath.Join(s.Data.Dir, "cache", "fetch"),
+		Dir:          s.cacheDir("fetch"),
 		MaxBytes:     cfg.FetchCacheMaxBytes,
 		MaxAge:       cfg.FetchCacheMaxAge,
 		MinFreeBytes: cfg.FetchCacheMinFreeBytes,
@@ -941,7 +991,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// Running fetches are done: no hook is left to serve.
 		s.hooks.Close()
 		<-s.hooksDone
-		os.Remove(s.Pipeline.HookSocket)
+		// After a hand over the path is the next process's socket.
+		if now, err := os.Stat(s.Pipeline.HookSocket); err == nil && s.hooksSock != nil && os.SameFile(now, s.hooksSock) {
+			os.Remove(s.Pipeline.HookSocket)
+		}
 	}
 	if s.stopCache != nil {
 		close(s.stopCache)
@@ -968,6 +1021,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.LFS.Close()
 	}
 	s.Data.Close()
+	// This process's cache files (cacheDir): nothing replays them now.
+	if c := s.Pipeline.FetchCache; c != nil {
+		os.RemoveAll(c.Dir)
+	}
+	if c := s.Pipeline.PackCache; c != nil {
+		os.RemoveAll(c.Dir)
+	}
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
 	return errors.Join(drainErr, s.err)

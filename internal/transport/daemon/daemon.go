@@ -40,6 +40,10 @@ type Server struct {
 	mu       sync.Mutex
 	listener net.Listener
 	closed   bool
+	// stopping: StopAccepting ended the accept loop (loopDone closed) but
+	// the connections accepted go on.
+	stopping bool
+	loopDone chan struct{}
 	waiting  map[net.Conn]bool // connections still sending their request line
 	wg       sync.WaitGroup
 }
@@ -95,10 +99,12 @@ func (s *Server) Serve(l net.Listener) error {
 		return ErrServerClosed
 	}
 	s.listener = l
+	s.loopDone = make(chan struct{})
+	defer close(s.loopDone)
 	s.mu.Unlock()
 	s.refusals.Log = s.log().With("transport", "git")
 	defer s.refusals.Stop()
-	err := accept.Loop(l, s.log().With("transport", "git"), s.isClosed, func(conn net.Conn) {
+	err := accept.Loop(l, s.log().With("transport", "git"), s.isStopped, func(conn net.Conn) {
 		// Before anything is allocated for it: a penalized address's
 		// flood costs an accept and a close.
 		if s.Penalties.Refused(conn.RemoteAddr()) {
@@ -125,10 +131,27 @@ func (s *Server) Serve(l net.Listener) error {
 	return err
 }
 
-func (s *Server) isClosed() bool {
+func (s *Server) isStopped() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.closed
+	return s.closed || s.stopping
+}
+
+// StopAccepting closes the listener (in this process: a next process
+// that inherited the socket accepts on it) and returns once the accept
+// loop has ended. Unlike Close, connections still sending their request
+// line are left to send it and be served; Wait waits for them all.
+func (s *Server) StopAccepting() {
+	s.mu.Lock()
+	s.stopping = true
+	done := s.loopDone
+	if s.listener != nil {
+		s.listener.Close()
+	}
+	s.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // Close stops accepting and drops connections that have not sent their

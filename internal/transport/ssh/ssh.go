@@ -42,16 +42,22 @@ type Server struct {
 	LFS            LFSCommands       // git-lfs-authenticate and git-lfs-transfer; nil: refused as any unknown command
 	Log            *slog.Logger
 
-	refusals  accept.RefusalLog
-	mu        sync.Mutex
-	listener  net.Listener
-	closed    bool
-	conns     map[*conn]struct{} // connections past the handshake
-	wg        sync.WaitGroup     // connection handlers
-	open      atomic.Int64       // connections now open, counted against MaxConnections
-	accepted  atomic.Int64       // connections accepted since start
-	pacingOff sync.Once          // logs once that windowOf failed
-	stopKeys  chan struct{}      // closed by Close: ends watchKeys
+	refusals accept.RefusalLog
+	mu       sync.Mutex
+	listener net.Listener
+	closed   bool
+	conns    map[*conn]struct{} // connections past the handshake
+	wg       sync.WaitGroup     // connection handlers
+	// handling counts connection handlers alone (wg has watchKeys too),
+	// for StopAccepting's callers to wait on; stopping: the accept loop
+	// was ended by StopAccepting (loopDone closed).
+	handling  sync.WaitGroup
+	stopping  bool
+	loopDone  chan struct{}
+	open      atomic.Int64  // connections now open, counted against MaxConnections
+	accepted  atomic.Int64  // connections accepted since start
+	pacingOff sync.Once     // logs once that windowOf failed
+	stopKeys  chan struct{} // closed by Close: ends watchKeys
 }
 
 // LFSCommands runs Git LFS's SSH commands (git-lfs-authenticate NAME OP)
@@ -121,6 +127,8 @@ func (s *Server) Serve(l net.Listener) error {
 			}()
 		}
 	}
+	s.loopDone = make(chan struct{})
+	defer close(s.loopDone)
 	s.mu.Unlock()
 	s.refusals.Log = s.log().With("transport", "ssh")
 	defer s.refusals.Stop()
@@ -145,8 +153,10 @@ func (s *Server) Serve(l net.Listener) error {
 			return
 		}
 		s.wg.Add(1)
+		s.handling.Add(1)
 		go func() {
 			defer s.wg.Done()
+			defer s.handling.Done()
 			s.handleConn(nc, config, near)
 		}()
 	})
@@ -166,8 +176,38 @@ func (s *Server) maxUnacked() int {
 func (s *Server) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.closed
+	return s.closed || s.stopping
 }
+
+// StopAccepting closes the listener (in this process: a next process
+// that inherited the socket accepts on it) and returns once the accept
+// loop has ended. Unlike Close, a connection that has not run a command
+// yet may still run one, and is closed once it is done; connections with
+// no command running that already ran one are closed now (a kept
+// connection: the client's next one goes to the next process).
+// WaitConnections waits for them all.
+func (s *Server) StopAccepting() {
+	s.mu.Lock()
+	s.stopping = true
+	done := s.loopDone
+	if s.listener != nil {
+		s.listener.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	for _, c := range conns {
+		c.closeWhenDone()
+	}
+}
+
+// WaitConnections blocks until every connection handler has returned.
+func (s *Server) WaitConnections() { s.handling.Wait() }
 
 // Close stops accepting; running requests are drained by the pipeline.
 // Connections with no request running are closed now, the others as soon
@@ -375,6 +415,9 @@ func (s *Server) track(c *conn) bool {
 		s.conns = make(map[*conn]struct{})
 	}
 	s.conns[c] = struct{}{}
+	if s.stopping {
+		c.afterCommand = true // the lock order is s.mu, then c.mu
+	}
 	return true
 }
 
@@ -410,7 +453,10 @@ type conn struct {
 	lastActive time.Time   // last command end or channel open, for IdleTimeout
 	idleTimer  *time.Timer // from the first command's end; nil without IdleTimeout
 	draining   bool        // server closed: close once running is 0
-	revoked    string      // why the key no longer stands for principal ("": it does); see revoke
+	// afterCommand: the server hands over (StopAccepting): close once a
+	// command has run and none is running.
+	afterCommand bool
+	revoked      string // why the key no longer stands for principal ("": it does); see revoke
 }
 
 // offendHandshake charges the address of a connection whose handshake
@@ -469,7 +515,19 @@ func (c *conn) endCommand() {
 			c.idleTimer.Reset(timeout)
 		}
 	}
-	idle := c.draining && c.running == 0
+	idle := (c.draining || c.afterCommand) && c.running == 0
+	c.mu.Unlock()
+	if idle {
+		c.ssh.Close()
+	}
+}
+
+// closeWhenDone closes the connection now if it ran a command and runs
+// none, else once its commands are done (StopAccepting).
+func (c *conn) closeWhenDone() {
+	c.mu.Lock()
+	c.afterCommand = true
+	idle := c.sawCommand && c.running == 0
 	c.mu.Unlock()
 	if idle {
 		c.ssh.Close()

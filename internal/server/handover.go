@@ -1,0 +1,164 @@
+package server
+
+import (
+	"context"
+	"net"
+	nethttp "net/http"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"unicode"
+
+	"packwire/internal/handover"
+)
+
+// takeInherited removes from inherited and returns the listener for the
+// transport name at addr: the one of that name, or else an unnamed one
+// (systemd's "fdN") on addr's port; nil if there is none.
+func takeInherited(inherited map[string]net.Listener, name, addr string) net.Listener {
+	if l, ok := inherited[name]; ok {
+		delete(inherited, name)
+		return l
+	}
+	// Any other name (a socket unit's own) is matched by port, as "fdN".
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	for k, l := range inherited {
+		if k == "git" || k == "http" || k == "ssh" || k == "metrics" {
+			continue
+		}
+		if _, p, err := net.SplitHostPort(l.Addr().String()); err == nil && p == port {
+			delete(inherited, k)
+			return l
+		}
+	}
+	return nil
+}
+
+// ListenerFiles duplicates the sockets the transports accept on, with
+// their names, for a next process to inherit (handover.Exec).
+func (s *Server) ListenerFiles() (names []string, files []*os.File, err error) {
+	for _, name := range []string{"git", "http", "ssh", "metrics"} {
+		l, ok := s.listeners[name]
+		if !ok {
+			continue
+		}
+		f, err := handover.File(l)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, nil, err
+		}
+		names, files = append(names, name), append(files, f)
+	}
+	return names, files, nil
+}
+
+// HandOver ends this server once a next process accepts on the same
+// sockets: it stops accepting, serves to the end every connection it
+// has accepted (a request that arrives on one is served, not refused as
+// shutting down), closing kept-alive ones once idle, then shuts down.
+// When ctx ends first, what still runs is killed as by Shutdown.
+func (s *Server) HandOver(ctx context.Context) error {
+	if s.stopMaintain != nil {
+		s.stopMaintain() // the next process's scheduler takes over
+	}
+	var wg sync.WaitGroup
+	do := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	if s.daemon != nil {
+		do(func() { s.daemon.StopAccepting(); s.daemon.Wait() })
+	}
+	if s.ssh != nil {
+		do(func() { s.ssh.StopAccepting(); s.ssh.WaitConnections() })
+	}
+	for _, h := range []*nethttp.Server{s.http, s.metrics} {
+		if h != nil {
+			do(func() { h.Shutdown(ctx) })
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	return s.Shutdown(ctx)
+}
+
+// liveSettings are the Config fields Reload applies to a running server,
+// with their flag names; stopSettings need a stop and a start (a next
+// process inherits the sockets and the data directory as they are).
+// Every other field is applied by handing over to a next process.
+var (
+	liveSettings = map[string]string{
+		"MaxPackJobs": "max-pack-jobs", "MaxPackJobsPerRepo": "max-pack-jobs-per-repo",
+		"MaxQueue": "max-queue", "MaxQueueWait": "max-queue-wait",
+		"MaxPushJobs": "max-push-jobs", "MaxPushesPerUser": "max-pushes-per-user",
+		"MaxRequestsPerClient": "max-requests-per-client",
+	}
+	stopSettings = map[string]string{
+		"DataDir": "data", "Database": "database", "Node": "node",
+		"GitAddr": "git", "HTTPAddr": "http", "SSHAddr": "ssh", "MetricsAddr": "metrics",
+	}
+)
+
+// Changes compares a re-read configuration with the running one: the
+// settings (flag names) Reload applies in place, those a next process
+// must apply (a hand over), and those only a stop and start can.
+func (s *Server) Changes(next Config) (live, handOver, stop []string) {
+	cur, nv := reflect.ValueOf(s.Config), reflect.ValueOf(next)
+	for i := range cur.NumField() {
+		f := cur.Type().Field(i)
+		switch f.Name {
+		case "Log", "Listeners", "HandedOver":
+			continue
+		}
+		if reflect.DeepEqual(cur.Field(i).Interface(), nv.Field(i).Interface()) {
+			continue
+		}
+		if name, ok := liveSettings[f.Name]; ok {
+			live = append(live, name)
+		} else if name, ok := stopSettings[f.Name]; ok {
+			stop = append(stop, name)
+		} else {
+			handOver = append(handOver, flagName(f.Name))
+		}
+	}
+	slices.Sort(live)
+	slices.Sort(handOver)
+	slices.Sort(stop)
+	return live, handOver, stop
+}
+
+// flagName turns a Config field name into serve's flag spelling as best
+// it can (MaxPushBytes: max-push-bytes), for log lines.
+func flagName(field string) string {
+	var b strings.Builder
+	for i, r := range field {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('-')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+// Reload applies next's live settings (see Changes) to the running
+// server: requests running keep their slots; waiting ones are admitted
+// at once if the new limits allow.
+func (s *Server) Reload(next Config) {
+	s.Pipeline.Limiter.SetLimits(next.MaxPackJobs, next.MaxPackJobsPerRepo, s.Pipeline.Limiter.PerClientLimit(), next.MaxQueue, next.MaxQueueWait)
+	s.Pipeline.Pushes.SetLimits(next.MaxPushJobs, 0, next.MaxPushesPerUser, next.MaxQueue, next.MaxQueueWait)
+	s.Pipeline.SetMaxPerClient(next.MaxRequestsPerClient)
+	for field := range liveSettings {
+		reflect.ValueOf(&s.Config).Elem().FieldByName(field).Set(reflect.ValueOf(next).FieldByName(field))
+	}
+}
