@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"packwire/internal/clonepack"
 	"packwire/internal/fetchcache"
 	"packwire/internal/gitexec"
 	"packwire/internal/limiter"
@@ -93,8 +94,73 @@ func (c *Call) cachedFetch(ctx context.Context, spec gitexec.Spec, body []byte, 
 		c.setOutcome(fetchcache.Replayed)
 		return gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}, true, err
 	}
+	if clone, pack := c.preferredPack(spec, body); pack != nil {
+		res, err = c.leadFromPack(ctx, body, clone, pack, reader, writer, out, spec.OutputTap)
+		return res, true, err
+	}
 	res, err = c.lead(ctx, spec, body, reader, writer, out)
 	return res, true, err
+}
+
+// preferredPack opens the repository's preferred pack when it is the
+// whole answer to body, a plain full clone (internal/clonepack); nil: git
+// answers.
+func (c *Call) preferredPack(spec gitexec.Spec, body []byte) (clonepack.Clone, *clonepack.Pack) {
+	clone, err := clonepack.Parse(body, protocol.Version(spec.Protocol) == 2)
+	if err != nil {
+		return clone, nil
+	}
+	pack, err := clonepack.Open(c.Repo.Path, clone)
+	if err != nil {
+		return clone, nil
+	}
+	return clone, pack
+}
+
+// leadFromPack is lead with the preferred pack for git: the answer is
+// written into the fetch cache's file by a copy in large chunks (no git
+// process, no limiter slot: it costs a file copy, as a replay does), and
+// this request's client, like every follower, reads it from there.
+func (c *Call) leadFromPack(ctx context.Context, body []byte, clone clonepack.Clone, pack *clonepack.Pack, reader *fetchcache.Reader, writer *fetchcache.Writer, out io.Writer, tap io.Writer) (gitexec.Result, error) {
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopKill := context.AfterFunc(c.p.killCtx, cancel)
+	defer stopKill()
+	writer.OnAbandon(cancel)
+	done := make(chan error, 1)
+	go func() {
+		defer pack.Close()
+		_, err := pack.WriteResponse(ctxWriter{runCtx, writer}, clone)
+		writer.Finish(err)
+		done <- err
+	}()
+	written, replayErr := reader.Replay(ctx, out, c.p.Runner.IdleTimeout)
+	tapHead(reader, written, tap)
+	reader.Close()
+	runErr := <-done
+	c.setOutcome(clonepack.Outcome)
+	res := gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}
+	switch {
+	case replayErr != nil && !errors.Is(replayErr, fetchcache.ErrGenerationFailed):
+		return res, replayErr
+	case runErr != nil && ctx.Err() != nil:
+		return res, ctx.Err()
+	default:
+		return res, runErr
+	}
+}
+
+// ctxWriter stops a copy once ctx ends (every reader left).
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (w ctxWriter) Write(p []byte) (int, error) {
+	if err := w.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return w.w.Write(p)
 }
 
 // tapHead shows the start of a response that went out from the cache's
