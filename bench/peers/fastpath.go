@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"packwire/bench/internal/benchkit"
+	"packwire/internal/lab/compare"
+)
+
+// fastPathWorkload is issue 32 part 1: a cold full clone of a maintained
+// repository answered from its preferred pack (internal/clonepack), over
+// every transport, against git daemon serving the same history in git's
+// own gc layout. Cold: packwire runs with --fetch-cache-max-bytes 0 for
+// this workload (main), so no answer is ever stored and every clone leads
+// (the fast path, or git); nothing is pushed, so the preferred pack stays
+// the closure of the tips. Each target's first clone is checked with git
+// fsck and its object count against the gc copy's.
+func (s *setup) fastPathWorkload(r *report) {
+	log.Print("cold full clone from the preferred pack: packwire against git daemon (git gc layout) ...")
+	gcBare := filepath.Join(s.repos, s.gcCopy()+".git")
+	v0 := []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=protocol.version", "GIT_CONFIG_VALUE_0=0"}
+	ssh := "GIT_SSH_COMMAND=" + benchkit.SSHCommand(s.key, "")
+	pw := func(scheme, port string) string { return scheme + "127.0.0.1:" + port + "/" + s.repo + ".git" }
+	targets := []target{
+		{name: "packwire git:// v2", url: pw("git://", s.pwGit), server: s.packwire},
+		{name: "packwire HTTP v2", url: pw("http://", s.pwHTTP), server: s.packwire},
+		{name: "packwire HTTP v0", url: pw("http://", s.pwHTTP), env: v0, server: s.packwire},
+		{name: "packwire SSH v2", url: pw("ssh://bench@", s.pwSSH), env: []string{ssh}, server: s.packwire},
+		{name: "git daemon, git gc layout", url: "git://127.0.0.1:" + s.daemon.Port + "/" + s.gcCopy() + ".git", server: s.daemon},
+	}
+	peer := targets[len(targets)-1].name
+	count := strings.TrimSpace(benchkit.Output("git", "-C", gcBare, "rev-list", "--objects", "--count", "--branches", "--tags", "HEAD"))
+	want, err := strconv.Atoi(count)
+	if err != nil {
+		benchkit.Fatalf("counting the default clone's objects: %q", count)
+	}
+	dst := filepath.Join(s.out, "fastpath")
+	checked := map[string]bool{}
+	got := s.rounds(targets, func(t target, round int) sample {
+		os.RemoveAll(dst)
+		smp := measure(t.server, func() time.Duration {
+			return s.mustGit(t.env, s.out, "clone", "-q", "--bare", t.url, dst)
+		})
+		if !checked[t.name] {
+			checked[t.name] = true
+			s.mustGit(nil, dst, "fsck", "--full", "--no-progress", "--no-dangling")
+			if n := benchkit.CountObjects(dst); n != want {
+				benchkit.Fatalf("%s: the clone has %d objects, the gc copy %d", t.name, n, want)
+			}
+		}
+		return smp
+	})
+	os.RemoveAll(dst)
+	// How many of packwire's clones the fast path answered, from its
+	// governor's records (pack_cache "clone-pack-file").
+	time.Sleep(settle)
+	clones := (len(targets) - 1) * (s.nRounds + 1)
+	records := benchkit.Output(s.bin, "governor", "--data", s.data, "--last", strconv.Itoa(4*clones), "--json")
+	fast := strings.Count(records, `"pack_cache":"clone-pack-file"`)
+
+	r.section("Cold full clone from the preferred pack (issue 32 part 1)", fmt.Sprintf(
+		"`git clone --bare` of the maintained repository: packwire (fetch cache storing nothing, `--fetch-cache-max-bytes 0`, so every clone is cold and "+
+			"is answered from the preferred pack with no git) over git:// v2, HTTP v2 and v0 and SSH v2, against git daemon serving a copy of the same "+
+			"history packed by `git gc --prune=now` (one pack, bitmap; its pack-objects reuses that pack). Each target's first clone is checked with "+
+			"`git fsck --full` and its object count against the gc copy's (%d objects). Server CPU is the cgroup delta of each server's whole process tree. "+
+			"%d rounds after one warm-up, targets in a fresh random order; ratios: median of per-round ratios with a 95%% bootstrap interval.", want, s.nRounds))
+	r.table("| server | clone wall | server CPU |", "|---|---:|---:|")
+	for _, t := range targets {
+		r.row(t.name, secs(benchkit.Median(walls(got[t.name]))), ms(benchkit.Median(cpus(got[t.name]))))
+	}
+	for _, t := range targets[:len(targets)-1] {
+		vs := compare.Analyze(cpus(got[peer]), cpus(got[t.name]))
+		r.target(t.name+" cold full clone: server CPU <= 0.1x git daemon's on the git gc layout", vs.MedianRatio, 0.1, vs)
+	}
+	r.note(fmt.Sprintf("packwire's governor recorded %d of its %d clones (warm-up included) as answered from the preferred pack (`clone-pack-file`).", fast, clones))
+	r.note("Per-round server CPU (ms): " + perRound(targets, got))
+}
