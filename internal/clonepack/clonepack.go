@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -219,7 +220,7 @@ func (p *Pack) Size() int64 { return p.size }
 // Close closes the pack file.
 func (p *Pack) Close() error { return p.f.Close() }
 
-// chunk is how much of the pack is read at once: large reads, few
+// chunk is how much of a pack is read at once: large reads, few
 // syscalls, and a 1 MiB write wakes the fetch cache's followers once.
 const chunk = 1 << 20
 
@@ -227,40 +228,85 @@ const chunk = 1 << 20
 // differ, not its meaning): v2 "packfile" section, or v0 "NAK"; the pack
 // in side-band packets of at most c.Band bytes; a flush. No progress.
 func (p *Pack) WriteResponse(w io.Writer, c Clone) (int64, error) {
+	f, err := newFramer(w, c)
+	if err != nil {
+		return 0, err
+	}
+	if err := copyRange(f, p.f, 0, p.size, nil); err != nil {
+		return f.written, err
+	}
+	return f.end()
+}
+
+// copyRange sends [from, to) of r through f in chunks, hashing it too
+// when h is not nil.
+func copyRange(f *framer, r io.ReaderAt, from, to int64, h hash.Hash) error {
+	in := make([]byte, chunk)
+	for off := from; off < to; {
+		n, err := r.ReadAt(in[:min(int64(len(in)), to-off)], off)
+		if n == 0 && err != nil {
+			return err
+		}
+		off += int64(n)
+		if h != nil {
+			h.Write(in[:n])
+		}
+		if err := f.write(in[:n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// framer writes git's first line of a fetch answer, then data in band-1
+// packets, batched into writes of about a chunk, then a flush.
+type framer struct {
+	w       io.Writer
+	data    int // payload bytes per packet
+	out     []byte
+	written int64
+}
+
+func newFramer(w io.Writer, c Clone) (*framer, error) {
 	head := "NAK\n"
 	if c.V2 {
 		head = "packfile\n"
 	}
 	data := c.Band - 5 // 4 bytes of length, 1 of band
 	if data <= 0 {
-		return 0, ErrNotClone
+		return nil, ErrNotClone
 	}
-	in := make([]byte, chunk)
-	out := make([]byte, 0, chunk+(chunk/data+2)*5+64)
-	out, _ = pktline.Append(out, []byte(head))
-	var written int64
-	for off := int64(0); off < p.size; {
-		n, err := p.f.ReadAt(in[:min(int64(len(in)), p.size-off)], off)
-		if n == 0 && err != nil {
-			return written, err
+	f := &framer{w: w, data: data, out: make([]byte, 0, chunk+(chunk/data+2)*5+64)}
+	f.out, _ = pktline.Append(f.out, []byte(head))
+	return f, nil
+}
+
+func (f *framer) write(b []byte) error {
+	for len(b) > 0 {
+		k := min(len(b), f.data)
+		f.out = appendBand(f.out, b[:k])
+		b = b[k:]
+		if len(f.out) >= chunk {
+			if err := f.flushOut(); err != nil {
+				return err
+			}
 		}
-		off += int64(n)
-		for b := in[:n]; len(b) > 0; {
-			k := min(len(b), data)
-			out = appendBand(out, b[:k])
-			b = b[k:]
-		}
-		if off == p.size {
-			out = append(out, "0000"...)
-		}
-		m, err := w.Write(out)
-		written += int64(m)
-		if err != nil {
-			return written, err
-		}
-		out = out[:0]
 	}
-	return written, nil
+	return nil
+}
+
+func (f *framer) flushOut() error {
+	n, err := f.w.Write(f.out)
+	f.written += int64(n)
+	f.out = f.out[:0]
+	return err
+}
+
+// end writes the flush that ends the answer, and what is left.
+func (f *framer) end() (int64, error) {
+	f.out = append(f.out, "0000"...)
+	err := f.flushOut()
+	return f.written, err
 }
 
 // appendBand appends one band-1 packet of data.

@@ -51,6 +51,11 @@ func TipsDigest(tips []string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// PreferredTips reads the tips the preferred pack is the closure of, as
+// the last full run recorded them (nil: none recorded). Check them
+// against State.TipsDigest: the two files are written one after another.
+func PreferredTips(dir string) ([]string, error) { return readTips(dir) }
+
 // ReadState reads what the last full run recorded in the repository at
 // dir (one small file, no git): nil when none was recorded.
 func ReadState(dir string) (*State, error) {
