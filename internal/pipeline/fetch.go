@@ -94,34 +94,66 @@ func (c *Call) cachedFetch(ctx context.Context, spec gitexec.Spec, body []byte, 
 		c.setOutcome(fetchcache.Replayed)
 		return gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}, true, err
 	}
-	if clone, pack := c.preferredPack(spec, body); pack != nil {
-		res, err = c.leadFromPack(ctx, body, clone, pack, reader, writer, out, spec.OutputTap)
+	if ans, err := c.cloneAnswer(ctx, spec, body); ans.answer != nil || err != nil {
+		if err != nil { // refused admission
+			writer.Finish(err)
+			reader.Close()
+			return gitexec.Result{}, true, err
+		}
+		res, err = c.leadFromPack(ctx, body, ans, reader, writer, out, spec.OutputTap)
 		return res, true, err
 	}
 	res, err = c.lead(ctx, spec, body, reader, writer, out)
 	return res, true, err
 }
 
-// preferredPack opens the repository's preferred pack when it is the
-// whole answer to body, a plain full clone (internal/clonepack); nil: git
-// answers.
-func (c *Call) preferredPack(spec gitexec.Spec, body []byte) (clonepack.Clone, *clonepack.Pack) {
+// packAnswer is a clone's answer made from the preferred pack
+// (internal/clonepack): the pack itself, or spliced with what was pushed
+// since.
+type packAnswer struct {
+	clone  clonepack.Clone
+	answer interface {
+		WriteResponse(io.Writer, clonepack.Clone) (int64, error)
+		Close() error
+	}
+	outcome string
+	cost    gitexec.Result // the splice's git
+}
+
+// cloneAnswer returns the answer to body from the preferred pack when
+// body is a plain full clone and the pack is its answer (or its first
+// part, after pushes that only added); none: git answers. A splice runs
+// git (the thin pack), so it takes a limiter slot first; a refusal is
+// the error.
+func (c *Call) cloneAnswer(ctx context.Context, spec gitexec.Spec, body []byte) (packAnswer, error) {
 	clone, err := clonepack.Parse(body, protocol.Version(spec.Protocol) == 2)
 	if err != nil {
-		return clone, nil
+		return packAnswer{}, nil
 	}
-	pack, err := clonepack.Open(c.Repo.Path, clone)
-	if err != nil {
-		return clone, nil
+	if pack, err := clonepack.Open(c.Repo.Path, clone); err == nil {
+		return packAnswer{clone: clone, answer: pack, outcome: clonepack.Outcome}, nil
 	}
-	return clone, pack
+	var refused error
+	sp, err := clonepack.OpenSplice(ctx, c.Repo.Path, clone, func() error {
+		refused = c.admitNow(ctx, c.p.Limiter)
+		return refused
+	})
+	switch {
+	case refused != nil:
+		return packAnswer{}, refused
+	case err != nil:
+		return packAnswer{}, nil
+	}
+	return packAnswer{clone: clone, answer: sp, outcome: clonepack.SpliceOutcome,
+		cost: gitexec.Result{UserCPU: sp.UserCPU, SysCPU: sp.SysCPU}}, nil
 }
 
 // leadFromPack is lead with the preferred pack for git: the answer is
 // written into the fetch cache's file by a copy in large chunks (no git
-// process, no limiter slot: it costs a file copy, as a replay does), and
-// this request's client, like every follower, reads it from there.
-func (c *Call) leadFromPack(ctx context.Context, body []byte, clone clonepack.Clone, pack *clonepack.Pack, reader *fetchcache.Reader, writer *fetchcache.Writer, out io.Writer, tap io.Writer) (gitexec.Result, error) {
+// process for the pack itself, no limiter slot unless a splice ran git:
+// it costs a file copy, as a replay does), and this request's client,
+// like every follower, reads it from there.
+func (c *Call) leadFromPack(ctx context.Context, body []byte, ans packAnswer, reader *fetchcache.Reader, writer *fetchcache.Writer, out io.Writer, tap io.Writer) (gitexec.Result, error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stopKill := context.AfterFunc(c.p.killCtx, cancel)
@@ -129,8 +161,8 @@ func (c *Call) leadFromPack(ctx context.Context, body []byte, clone clonepack.Cl
 	writer.OnAbandon(cancel)
 	done := make(chan error, 1)
 	go func() {
-		defer pack.Close()
-		_, err := pack.WriteResponse(ctxWriter{runCtx, writer}, clone)
+		defer ans.answer.Close()
+		_, err := ans.answer.WriteResponse(ctxWriter{runCtx, writer}, ans.clone)
 		writer.Finish(err)
 		done <- err
 	}()
@@ -138,8 +170,9 @@ func (c *Call) leadFromPack(ctx context.Context, body []byte, clone clonepack.Cl
 	tapHead(reader, written, tap)
 	reader.Close()
 	runErr := <-done
-	c.setOutcome(clonepack.Outcome)
-	res := gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}
+	c.setOutcome(ans.outcome)
+	res := ans.cost
+	res.BytesIn, res.BytesOut = int64(len(body)), written
 	switch {
 	case replayErr != nil && !errors.Is(replayErr, fetchcache.ErrGenerationFailed):
 		return res, replayErr

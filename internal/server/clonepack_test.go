@@ -22,14 +22,26 @@ func (s *testServer) objectSet(t *testing.T, dir string) []string {
 	return ids
 }
 
+// sameObjects fails unless clone holds exactly the objects of a clone of
+// bare served by pack-objects.
+func (s *testServer) sameObjects(t *testing.T, bare, clone string) {
+	t.Helper()
+	reference := filepath.Join(t.TempDir(), "reference")
+	s.env.Git("", "clone", "-q", "--bare", "--no-local", bare, reference)
+	if got, want := s.objectSet(t, clone), s.objectSet(t, reference); !slices.Equal(got, want) {
+		t.Fatalf("the clone has %d objects, pack-objects' clone %d", len(got), len(want))
+	}
+}
+
 // TestClonePackFileEveryTransport: over git://, SSH and HTTP, each with
 // protocol v0 and v2, a full clone of a maintained repository is answered
 // from its preferred pack: the governor records clone-pack-file, the
 // clone started no git beyond a v0 session's own (which only advertises),
 // it is fsck-clean and holds the very objects a clone served by
 // pack-objects holds. The fetch cache stores nothing here (MaxBytes 0), so
-// every clone is cold. After a push the pack is no longer the closure of
-// the tips: git answers, and the clone has the push.
+// every clone is cold. After a push the pack is spliced with a thin pack
+// of the push (clone-splice), and the clone has the push and the same
+// objects; after a branch is rewound git answers (generated).
 func TestClonePackFileEveryTransport(t *testing.T) {
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, func(c *Config) {
@@ -50,8 +62,6 @@ func TestClonePackFileEveryTransport(t *testing.T) {
 			if _, err := s.Maintainer.Run(ctx, r, maintain.Full, "test"); err != nil {
 				t.Fatal(err)
 			}
-			reference := filepath.Join(t.TempDir(), "reference")
-			s.env.Git("", "clone", "-q", "--bare", "--no-local", bare, reference) // pack-objects' answer
 			clone := func(what, outcome string) (string, int64, governor.Record) {
 				t.Helper()
 				settle(t, bare)
@@ -84,23 +94,27 @@ func TestClonePackFileEveryTransport(t *testing.T) {
 			if rec.BytesOut < packSize(t, bare) {
 				t.Fatalf("record says %d bytes out, the preferred pack has %d", rec.BytesOut, packSize(t, bare))
 			}
-			if got, want := s.objectSet(t, dir), s.objectSet(t, reference); !slices.Equal(got, want) {
-				t.Fatalf("the clone has %d objects, pack-objects' clone %d", len(got), len(want))
-			}
+			s.sameObjects(t, bare, dir)
 
+			// A push that only adds: the preferred pack spliced with a thin
+			// pack of the push (git selects the new objects, nothing else).
 			head := pushCommit(t, s, name, "pushed.txt")
-			after, started, _ := clone("clone after a push", fetchcache.Generated)
-			if started <= sessionGit {
-				t.Fatalf("the clone after a push started %d gits: git did not answer", started)
+			after, _, rec := clone("clone after a push", clonepack.SpliceOutcome)
+			if rec.CPU() == 0 {
+				t.Fatalf("the splice's record has no git CPU: %+v", rec)
 			}
 			if got := s.env.RevParse(after, "main"); got != head {
 				t.Fatalf("clone after a push has main at %s, want %s", got, head)
 			}
-			reference = filepath.Join(t.TempDir(), "reference2")
-			s.env.Git("", "clone", "-q", "--bare", "--no-local", bare, reference)
-			if got, want := s.objectSet(t, after), s.objectSet(t, reference); !slices.Equal(got, want) {
-				t.Fatalf("after a push the clone has %d objects, pack-objects' clone %d", len(got), len(want))
+			s.sameObjects(t, bare, after)
+
+			// A branch rewound: the pack holds what no clone wants; git.
+			s.env.Git(bare, "update-ref", "refs/heads/branch0", "branch0~1")
+			rewound, started, _ := clone("clone after a rewind", fetchcache.Generated)
+			if started <= sessionGit {
+				t.Fatalf("the clone after a rewind started %d gits: git did not answer", started)
 			}
+			s.sameObjects(t, bare, rewound)
 		})
 	}
 }
