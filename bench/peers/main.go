@@ -226,6 +226,7 @@ func main() {
 	}
 	if run("fastpath") {
 		s.fastPathWorkload(r)
+		s.spliceWorkload(r) // after it: its pushes end the fast path
 	}
 	if run("bigstorm") {
 		trs := map[string]bool{}
