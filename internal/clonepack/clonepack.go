@@ -238,21 +238,30 @@ func (p *Pack) WriteResponse(w io.Writer, c Clone) (int64, error) {
 	return f.end()
 }
 
-// copyRange sends [from, to) of r through f in chunks, hashing it too
-// when h is not nil.
+// copyRange sends [from, to) of r through f, hashing it too when h is
+// not nil. Each packet's data is read straight into its place in f's
+// buffer: one copy from the page cache, one to the client.
 func copyRange(f *framer, r io.ReaderAt, from, to int64, h hash.Hash) error {
-	in := make([]byte, chunk)
 	for off := from; off < to; {
-		n, err := r.ReadAt(in[:min(int64(len(in)), to-off)], off)
-		if n == 0 && err != nil {
+		k := int(min(int64(f.data), to-off))
+		at := len(f.out)
+		f.out = appendBandHeader(f.out, k)
+		f.out = f.out[:at+5+k]
+		n, err := r.ReadAt(f.out[at+5:], off)
+		if n < k {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
 			return err
 		}
-		off += int64(n)
 		if h != nil {
-			h.Write(in[:n])
+			h.Write(f.out[at+5:])
 		}
-		if err := f.write(in[:n]); err != nil {
-			return err
+		off += int64(k)
+		if len(f.out) >= chunk {
+			if err := f.flushOut(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -276,7 +285,7 @@ func newFramer(w io.Writer, c Clone) (*framer, error) {
 	if data <= 0 {
 		return nil, ErrNotClone
 	}
-	f := &framer{w: w, data: data, out: make([]byte, 0, chunk+(chunk/data+2)*5+64)}
+	f := &framer{w: w, data: data, out: make([]byte, 0, chunk+data+(chunk/data+2)*5+64)}
 	f.out, _ = pktline.Append(f.out, []byte(head))
 	return f, nil
 }
@@ -311,8 +320,13 @@ func (f *framer) end() (int64, error) {
 
 // appendBand appends one band-1 packet of data.
 func appendBand(out, data []byte) []byte {
+	return append(appendBandHeader(out, len(data)), data...)
+}
+
+// appendBandHeader appends the length and band of a band-1 packet of n
+// bytes of data.
+func appendBandHeader(out []byte, n int) []byte {
 	const digits = "0123456789abcdef"
-	n := len(data) + 5
-	out = append(out, digits[n>>12&15], digits[n>>8&15], digits[n>>4&15], digits[n&15], 1)
-	return append(out, data...)
+	n += 5
+	return append(out, digits[n>>12&15], digits[n>>8&15], digits[n>>4&15], digits[n&15], 1)
 }

@@ -65,6 +65,10 @@ func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, body []byte, std
 // sent, run git as without the cache.
 func (c *Call) cachedFetch(ctx context.Context, spec gitexec.Spec, body []byte, req fetchcache.Request, stamp string, stdout io.Writer) (res gitexec.Result, served bool, err error) {
 	p := c.p
+	if clone, pack := c.exactPack(spec, body); pack != nil {
+		res, err := c.sendPack(ctx, spec, body, clone, pack, stdout)
+		return res, true, err
+	}
 	spec.StatelessRPC, spec.AdvertiseRefs = true, false
 	key := p.FetchCache.Key([]byte(strings.Join(p.Runner.Args(spec), "\x00")), []byte(spec.Protocol), []byte(stamp), req.Key)
 	join := p.FetchCache.Join
@@ -107,31 +111,23 @@ func (c *Call) cachedFetch(ctx context.Context, spec gitexec.Spec, body []byte, 
 	return res, true, err
 }
 
-// packAnswer is a clone's answer made from the preferred pack
-// (internal/clonepack): the pack itself, or spliced with what was pushed
-// since.
+// packAnswer is a clone's answer spliced from the preferred pack and
+// what was pushed since (internal/clonepack).
 type packAnswer struct {
-	clone  clonepack.Clone
-	answer interface {
-		WriteResponse(io.Writer, clonepack.Clone) (int64, error)
-		Close() error
-	}
+	clone   clonepack.Clone
+	answer  *clonepack.Splice
 	outcome string
 	cost    gitexec.Result // the splice's git
 }
 
-// cloneAnswer returns the answer to body from the preferred pack when
-// body is a plain full clone and the pack is its answer (or its first
-// part, after pushes that only added); none: git answers. A splice runs
-// git (the thin pack), so it takes a limiter slot first; a refusal is
-// the error.
+// cloneAnswer returns the splice answering body when body is a plain
+// full clone and the pushes since the preferred pack was built only
+// added; none: git answers. A splice runs git (the thin pack), so it
+// takes a limiter slot first; a refusal is the error.
 func (c *Call) cloneAnswer(ctx context.Context, spec gitexec.Spec, body []byte) (packAnswer, error) {
 	clone, err := clonepack.Parse(body, protocol.Version(spec.Protocol) == 2)
 	if err != nil {
 		return packAnswer{}, nil
-	}
-	if pack, err := clonepack.Open(c.Repo.Path, clone); err == nil {
-		return packAnswer{clone: clone, answer: pack, outcome: clonepack.Outcome}, nil
 	}
 	var refused error
 	sp, err := clonepack.OpenSplice(ctx, c.Repo.Path, clone, func() error {
@@ -146,6 +142,74 @@ func (c *Call) cloneAnswer(ctx context.Context, spec gitexec.Spec, body []byte) 
 	}
 	return packAnswer{clone: clone, answer: sp, outcome: clonepack.SpliceOutcome,
 		cost: gitexec.Result{UserCPU: sp.UserCPU, SysCPU: sp.SysCPU}}, nil
+}
+
+// exactPack opens the repository's preferred pack when it is the whole
+// answer to body, a plain full clone of exactly the tips it was built
+// from (internal/clonepack); nil: the fetch cache and git answer.
+func (c *Call) exactPack(spec gitexec.Spec, body []byte) (clonepack.Clone, *clonepack.Pack) {
+	clone, err := clonepack.Parse(body, protocol.Version(spec.Protocol) == 2)
+	if err != nil {
+		return clone, nil
+	}
+	pack, err := clonepack.Open(c.Repo.Path, clone)
+	if err != nil {
+		return clone, nil
+	}
+	return clone, pack
+}
+
+// sendPack answers with the preferred pack itself, framed on its way to
+// the client: no git, no limiter slot, and not through the fetch cache's
+// file, since a copy of the pack costs what a replay of it would (writing
+// it into the cache file first was a quarter of the CPU). Identical clones
+// at once each read the pack; the page cache shares it.
+func (c *Call) sendPack(ctx context.Context, spec gitexec.Spec, body []byte, clone clonepack.Clone, pack *clonepack.Pack, stdout io.Writer) (gitexec.Result, error) {
+	defer pack.Close()
+	if spec.Progress != nil {
+		spec.Progress.BytesIn.Add(int64(len(body)))
+	}
+	out := &deadlineWriter{w: newProgressWriter(stdout, spec.Progress), idle: c.p.Runner.IdleTimeout}
+	if d, ok := stdout.(gitexec.WriteDeadliner); ok {
+		out.d = d
+		defer gitexec.DeadlineOnCancel(ctx, d.SetWriteDeadline)()
+	}
+	if spec.OutputTap != nil {
+		out.tap, out.tapLeft = spec.OutputTap, 64<<10
+	}
+	written, err := pack.WriteResponse(out, clone)
+	c.setOutcome(clonepack.Outcome)
+	res := gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}
+	if err != nil {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		return res, errors.Join(gitexec.ErrClientGone, err)
+	}
+	return res, nil
+}
+
+// deadlineWriter bounds each write by idle (a client that stops reading
+// is cut off as git's relay cuts it off) and shows the start of what it
+// writes to the classifier's tap.
+type deadlineWriter struct {
+	w       io.Writer
+	d       gitexec.WriteDeadliner
+	idle    time.Duration
+	tap     io.Writer
+	tapLeft int
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	if w.tapLeft > 0 {
+		n := min(len(p), w.tapLeft)
+		w.tap.Write(p[:n])
+		w.tapLeft -= n
+	}
+	if w.d != nil && w.idle > 0 {
+		w.d.SetWriteDeadline(time.Now().Add(w.idle))
+	}
+	return w.w.Write(p)
 }
 
 // leadFromPack is lead with the preferred pack for git: the answer is
