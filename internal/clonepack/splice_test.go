@@ -63,8 +63,14 @@ func checkPack(t *testing.T, e *gittest.Env, bare string, tips []string, pack []
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("index-pack --strict: %v\n%s", err, out)
 	}
+	var refs strings.Builder
 	for i, tip := range tips {
-		e.Git(dst, "update-ref", fmt.Sprintf("refs/tips/%d", i), tip)
+		fmt.Fprintf(&refs, "update refs/tips/%d %s\n", i, tip)
+	}
+	cmd = exec.Command("git", "update-ref", "--stdin")
+	cmd.Dir, cmd.Env, cmd.Stdin = dst, e.Vars, strings.NewReader(refs.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("update-ref: %v\n%s", err, out)
 	}
 	if out, err := e.Run(dst, nil, "fsck", "--full", "--strict", "--no-dangling"); err != nil {
 		t.Fatalf("fsck: %v\n%s", err, out)
