@@ -72,7 +72,7 @@ func main() {
 	outDir := flag.String("out", "bench/out/peers", "work directory (repositories, data, clones)")
 	shape := flag.String("shape", "jquery", "synth shape of the benchmark repository (jquery, swift, linux)")
 	scale := flag.Float64("scale", 1, "synth scale of the benchmark repository")
-	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, sshfloor, coldclone, bigstorm, idle, load, fastpath); default all but bigstorm and fastpath; fastpath runs alone (its packwire stores no fetch answers)")
+	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, sshfloor, coldclone, bigstorm, idle, load, fastpath, splice); default all but bigstorm, fastpath and splice; fastpath (which includes splice) and splice run alone (their packwire stores no fetch answers)")
 	from := flag.String("from", "", "copy this bare repository (e.g. one packwire synth made, or a real history) instead of generating the shape (-shape names it)")
 	flag.StringVar(from, "repo", "", "the same as -from")
 	bigHerd := flag.Int("bigstorm-herd", 16, "clones per herd of the bigstorm workload (run it with a big repository: -shape linux -scale 0.15)")
@@ -148,13 +148,13 @@ func main() {
 		counts = fmt.Sprintf("%d commits, %d trees, %d blobs, %d branches, %d tags", res.Commits, res.Trees, res.Blobs, res.Branches, res.Tags)
 	}
 	// coldclone's peer serves the same history in git's own layout.
-	if run("coldclone") || run("fastpath") {
+	if run("coldclone") || run("fastpath") || run("splice") {
 		gcDst := filepath.Join(s.repos, s.gcCopy()+".git")
 		benchkit.Run("cp", "-a", dst, gcDst)
 		benchkit.Run("git", "-C", gcDst, "gc", "--quiet", "--prune=now")
 	}
 	benchkit.Run(s.bin, "init", "--data", s.data) // admin commands refuse a directory without a store
-	if run("fastpath") {
+	if run("fastpath") || run("splice") {
 		// The fast path needs the preferred pack with its tips recorded:
 		// a copy maintained by an older packwire has them not.
 		benchkit.Run(s.bin, "maintain", "--data", s.data, "--full", s.repo)
@@ -179,7 +179,7 @@ func main() {
 	// idle-connection workload.
 	serveArgs := []string{"--maintain-interval", "0", "--max-connections", "5000",
 		"--git", "127.0.0.1:" + s.pwGit, "--http", "127.0.0.1:" + s.pwHTTP, "--ssh", "127.0.0.1:" + s.pwSSH}
-	if run("fastpath") {
+	if run("fastpath") || run("splice") {
 		// Every clone cold: runs are shared, no answer is stored.
 		serveArgs = append(serveArgs, "--fetch-cache-max-bytes", "0")
 	}
@@ -226,7 +226,9 @@ func main() {
 	}
 	if run("fastpath") {
 		s.fastPathWorkload(r)
-		s.spliceWorkload(r) // after it: its pushes end the fast path
+	}
+	if run("fastpath") || run("splice") {
+		s.spliceWorkload(r) // after the fast path: its pushes end it
 	}
 	if run("bigstorm") {
 		trs := map[string]bool{}

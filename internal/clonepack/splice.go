@@ -96,7 +96,11 @@ func OpenSplice(ctx context.Context, dir string, c Clone, beforeGit func() error
 	for _, t := range old {
 		in.WriteString("^" + t + "\n")
 	}
-	thin, err := sp.git(ctx, dir, in.String(), MaxThinPack, "pack-objects", "--stdout", "--thin", "--revs", "--delta-base-offset", "-q")
+	// Without the bitmap: for a few pushed commits the walk is tiny, and
+	// the bitmap's way sent the new objects whole (38 KB instead of 5.6 KB
+	// for one commit of the benchmark's synth jquery, 20 ms of CPU instead
+	// of under 10).
+	thin, err := sp.git(ctx, dir, in.String(), MaxThinPack, "pack-objects", "--stdout", "--thin", "--revs", "--delta-base-offset", "--no-use-bitmap-index", "-q")
 	if err != nil {
 		return nil, err
 	}
