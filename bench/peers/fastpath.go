@@ -13,6 +13,22 @@ import (
 	"packwire/internal/lab/compare"
 )
 
+// fastPathTargets are packwire over every transport, then its peer, git
+// daemon on the gc copy (last).
+func (s *setup) fastPathTargets() []target {
+	v0 := []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=protocol.version", "GIT_CONFIG_VALUE_0=0"}
+	ssh := "GIT_SSH_COMMAND=" + benchkit.SSHCommand(s.key, "")
+	pw := func(scheme, port string) string { return scheme + "127.0.0.1:" + port + "/" + s.repo + ".git" }
+	targets := []target{
+		{name: "packwire git:// v2", url: pw("git://", s.pwGit), server: s.packwire},
+		{name: "packwire HTTP v2", url: pw("http://", s.pwHTTP), server: s.packwire},
+		{name: "packwire HTTP v0", url: pw("http://", s.pwHTTP), env: v0, server: s.packwire},
+		{name: "packwire SSH v2", url: pw("ssh://bench@", s.pwSSH), env: []string{ssh}, server: s.packwire},
+		{name: "git daemon, git gc layout", url: "git://127.0.0.1:" + s.daemon.Port + "/" + s.gcCopy() + ".git", server: s.daemon},
+	}
+	return targets
+}
+
 // fastPathWorkload is issue 32 part 1: a cold full clone of a maintained
 // repository answered from its preferred pack (internal/clonepack), over
 // every transport, against git daemon serving the same history in git's
@@ -24,16 +40,7 @@ import (
 func (s *setup) fastPathWorkload(r *report) {
 	log.Print("cold full clone from the preferred pack: packwire against git daemon (git gc layout) ...")
 	gcBare := filepath.Join(s.repos, s.gcCopy()+".git")
-	v0 := []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=protocol.version", "GIT_CONFIG_VALUE_0=0"}
-	ssh := "GIT_SSH_COMMAND=" + benchkit.SSHCommand(s.key, "")
-	pw := func(scheme, port string) string { return scheme + "127.0.0.1:" + port + "/" + s.repo + ".git" }
-	targets := []target{
-		{name: "packwire git:// v2", url: pw("git://", s.pwGit), server: s.packwire},
-		{name: "packwire HTTP v2", url: pw("http://", s.pwHTTP), server: s.packwire},
-		{name: "packwire HTTP v0", url: pw("http://", s.pwHTTP), env: v0, server: s.packwire},
-		{name: "packwire SSH v2", url: pw("ssh://bench@", s.pwSSH), env: []string{ssh}, server: s.packwire},
-		{name: "git daemon, git gc layout", url: "git://127.0.0.1:" + s.daemon.Port + "/" + s.gcCopy() + ".git", server: s.daemon},
-	}
+	targets := s.fastPathTargets()
 	peer := targets[len(targets)-1].name
 	count := strings.TrimSpace(benchkit.Output("git", "-C", gcBare, "rev-list", "--objects", "--count", "--branches", "--tags", "HEAD"))
 	want, err := strconv.Atoi(count)
@@ -99,16 +106,7 @@ func (s *setup) spliceWorkload(r *report) {
 	s.mustGit(nil, work, "checkout", "-q", "HEAD")
 	s.mustGit(nil, work, "remote", "add", "gc", gcBare)
 	defer os.RemoveAll(work)
-	v0 := []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=protocol.version", "GIT_CONFIG_VALUE_0=0"}
-	ssh := "GIT_SSH_COMMAND=" + benchkit.SSHCommand(s.key, "")
-	pw := func(scheme, port string) string { return scheme + "127.0.0.1:" + port + "/" + s.repo + ".git" }
-	targets := []target{
-		{name: "packwire git:// v2", url: pw("git://", s.pwGit), server: s.packwire},
-		{name: "packwire HTTP v2", url: pw("http://", s.pwHTTP), server: s.packwire},
-		{name: "packwire HTTP v0", url: pw("http://", s.pwHTTP), env: v0, server: s.packwire},
-		{name: "packwire SSH v2", url: pw("ssh://bench@", s.pwSSH), env: []string{ssh}, server: s.packwire},
-		{name: "git daemon, git gc layout", url: "git://127.0.0.1:" + s.daemon.Port + "/" + s.gcCopy() + ".git", server: s.daemon},
-	}
+	targets := s.fastPathTargets()
 	peer := targets[len(targets)-1].name
 	dst := filepath.Join(s.out, "splice")
 	pushed := -2
