@@ -197,38 +197,58 @@ func main() {
 
 	r := &report{}
 	r.header(s)
+	// Each workload's figures are written as soon as it ends: a long run
+	// stopped later keeps what it measured.
+	partial := func() {
+		if *results != "" {
+			if err := os.WriteFile(*results, []byte(r.String()), 0o644); err != nil {
+				benchkit.Fatalf("%v", err)
+			}
+		}
+	}
 	if run("clone") {
 		s.cloneWorkload(r)
+		partial()
 	}
 	if run("sshgap") {
 		s.sshGapWorkload(r)
+		partial()
 	}
 	if run("noop") {
 		s.noopWorkload(r)
+		partial()
 	}
 	if run("incremental") {
 		s.incrementalWorkload(r)
+		partial()
 	}
 	if run("mirror") {
 		s.mirrorWorkload(r)
+		partial()
 	}
 	if run("herd") {
 		s.herdWorkload(r)
+		partial()
 	}
 	if run("storm") {
 		s.stormWorkload(r)
+		partial()
 	}
 	if run("sshfloor") {
 		s.sshFloorWorkload(r, *sshFloorN)
+		partial()
 	}
 	if run("coldclone") {
 		s.coldCloneWorkload(r)
+		partial()
 	}
 	if run("fastpath") {
 		s.fastPathWorkload(r)
+		partial()
 	}
 	if run("fastpath") || run("splice") {
 		s.spliceWorkload(r) // after the fast path: its pushes end it
+		partial()
 	}
 	if run("bigstorm") {
 		trs := map[string]bool{}
@@ -236,12 +256,15 @@ func main() {
 			trs[t] = true
 		}
 		s.bigStormWorkload(r, *bigHerd, trs)
+		partial()
 	}
 	if run("idle") {
 		s.idleWorkload(r, *idleConns)
+		partial()
 	}
 	if run("load") {
 		s.loadWorkload(r, *loadFor)
+		partial()
 	}
 	fmt.Print(r.String())
 	if *results != "" {
