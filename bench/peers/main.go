@@ -72,8 +72,9 @@ func main() {
 	outDir := flag.String("out", "bench/out/peers", "work directory (repositories, data, clones)")
 	shape := flag.String("shape", "jquery", "synth shape of the benchmark repository (jquery, swift, linux)")
 	scale := flag.Float64("scale", 1, "synth scale of the benchmark repository")
-	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, sshfloor, coldclone, bigstorm, sshperf, idle, load); default all but bigstorm and sshperf")
-	from := flag.String("from", "", "copy this bare repository (e.g. one packwire synth made) instead of generating the shape (-shape names it)")
+	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, sshfloor, coldclone, bigstorm, idle, load, fastpath, splice, sshperf); default all but bigstorm, fastpath, splice and sshperf (sshperf wants a real history: -from); fastpath (which includes splice) and splice run alone (their packwire stores no fetch answers)")
+	from := flag.String("from", "", "copy this bare repository (e.g. one packwire synth made, or a real history) instead of generating the shape (-shape names it)")
+	flag.StringVar(from, "repo", "", "the same as -from")
 	bigHerd := flag.Int("bigstorm-herd", 16, "clones per herd of the bigstorm workload (run it with a big repository: -shape linux -scale 0.15)")
 	flag.StringVar(&stormParts, "storm-parts", "cold,repeated,ci", "comma-separated parts of the storm workload to run: cold (cold clone herds), repeated (repeated clones against the peers), ci (CI runners fetching after a push)")
 	bigTransports := flag.String("bigstorm-transports", "git://,HTTP,SSH", "comma-separated transports of the bigstorm workload")
@@ -111,7 +112,12 @@ func main() {
 	}
 	// bigstorm needs a big repository and an hour, sshperf a real history
 	// (-from): only when asked for.
-	run := func(name string) bool { return want[name] || len(want) == 0 && name != "bigstorm" && name != "sshperf" }
+	run := func(name string) bool {
+		return want[name] || len(want) == 0 && name != "bigstorm" && name != "fastpath" && name != "sshperf"
+	}
+	if want["fastpath"] && len(want) > 1 {
+		log.Fatal("-only fastpath runs alone: its packwire stores no fetch answers, which other workloads measure")
+	}
 
 	home := filepath.Join(out, "home")
 	os.MkdirAll(home, 0o700)
@@ -143,13 +149,19 @@ func main() {
 		counts = fmt.Sprintf("%d commits, %d trees, %d blobs, %d branches, %d tags", res.Commits, res.Trees, res.Blobs, res.Branches, res.Tags)
 	}
 	// coldclone's peer serves the same history in git's own layout.
-	if run("coldclone") {
+	if run("coldclone") || run("fastpath") || run("splice") {
 		gcDst := filepath.Join(s.repos, s.gcCopy()+".git")
 		benchkit.Run("cp", "-a", dst, gcDst)
 		benchkit.Run("git", "-C", gcDst, "gc", "--quiet", "--prune=now")
 	}
 	benchkit.Run(s.bin, "init", "--data", s.data) // admin commands refuse a directory without a store
-	benchkit.Run(s.bin, "maintain", "--data", s.data, s.repo)
+	if run("fastpath") || run("splice") {
+		// The fast path needs the preferred pack with its tips recorded:
+		// a copy maintained by an older packwire has them not.
+		benchkit.Run(s.bin, "maintain", "--data", s.data, "--full", s.repo)
+	} else {
+		benchkit.Run(s.bin, "maintain", "--data", s.data, s.repo)
+	}
 	s.repoInfo = fmt.Sprintf("%s-shaped synth repository at scale %g: %s, pack %.1f MiB",
 		*shape, *scale, counts, float64(benchkit.DirSize(filepath.Join(dst, "objects", "pack")))/(1<<20))
 	log.Print(s.repoInfo)
@@ -166,9 +178,13 @@ func main() {
 	// Defaults, except: no background maintenance (the layout must not
 	// change between A and B) and connection limits high enough for the
 	// idle-connection workload.
-	s.packwire = benchkit.StartPackwire("packwire", s.bin, s.data, filepath.Join(out, "packwire.log"), s.pwGit,
-		"--maintain-interval", "0", "--max-connections", "5000",
-		"--git", "127.0.0.1:"+s.pwGit, "--http", "127.0.0.1:"+s.pwHTTP, "--ssh", "127.0.0.1:"+s.pwSSH)
+	serveArgs := []string{"--maintain-interval", "0", "--max-connections", "5000",
+		"--git", "127.0.0.1:" + s.pwGit, "--http", "127.0.0.1:" + s.pwHTTP, "--ssh", "127.0.0.1:" + s.pwSSH}
+	if run("fastpath") || run("splice") {
+		// Every clone cold: runs are shared, no answer is stored.
+		serveArgs = append(serveArgs, "--fetch-cache-max-bytes", "0")
+	}
+	s.packwire = benchkit.StartPackwire("packwire", s.bin, s.data, filepath.Join(out, "packwire.log"), s.pwGit, serveArgs...)
 	benchkit.WaitPort(s.pwHTTP)
 	benchkit.WaitPort(s.pwSSH)
 	s.daemon = benchkit.StartGitDaemon("git-daemon", s.repos, s.clientEnv)
@@ -182,32 +198,58 @@ func main() {
 
 	r := &report{}
 	r.header(s)
+	// Each workload's figures are written as soon as it ends: a long run
+	// stopped later keeps what it measured.
+	partial := func() {
+		if *results != "" {
+			if err := os.WriteFile(*results, []byte(r.String()), 0o644); err != nil {
+				benchkit.Fatalf("%v", err)
+			}
+		}
+	}
 	if run("clone") {
 		s.cloneWorkload(r)
+		partial()
 	}
 	if run("sshgap") {
 		s.sshGapWorkload(r)
+		partial()
 	}
 	if run("noop") {
 		s.noopWorkload(r)
+		partial()
 	}
 	if run("incremental") {
 		s.incrementalWorkload(r)
+		partial()
 	}
 	if run("mirror") {
 		s.mirrorWorkload(r)
+		partial()
 	}
 	if run("herd") {
 		s.herdWorkload(r)
+		partial()
 	}
 	if run("storm") {
 		s.stormWorkload(r)
+		partial()
 	}
 	if run("sshfloor") {
 		s.sshFloorWorkload(r, *sshFloorN)
+		partial()
 	}
 	if run("coldclone") {
 		s.coldCloneWorkload(r)
+		partial()
+	}
+	if run("fastpath") {
+		s.fastPathWorkload(r)
+		partial()
+	}
+	if run("fastpath") || run("splice") {
+		s.spliceWorkload(r) // after the fast path: its pushes end it
+		partial()
 	}
 	if run("sshperf") {
 		s.sshPerfWorkload(r)
@@ -218,12 +260,15 @@ func main() {
 			trs[t] = true
 		}
 		s.bigStormWorkload(r, *bigHerd, trs)
+		partial()
 	}
 	if run("idle") {
 		s.idleWorkload(r, *idleConns)
+		partial()
 	}
 	if run("load") {
 		s.loadWorkload(r, *loadFor)
+		partial()
 	}
 	fmt.Print(r.String())
 	if *results != "" {

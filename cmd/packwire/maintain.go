@@ -31,7 +31,10 @@ clones fastest, doing only the work each one needs:
     a commit-graph and packed refs.
 
 A clone then gets the preferred pack streamed verbatim (pack reuse) instead
-of objects re-checked and re-written. Pushes land as small packs; a
+of objects re-checked and re-written; a full clone of every branch and tag
+gets the pack file itself with no git at all (the full run records the tips
+it covers), and after pushes that only added, the pack file followed by a
+small pack of the pushes (docs/clone-fast-path.md). Pushes land as small packs; a
 "geometric" run folds them (git repack --geometric=2) without rewriting the
 preferred pack. A "full" run rebuilds the preferred pack when there is none,
 or when the drift passes --drift:

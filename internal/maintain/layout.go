@@ -2,11 +2,14 @@ package maintain
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -27,6 +30,47 @@ type State struct {
 	Branches  int       `json:"branches"`
 	Tags      int       `json:"tags"`
 	Objects   int64     `json:"objects"`
+	// TipsDigest is TipsDigest of the tips the preferred pack is the
+	// closure of, written in the same file as its name so that the two are
+	// read together (the clone fast path, internal/clonepack); empty in
+	// files written before it existed.
+	TipsDigest string `json:"tips_digest,omitempty"`
+}
+
+// TipsDigest names a set of object ids whatever their order or repeats:
+// the SHA-256 of the distinct ids, sorted, one a line.
+func TipsDigest(tips []string) string {
+	sorted := slices.Clone(tips)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	h := sha256.New()
+	for _, t := range sorted {
+		h.Write([]byte(t))
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// PreferredTips reads the tips the preferred pack is the closure of, as
+// the last full run recorded them (nil: none recorded). Check them
+// against State.TipsDigest: the two files are written one after another.
+func PreferredTips(dir string) ([]string, error) { return readTips(dir) }
+
+// ReadState reads what the last full run recorded in the repository at
+// dir (one small file, no git): nil when none was recorded.
+func ReadState(dir string) (*State, error) {
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 // Pack is one pack file of a repository.

@@ -554,7 +554,8 @@ func (s *session) full(ctx context.Context) error {
 			return err
 		}
 		st = &State{Preferred: name, Built: time.Now().UTC(), Branches: refs.Branches, Tags: refs.Tags,
-			Objects: idxCount(filepath.Join(packDir, strings.TrimSuffix(name, ".pack")+".idx"))}
+			Objects:    idxCount(filepath.Join(packDir, strings.TrimSuffix(name, ".pack")+".idx")),
+			TipsDigest: TipsDigest(refs.Served)}
 		s.dropKeeps(name)
 	} else {
 		s.dropKeeps("")

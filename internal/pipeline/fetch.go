@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"packwire/internal/clonepack"
 	"packwire/internal/fetchcache"
 	"packwire/internal/gitexec"
 	"packwire/internal/limiter"
@@ -64,6 +65,10 @@ func (c *Call) runFetch(ctx context.Context, spec gitexec.Spec, body []byte, std
 // sent, run git as without the cache.
 func (c *Call) cachedFetch(ctx context.Context, spec gitexec.Spec, body []byte, req fetchcache.Request, stamp string, stdout io.Writer) (res gitexec.Result, served bool, err error) {
 	p := c.p
+	if clone, pack := c.exactPack(spec, body); pack != nil {
+		res, err := c.sendPack(ctx, spec, body, clone, pack, stdout)
+		return res, true, err
+	}
 	spec.StatelessRPC, spec.AdvertiseRefs = true, false
 	key := p.FetchCache.Key([]byte(strings.Join(p.Runner.Args(spec), "\x00")), []byte(spec.Protocol), []byte(stamp), req.Key)
 	join := p.FetchCache.Join
@@ -93,8 +98,166 @@ func (c *Call) cachedFetch(ctx context.Context, spec gitexec.Spec, body []byte, 
 		c.setOutcome(fetchcache.Replayed)
 		return gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}, true, err
 	}
+	if ans, err := c.cloneAnswer(ctx, spec, body); ans.answer != nil || err != nil {
+		if err != nil { // refused admission
+			writer.Finish(err)
+			reader.Close()
+			return gitexec.Result{}, true, err
+		}
+		res, err = c.leadFromPack(ctx, body, ans, reader, writer, out, spec.OutputTap)
+		return res, true, err
+	}
 	res, err = c.lead(ctx, spec, body, reader, writer, out)
 	return res, true, err
+}
+
+// packAnswer is a clone's answer spliced from the preferred pack and
+// what was pushed since (internal/clonepack).
+type packAnswer struct {
+	clone   clonepack.Clone
+	answer  *clonepack.Splice
+	outcome string
+	cost    gitexec.Result // the splice's git
+}
+
+// cloneAnswer returns the splice answering body when body is a plain
+// full clone and the pushes since the preferred pack was built only
+// added; none: git answers. A splice runs git (the thin pack), so it
+// takes a limiter slot first; a refusal is the error.
+func (c *Call) cloneAnswer(ctx context.Context, spec gitexec.Spec, body []byte) (packAnswer, error) {
+	clone, err := clonepack.Parse(body, protocol.Version(spec.Protocol) == 2)
+	if err != nil {
+		return packAnswer{}, nil
+	}
+	var refused error
+	sp, err := clonepack.OpenSplice(ctx, c.Repo.Path, clone, func() error {
+		refused = c.admitNow(ctx, c.p.Limiter)
+		return refused
+	})
+	switch {
+	case refused != nil:
+		return packAnswer{}, refused
+	case err != nil:
+		return packAnswer{}, nil
+	}
+	return packAnswer{clone: clone, answer: sp, outcome: clonepack.SpliceOutcome,
+		cost: gitexec.Result{UserCPU: sp.UserCPU, SysCPU: sp.SysCPU}}, nil
+}
+
+// exactPack opens the repository's preferred pack when it is the whole
+// answer to body, a plain full clone of exactly the tips it was built
+// from (internal/clonepack); nil: the fetch cache and git answer.
+func (c *Call) exactPack(spec gitexec.Spec, body []byte) (clonepack.Clone, *clonepack.Pack) {
+	clone, err := clonepack.Parse(body, protocol.Version(spec.Protocol) == 2)
+	if err != nil {
+		return clone, nil
+	}
+	pack, err := clonepack.Open(c.Repo.Path, clone)
+	if err != nil {
+		return clone, nil
+	}
+	return clone, pack
+}
+
+// sendPack answers with the preferred pack itself, framed on its way to
+// the client: no git, no limiter slot, and not through the fetch cache's
+// file, since a copy of the pack costs what a replay of it would (writing
+// it into the cache file first was a quarter of the CPU). Identical clones
+// at once each read the pack; the page cache shares it.
+func (c *Call) sendPack(ctx context.Context, spec gitexec.Spec, body []byte, clone clonepack.Clone, pack *clonepack.Pack, stdout io.Writer) (gitexec.Result, error) {
+	defer pack.Close()
+	if spec.Progress != nil {
+		spec.Progress.BytesIn.Add(int64(len(body)))
+	}
+	out := &deadlineWriter{w: newProgressWriter(stdout, spec.Progress), idle: c.p.Runner.IdleTimeout}
+	if d, ok := stdout.(gitexec.WriteDeadliner); ok {
+		out.d = d
+		defer gitexec.DeadlineOnCancel(ctx, d.SetWriteDeadline)()
+	}
+	if spec.OutputTap != nil {
+		out.tap, out.tapLeft = spec.OutputTap, 64<<10
+	}
+	written, err := pack.WriteResponse(out, clone)
+	c.setOutcome(clonepack.Outcome)
+	res := gitexec.Result{BytesIn: int64(len(body)), BytesOut: written}
+	if err != nil {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		return res, errors.Join(gitexec.ErrClientGone, err)
+	}
+	return res, nil
+}
+
+// deadlineWriter bounds each write by idle (a client that stops reading
+// is cut off as git's relay cuts it off) and shows the start of what it
+// writes to the classifier's tap.
+type deadlineWriter struct {
+	w       io.Writer
+	d       gitexec.WriteDeadliner
+	idle    time.Duration
+	tap     io.Writer
+	tapLeft int
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	if w.tapLeft > 0 {
+		n := min(len(p), w.tapLeft)
+		w.tap.Write(p[:n])
+		w.tapLeft -= n
+	}
+	if w.d != nil && w.idle > 0 {
+		w.d.SetWriteDeadline(time.Now().Add(w.idle))
+	}
+	return w.w.Write(p)
+}
+
+// leadFromPack is lead with the preferred pack for git: the answer is
+// written into the fetch cache's file by a copy in large chunks (no git
+// process for the pack itself, no limiter slot unless a splice ran git:
+// it costs a file copy, as a replay does), and this request's client,
+// like every follower, reads it from there.
+func (c *Call) leadFromPack(ctx context.Context, body []byte, ans packAnswer, reader *fetchcache.Reader, writer *fetchcache.Writer, out io.Writer, tap io.Writer) (gitexec.Result, error) {
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopKill := context.AfterFunc(c.p.killCtx, cancel)
+	defer stopKill()
+	writer.OnAbandon(cancel)
+	done := make(chan error, 1)
+	go func() {
+		defer ans.answer.Close()
+		_, err := ans.answer.WriteResponse(ctxWriter{runCtx, writer}, ans.clone)
+		writer.Finish(err)
+		done <- err
+	}()
+	written, replayErr := reader.Replay(ctx, out, c.p.Runner.IdleTimeout)
+	tapHead(reader, written, tap)
+	reader.Close()
+	runErr := <-done
+	c.setOutcome(ans.outcome)
+	res := ans.cost
+	res.BytesIn, res.BytesOut = int64(len(body)), written
+	switch {
+	case replayErr != nil && !errors.Is(replayErr, fetchcache.ErrGenerationFailed):
+		return res, replayErr
+	case runErr != nil && ctx.Err() != nil:
+		return res, ctx.Err()
+	default:
+		return res, runErr
+	}
+}
+
+// ctxWriter stops a copy once ctx ends (every reader left).
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (w ctxWriter) Write(p []byte) (int, error) {
+	if err := w.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return w.w.Write(p)
 }
 
 // tapHead shows the start of a response that went out from the cache's
