@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"packwire/internal/needs"
 )
 
 // pw runs the binary in dir (if not "") with extra environment variables,
@@ -308,7 +310,7 @@ func TestErrorsNameWhatIsWrong(t *testing.T) {
 // what they would create there would be root's.
 func TestRootInServiceUsersData(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root")
+		needs.Missing(t, "this test needs root (scripts/test as root)")
 	}
 	data := newData(t)
 	if err := filepath.Walk(data, func(p string, _ os.FileInfo, err error) error {

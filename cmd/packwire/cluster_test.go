@@ -19,6 +19,7 @@ import (
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
 	"packwire/internal/mirror"
+	"packwire/internal/needs"
 	"packwire/internal/pgtest"
 	"packwire/internal/repo"
 	"packwire/internal/server"
@@ -993,7 +994,7 @@ func dulwich(t *testing.T, script string, args ...string) string {
 	t.Helper()
 	const python = "/usr/bin/python3"
 	if out, err := exec.Command(python, "-c", "import dulwich").CombinedOutput(); err != nil {
-		t.Fatalf("dulwich is not installed (Debian python3-dulwich; scripts/install-deps installs it): %v\n%s", err, out)
+		needs.Missing(t, "dulwich is not installed (Debian python3-dulwich; scripts/install-deps installs it): %v\n%s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -22,10 +22,15 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+
+	"packwire/internal/needs"
 )
 
 // BinDirs are searched for initdb and postgres, after $PACKWIRE_PG_BIN.
 var BinDirs = []string{"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin"}
+
+// ErrNotInstalled says how to get PostgreSQL's programs.
+var ErrNotInstalled = errors.New("PostgreSQL's initdb and postgres not found: run scripts/install-deps (apt-get install postgresql), or set PACKWIRE_PG_BIN to their directory")
 
 // Server is a running PostgreSQL.
 type Server struct {
@@ -68,6 +73,9 @@ func isExecutable(p string) bool {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	s, err := Launch()
+	if errors.Is(err, ErrNotInstalled) {
+		needs.Missing(t, "%v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +88,7 @@ func Start(t testing.TB) *Server {
 func Launch() (*Server, error) {
 	initdb, postgres := bin("initdb"), bin("postgres")
 	if initdb == "" || postgres == "" {
-		return nil, errors.New("PostgreSQL's initdb and postgres not found: run scripts/install-deps (apt-get install postgresql), or set PACKWIRE_PG_BIN to their directory")
+		return nil, ErrNotInstalled
 	}
 	var cred *credential
 	dir, err := os.MkdirTemp("", "packwire-pgtest-")

@@ -15,6 +15,7 @@ import (
 	"packwire/internal/fetchcache"
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
+	"packwire/internal/needs"
 	"packwire/internal/store"
 )
 
@@ -99,17 +100,17 @@ func interopClients(t *testing.T, s *testServer, key string) []interopClient {
 	t.Helper()
 	python := "/usr/bin/python3"
 	if out, err := exec.Command(python, "-c", "import pygit2").CombinedOutput(); err != nil {
-		t.Fatalf("pygit2 is not installed (Debian python3-pygit2; scripts/install-deps installs it): %v\n%s", err, out)
+		needs.Missing(t, "pygit2 is not installed (Debian python3-pygit2; scripts/install-deps installs it): %v\n%s", err, out)
 	}
 	java, err := exec.LookPath("java")
 	if err != nil {
-		t.Fatal("java is not installed (Debian default-jdk-headless; scripts/install-deps installs it)")
+		needs.Missing(t, "java is not installed (Debian default-jdk-headless; scripts/install-deps installs it)")
 	}
 	var cp []string
 	for _, jar := range jgitClasspath {
 		path := filepath.Join("/usr/share/java", jar)
 		if _, err := os.Stat(path); err != nil {
-			t.Fatalf("%s is missing (Debian libjgit-java; scripts/install-deps installs it)", path)
+			needs.Missing(t, "%s is missing (Debian libjgit-java; scripts/install-deps installs it)", path)
 		}
 		cp = append(cp, path)
 	}

@@ -17,6 +17,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"packwire/internal/governor"
+	"packwire/internal/needs"
 	"packwire/internal/pktline"
 )
 
@@ -304,7 +305,7 @@ func TestRefusedPushEndsAtPackTrailer(t *testing.T) {
 func TestDulwichRefusedPush(t *testing.T) {
 	python := "/usr/bin/python3"
 	if out, err := exec.Command(python, "-c", "import dulwich").CombinedOutput(); err != nil {
-		t.Fatalf("dulwich is not installed (Debian python3-dulwich; scripts/install-deps installs it): %v\n%s", err, out)
+		needs.Missing(t, "dulwich is not installed (Debian python3-dulwich; scripts/install-deps installs it): %v\n%s", err, out)
 	}
 	s := startAccessServer(t)
 	bare := s.seed(t, "team/app")
