@@ -41,7 +41,7 @@ func TestClusterPausedReplicaLosesNothing(t *testing.T) {
 	if s, err := strconv.Atoi(os.Getenv("PACKWIRE_CHAOS_SECONDS")); err == nil && s > 0 {
 		seconds = s
 	}
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	base := t.TempDir()
 	nodes := map[string]*nodeProc{}
 	for _, name := range []string{"a", "b", "c"} {

@@ -48,7 +48,7 @@ func TestClusterPrimaryPausedMidPush(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	base := t.TempDir()
 	nodes := map[string]*nodeProc{}
 	// Each node reached by the others through a proxy that sees the

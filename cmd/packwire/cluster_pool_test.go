@@ -25,7 +25,7 @@ import (
 // every node healthy throughout and every copy equal.
 func TestClusterTinyPool(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	const heartbeat, timeout = 200 * time.Millisecond, time.Second
 	names := []string{"a", "b", "c"}
 	nodes := startNodes(t, url, names, heartbeat, timeout, func(c *server.Config) {

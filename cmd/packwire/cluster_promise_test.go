@@ -34,7 +34,7 @@ type promiseCluster struct {
 }
 
 func newPromiseCluster(t *testing.T) *promiseCluster {
-	c := &promiseCluster{t: t, url: pgtest.Start(t).NewDatabase(t), dirs: map[string]string{}, nodes: map[string]*servertest.Server{}}
+	c := &promiseCluster{t: t, url: pgtest.Shared(t).NewDatabase(t), dirs: map[string]string{}, nodes: map[string]*servertest.Server{}}
 	for _, name := range []string{"a", "b", "c"} {
 		c.start(name)
 	}

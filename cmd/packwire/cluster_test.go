@@ -39,7 +39,7 @@ import (
 // replica is promoted within 10 s and takes pushes (2 of 3 is a
 // majority); the stopped node, started again, catches up before it serves.
 func TestClusterReplicatesAndFailsOver(t *testing.T) {
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	const heartbeat, timeout = 200 * time.Millisecond, time.Second
 	dirs := map[string]string{}
 	var serverLog lockedBuffer
@@ -493,7 +493,7 @@ func TestClusterSurvivesPostgresRestart(t *testing.T) {
 // resurrect it, and the name can be created again once the copies are
 // gone, without the old deletion touching the new copies.
 func TestClusterRepoCommands(t *testing.T) {
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	const heartbeat, timeout = 200 * time.Millisecond, time.Second
 	nodes := startNodes(t, url, []string{"a", "b", "c"}, heartbeat, timeout, nil)
 	env := nodes["a"].Env
@@ -742,7 +742,7 @@ porcelain.clone(sys.argv[3], sys.argv[4], bare=True, errstream=sys.stderr.buffer
 // cluster gets the pushes; the token is in no copy's config and no
 // output.
 func TestClusterMirrors(t *testing.T) {
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	nodes := map[string]*servertest.Server{}
 	for _, name := range []string{"a", "b", "c"} {
 		nodes[name] = servertest.Start(t, func(c *server.Config) {

@@ -166,7 +166,7 @@ func TestClusterNodeCutOffFromStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	pg := pgtest.Start(t)
+	pg := pgtest.Shared(t) // cut off through a proxy: PostgreSQL itself stays up
 	var hole *testProxy
 	nodes, token, key := unreachableCluster(t, pg, func(dbURL string) string {
 		u, err := url.Parse(dbURL)

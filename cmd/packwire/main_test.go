@@ -14,6 +14,7 @@ import (
 
 	"packwire/internal/datadir"
 	"packwire/internal/gittest"
+	"packwire/internal/pgtest"
 )
 
 var binary string
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "packwire-hook"), "../packwire-hook").CombinedOutput(); err != nil {
 		panic(string(out))
 	}
-	code := m.Run()
+	code := pgtest.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -16,7 +16,7 @@ import (
 
 func openStore(t *testing.T) *store.Store {
 	t.Helper()
-	st, err := store.OpenPostgres(context.Background(), pgtest.Start(t).NewDatabase(t))
+	st, err := store.OpenPostgres(context.Background(), pgtest.Shared(t).NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
