@@ -174,9 +174,11 @@ func Launch() (*Server, error) {
 				// cache holds), but synchronous_commit on, its default: a
 				// commit answered is in the WAL the kernel has, so a killed
 				// postgres (the nemesis suite's pg-kill) keeps it, as the
-				// cluster's promise requires of PostgreSQL.
+				// cluster's promise requires of PostgreSQL. max_connections
+				// 1000: the cluster tests that share one (Shared) run in
+				// parallel, 4 nodes each with pools of up to 21.
 				cmd := run(postgres, "-D", data, "-p", strconv.Itoa(port), "-h", "127.0.0.1", "-k", dir,
-					"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=300")
+					"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=1000")
 				runAs(cmd, cred, true)
 				return cmd
 			}}
