@@ -73,6 +73,7 @@ var (
 // of the table, with flags written --name VALUE; a group's --help lists its
 // subcommands; the overview lists every command.
 func TestEveryCommandHelp(t *testing.T) {
+	t.Parallel()
 	overview, _, code := pw(t, "", nil, "help")
 	if code != 0 {
 		t.Fatalf("packwire help: exit %d", code)

@@ -83,6 +83,7 @@ func startNode(t *testing.T, name, dir, database string, extra ...string) *nodeP
 // copy equal. PACKWIRE_CHAOS_SECONDS sets the load's length (default 60,
 // the figure).
 func TestClusterKillUnderLoad(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}

@@ -23,6 +23,7 @@ import (
 // non-atomic push of several refs (a transaction per ref) is replicated
 // ref by ref, with git's every call, as before.
 func TestClusterPushStartsTheHookOnce(t *testing.T) {
+	t.Parallel()
 	url := pgtest.Shared(t).NewDatabase(t)
 	var serverLog lockedBuffer
 	nodes := map[string]*servertest.Server{}

@@ -24,6 +24,7 @@ import (
 // afterwards, the copies are equal and fsck-clean, and a clone from a new
 // copy checks out the repository's HEAD.
 func TestClusterMoveCopies(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.Shared(t).NewDatabase(t)
 	const heartbeat, timeout = 200 * time.Millisecond, time.Second

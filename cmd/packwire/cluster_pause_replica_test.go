@@ -34,6 +34,7 @@ import (
 // (recorded at the repository's generation) while the pushes go on.
 // PACKWIRE_CHAOS_SECONDS sets the load's length (default 20).
 func TestClusterPausedReplicaLosesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}

@@ -45,6 +45,7 @@ func waitStopped(t *testing.T, pid int) {
 // committed; pushes go on through the new primary and every copy ends
 // equal.
 func TestClusterPrimaryPausedMidPush(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}

@@ -154,6 +154,7 @@ func (c *promiseCluster) pushURL(node string) string {
 // recorded only with the branch, fetched from the copy that voted, and
 // the primary's own copy only once its git wrote the push.
 func TestClusterNeverRecordsAStaleCopy(t *testing.T) {
+	t.Parallel()
 	c := newPromiseCluster(t)
 	c.commit("one")
 	c.env.Git(c.work, "push", "-q", c.pushURL("a"), "main")
@@ -235,6 +236,7 @@ func TestClusterNeverRecordsAStaleCopy(t *testing.T) {
 // primary (before: "equal (repaired)", and the branch gone from every
 // copy).
 func TestClusterNeverCatchesUpFromAStaleCopy(t *testing.T) {
+	t.Parallel()
 	c := newPromiseCluster(t)
 	c.commit("one")
 	c.env.Git(c.work, "push", "-q", c.pushURL("a"), "main")

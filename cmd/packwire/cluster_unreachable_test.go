@@ -144,6 +144,7 @@ func unreachableCluster(t *testing.T, pg *pgtest.Server, through func(dbURL stri
 // access" (HTTP 500) or an SSH login refused; once PostgreSQL is back it
 // serves again.
 func TestClusterStoreDownIsUnavailable(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}
@@ -163,6 +164,7 @@ func TestClusterStoreDownIsUnavailable(t *testing.T) {
 // transport, rather than held for the whole cut; once the cut ends it
 // serves again.
 func TestClusterNodeCutOffFromStore(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}

@@ -20,6 +20,7 @@ import (
 // and token created once authenticate on either server, anonymous read
 // turned off applies to both, and the audit log holds it all.
 func TestSharedPostgresStore(t *testing.T) {
+	t.Parallel()
 	url := pgtest.Shared(t).NewDatabase(t)
 	servers := []*servertest.Server{
 		servertest.Start(t, func(c *server.Config) { c.Database = url }),

@@ -17,6 +17,10 @@ import (
 	"packwire/internal/pgtest"
 )
 
+// binary is packwire, built once for every test here (TestMain). The
+// cluster tests and the other long end-to-end ones run in parallel
+// (t.Parallel), each with its own nodes, directories and database on the
+// PostgreSQL the package shares (pgtest.Shared).
 var binary string
 
 func TestMain(m *testing.M) {
