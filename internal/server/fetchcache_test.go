@@ -560,7 +560,7 @@ func childPIDs(t *testing.T, match string) []int {
 // the followers, which have sent nothing yet (HoldBack), run git
 // themselves and get good clones.
 func TestFetchCacheLeaderFails(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: it counts this process's upload-pack children.
 	s := startServer(t, nil)
 	s.slowRepo(t, "slow")
 	url := s.httpURL("slow")
