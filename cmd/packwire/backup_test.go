@@ -47,6 +47,7 @@ func refsOf(t *testing.T, env *gittest.Env, dir string) map[string]string {
 // work over HTTP and SSH, the SSH host keys are the same, and the users'
 // old token and SSH key still push.
 func TestBackupWhilePushing(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, nil)
 	env := s.Env
 	ctx := context.Background()

@@ -67,6 +67,7 @@ func startLabServer(t *testing.T) *labserver.Server {
 // TestBenchCommand runs the command against packwire with the admin token
 // in the URL (the governor's token by default) and reads the report back.
 func TestBenchCommand(t *testing.T) {
+	t.Parallel()
 	ls := startLabServer(t)
 	data := t.TempDir()
 	out, code := packwire(t, "bench", "--url", ls.PushURL, "--scenarios", "T1,T5", "--iterations", "2",
@@ -156,6 +157,7 @@ func TestBenchInterrupt(t *testing.T) {
 // TestBenchDemo runs the demo at a tiny scale: synth, the in-process
 // server with its admin token, maintenance, the governor, the report.
 func TestBenchDemo(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "demo")
 	out, code := packwire(t, "bench", "--demo", "--scale", "0.02", "--duration", "500ms", "--scenarios", "T1,T5", "--out", dir)
 	if code != 0 {

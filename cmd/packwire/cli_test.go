@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"packwire/internal/needs"
 )
 
 // pw runs the binary in dir (if not "") with extra environment variables,
@@ -71,6 +73,7 @@ var (
 // of the table, with flags written --name VALUE; a group's --help lists its
 // subcommands; the overview lists every command.
 func TestEveryCommandHelp(t *testing.T) {
+	t.Parallel()
 	overview, _, code := pw(t, "", nil, "help")
 	if code != 0 {
 		t.Fatalf("packwire help: exit %d", code)
@@ -308,7 +311,7 @@ func TestErrorsNameWhatIsWrong(t *testing.T) {
 // what they would create there would be root's.
 func TestRootInServiceUsersData(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root")
+		needs.Missing(t, "this test needs root (scripts/test as root)")
 	}
 	data := newData(t)
 	if err := filepath.Walk(data, func(p string, _ os.FileInfo, err error) error {

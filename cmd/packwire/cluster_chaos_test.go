@@ -83,6 +83,7 @@ func startNode(t *testing.T, name, dir, database string, extra ...string) *nodeP
 // copy equal. PACKWIRE_CHAOS_SECONDS sets the load's length (default 60,
 // the figure).
 func TestClusterKillUnderLoad(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}
@@ -90,7 +91,7 @@ func TestClusterKillUnderLoad(t *testing.T) {
 	if s, err := strconv.Atoi(os.Getenv("PACKWIRE_CHAOS_SECONDS")); err == nil && s > 0 {
 		seconds = s
 	}
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	base := t.TempDir()
 	nodes := map[string]*nodeProc{}
 	var nodesMu sync.Mutex

@@ -23,7 +23,8 @@ import (
 // non-atomic push of several refs (a transaction per ref) is replicated
 // ref by ref, with git's every call, as before.
 func TestClusterPushStartsTheHookOnce(t *testing.T) {
-	url := pgtest.Start(t).NewDatabase(t)
+	t.Parallel()
+	url := pgtest.Shared(t).NewDatabase(t)
 	var serverLog lockedBuffer
 	nodes := map[string]*servertest.Server{}
 	for _, name := range []string{"a", "b", "c"} {

@@ -24,8 +24,9 @@ import (
 // afterwards, the copies are equal and fsck-clean, and a clone from a new
 // copy checks out the repository's HEAD.
 func TestClusterMoveCopies(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	const heartbeat, timeout = 200 * time.Millisecond, time.Second
 	names := []string{"a", "b", "c", "d"}
 	nodes := startNodes(t, url, names, heartbeat, timeout, nil)
@@ -104,9 +105,14 @@ func TestClusterMoveCopies(t *testing.T) {
 	push(0, "a")
 
 	stop := make(chan struct{})
-	var up sync.Map // nodes pushes may go through
+	// up holds the nodes pushes may go through. A push holds turn from
+	// choosing its node to its end, so once a node is taken out of up under
+	// turn, no push goes through it (a sleep instead lost that race under
+	// load: a push chosen before, through the node then shut down).
+	var turn sync.Mutex
+	up := map[string]bool{}
 	for _, n := range names {
-		up.Store(n, true)
+		up[n] = true
 	}
 	pushed := make(chan int)
 	go func() {
@@ -118,11 +124,13 @@ func TestClusterMoveCopies(t *testing.T) {
 				return
 			case <-time.After(150 * time.Millisecond):
 			}
+			turn.Lock()
 			for _, n := range names {
-				if _, ok := up.Load(n); ok && (i%len(names) == slices.Index(names, n)) {
+				if up[n] && i%len(names) == slices.Index(names, n) {
 					push(i, n)
 				}
 			}
+			turn.Unlock()
 			i++
 		}
 	}()
@@ -174,8 +182,9 @@ func TestClusterMoveCopies(t *testing.T) {
 			down = r.Node
 		}
 	}
-	up.Delete(down)
-	time.Sleep(200 * time.Millisecond) // a push through it may be under way
+	turn.Lock()
+	delete(up, down)
+	turn.Unlock()
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	nodes[down].Shutdown(sctx)
 	cancel()

@@ -34,6 +34,7 @@ import (
 // (recorded at the repository's generation) while the pushes go on.
 // PACKWIRE_CHAOS_SECONDS sets the load's length (default 20).
 func TestClusterPausedReplicaLosesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}
@@ -41,7 +42,7 @@ func TestClusterPausedReplicaLosesNothing(t *testing.T) {
 	if s, err := strconv.Atoi(os.Getenv("PACKWIRE_CHAOS_SECONDS")); err == nil && s > 0 {
 		seconds = s
 	}
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	base := t.TempDir()
 	nodes := map[string]*nodeProc{}
 	for _, name := range []string{"a", "b", "c"} {

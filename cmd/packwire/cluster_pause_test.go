@@ -45,10 +45,11 @@ func waitStopped(t *testing.T, pid int) {
 // committed; pushes go on through the new primary and every copy ends
 // equal.
 func TestClusterPrimaryPausedMidPush(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	base := t.TempDir()
 	nodes := map[string]*nodeProc{}
 	// Each node reached by the others through a proxy that sees the

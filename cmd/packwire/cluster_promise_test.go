@@ -35,7 +35,7 @@ type promiseCluster struct {
 }
 
 func newPromiseCluster(t *testing.T) *promiseCluster {
-	c := &promiseCluster{t: t, url: pgtest.Start(t).NewDatabase(t), dirs: map[string]string{}, nodes: map[string]*servertest.Server{}}
+	c := &promiseCluster{t: t, url: pgtest.Shared(t).NewDatabase(t), dirs: map[string]string{}, nodes: map[string]*servertest.Server{}}
 	for _, name := range []string{"a", "b", "c"} {
 		c.start(name)
 	}
@@ -155,6 +155,7 @@ func (c *promiseCluster) pushURL(node string) string {
 // recorded only with the branch, fetched from the copy that voted, and
 // the primary's own copy only once its git wrote the push.
 func TestClusterNeverRecordsAStaleCopy(t *testing.T) {
+	t.Parallel()
 	c := newPromiseCluster(t)
 	c.commit("one")
 	c.env.Git(c.work, "push", "-q", c.pushURL("a"), "main")
@@ -236,6 +237,7 @@ func TestClusterNeverRecordsAStaleCopy(t *testing.T) {
 // primary (before: "equal (repaired)", and the branch gone from every
 // copy).
 func TestClusterNeverCatchesUpFromAStaleCopy(t *testing.T) {
+	t.Parallel()
 	c := newPromiseCluster(t)
 	c.commit("one")
 	c.env.Git(c.work, "push", "-q", c.pushURL("a"), "main")

@@ -144,6 +144,7 @@ func unreachableCluster(t *testing.T, pg *pgtest.Server, through func(dbURL stri
 // access" (HTTP 500) or an SSH login refused; once PostgreSQL is back it
 // serves again.
 func TestClusterStoreDownIsUnavailable(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}
@@ -163,10 +164,11 @@ func TestClusterStoreDownIsUnavailable(t *testing.T) {
 // transport, rather than held for the whole cut; once the cut ends it
 // serves again.
 func TestClusterNodeCutOffFromStore(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	pg := pgtest.Start(t)
+	pg := pgtest.Shared(t) // cut off through a proxy: PostgreSQL itself stays up
 	var hole *testProxy
 	nodes, token, key := unreachableCluster(t, pg, func(dbURL string) string {
 		u, err := url.Parse(dbURL)

@@ -20,7 +20,8 @@ import (
 // and token created once authenticate on either server, anonymous read
 // turned off applies to both, and the audit log holds it all.
 func TestSharedPostgresStore(t *testing.T) {
-	url := pgtest.Start(t).NewDatabase(t)
+	t.Parallel()
+	url := pgtest.Shared(t).NewDatabase(t)
 	servers := []*servertest.Server{
 		servertest.Start(t, func(c *server.Config) { c.Database = url }),
 		servertest.Start(t, func(c *server.Config) { c.Database = url }),

@@ -14,8 +14,13 @@ import (
 
 	"packwire/internal/datadir"
 	"packwire/internal/gittest"
+	"packwire/internal/pgtest"
 )
 
+// binary is packwire, built once for every test here (TestMain). The
+// cluster tests and the other long end-to-end ones run in parallel
+// (t.Parallel), each with its own nodes, directories and database on the
+// PostgreSQL the package shares (pgtest.Shared).
 var binary string
 
 func TestMain(m *testing.M) {
@@ -33,7 +38,7 @@ func TestMain(m *testing.M) {
 	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "packwire-hook"), "../packwire-hook").CombinedOutput(); err != nil {
 		panic(string(out))
 	}
-	code := m.Run()
+	code := pgtest.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

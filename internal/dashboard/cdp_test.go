@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"packwire/internal/needs"
 )
 
 // browser is headless Chromium driven over the DevTools protocol on a pipe
@@ -46,12 +48,13 @@ type cdpMessage struct {
 
 // chromiumPath finds Debian's chromium; a missing browser fails the test.
 func chromiumPath(t *testing.T) string {
+	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
 	}
-	t.Fatal("chromium is not installed: run scripts/install-deps (as root it runs apt-get install -y chromium)")
+	needs.Missing(t, "chromium is not installed: run scripts/install-deps (as root it runs apt-get install -y chromium)")
 	return ""
 }
 

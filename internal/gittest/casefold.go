@@ -7,14 +7,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"packwire/internal/needs"
 )
 
 // CaseInsensitiveDir returns an empty directory on a file system that folds
 // case, as macOS and Windows do by default: the test's temporary directory
 // where it already does, else (Linux, as root) an exFAT image mounted
-// through FUSE on a loop device, unmounted at the test's end. The test is
-// skipped, saying why, where neither can be had (exfatprogs and exfat-fuse
-// come with scripts/install-deps).
+// through FUSE on a loop device, unmounted at the test's end. Where neither
+// can be had the test fails saying why (needs.Missing: it skips with
+// PACKWIRE_TEST_ALLOW_SKIP=1); exfatprogs and exfat-fuse come with
+// scripts/install-deps.
 func CaseInsensitiveDir(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -23,7 +26,7 @@ func CaseInsensitiveDir(t testing.TB) string {
 	}
 	skip := func(why string) {
 		t.Helper()
-		t.Skipf("no case-insensitive file system to test on: %s", why)
+		needs.Missing(t, "no case-insensitive file system to test on: %s", why)
 	}
 	if os.Geteuid() != 0 {
 		skip("mounting exFAT needs root")

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"packwire/internal/needs"
 )
 
 // Env is an isolated git client environment.
@@ -26,7 +28,7 @@ type Env struct {
 func New(t testing.TB) *Env {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Fatal("git is not installed: run scripts/install-deps (apt-get install -y git openssh-client)")
+		needs.Missing(t, "git is not installed: run scripts/install-deps (apt-get install -y git openssh-client)")
 	}
 	home := t.TempDir()
 	vars := []string{

@@ -118,6 +118,7 @@ func assertShape(t *testing.T, env *gittest.Env, r repo.Repo) *Layout {
 }
 
 func TestFullRunBuildsServingShape(t *testing.T) {
+	t.Parallel()
 	env, r := newRepo(t)
 	m := quietMaintainer()
 	ctx := context.Background()
@@ -156,6 +157,7 @@ func TestFullRunBuildsServingShape(t *testing.T) {
 }
 
 func TestPushesFoldGeometricallyAndKeepPreferredPack(t *testing.T) {
+	t.Parallel()
 	env, r := newRepo(t)
 	m := quietMaintainer()
 	ctx := context.Background()
@@ -224,6 +226,7 @@ func sha(t *testing.T, path string) string {
 // at random points, several times; the repository must stay fsck-clean and
 // clonable, and the next run must bring it into shape.
 func TestKilledMidwayLeavesServableRepo(t *testing.T) {
+	t.Parallel()
 	env, r := newRepo(t)
 	m := quietMaintainer()
 	want := env.RevParse(r.Path, "main")
@@ -272,6 +275,7 @@ func TestGeometricCheck(t *testing.T) {
 // TestSchedulerBudget: once the runs of the last hour used the CPU budget,
 // a pass stops; without a budget it maintains every repository.
 func TestSchedulerBudget(t *testing.T) {
+	t.Parallel()
 	env := gittest.New(t)
 	var repos []repo.Repo
 	for i := 0; i < 3; i++ {
@@ -319,6 +323,7 @@ func deltaBases(t *testing.T, env *gittest.Env, packPath string) map[string]stri
 // make the newest version of a file a delta against an older, larger one,
 // so a shallow clone or a partial clone's checkout gets them as a copy.
 func TestCheckoutStoredWhole(t *testing.T) {
+	t.Parallel()
 	env := gittest.New(t)
 	work := filepath.Join(t.TempDir(), "w")
 	env.Git("", "init", "-q", "-b", "main", work)
@@ -403,6 +408,7 @@ func TestReadCheckoutUnbornHEAD(t *testing.T) {
 // clone fetches, makes the preferred pack rebuilt (NewWeight 1; at the
 // former 0.25 it took 40%).
 func TestNewHistoryRebuilds(t *testing.T) {
+	t.Parallel()
 	env, r := newRepo(t)
 	m := quietMaintainer()
 	ctx := context.Background()

@@ -133,6 +133,7 @@ func ageTree(t *testing.T, dir string, at time.Time) {
 // removes it and logs it with its size; a push in progress keeps its own
 // and completes; the repository stays fsck-clean.
 func TestStaleQuarantinesRemoved(t *testing.T) {
+	t.Parallel()
 	env := gittest.New(t)
 	src := filepath.Join(t.TempDir(), "src.git")
 	env.Build(src, gittest.Shape{Commits: 2, Files: 8, BlobBytes: 512 << 10, Incompress: true, Seed: 3})

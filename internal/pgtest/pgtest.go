@@ -22,10 +22,15 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+
+	"packwire/internal/needs"
 )
 
 // BinDirs are searched for initdb and postgres, after $PACKWIRE_PG_BIN.
 var BinDirs = []string{"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin"}
+
+// ErrNotInstalled says how to get PostgreSQL's programs.
+var ErrNotInstalled = errors.New("PostgreSQL's initdb and postgres not found: run scripts/install-deps (apt-get install postgresql), or set PACKWIRE_PG_BIN to their directory")
 
 // Server is a running PostgreSQL.
 type Server struct {
@@ -38,6 +43,7 @@ type Server struct {
 	start  func(port int) *exec.Cmd
 	n      int
 	mu     sync.Mutex
+	shared bool // Shared's: its databases are dropped after their tests
 }
 
 // bin finds a PostgreSQL program, or "".
@@ -68,6 +74,9 @@ func isExecutable(p string) bool {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	s, err := Launch()
+	if errors.Is(err, ErrNotInstalled) {
+		needs.Missing(t, "%v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,12 +84,50 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// shared is the server Shared hands out, one per test binary.
+var shared struct {
+	once sync.Once
+	s    *Server
+	err  error
+}
+
+// Shared returns a PostgreSQL shared by the tests of this test binary, for
+// tests that only need a database of their own (NewDatabase; it is dropped
+// at the test's end): one initdb and start per package instead of one per
+// test. A test that stops, kills or restarts PostgreSQL starts its own
+// (Start). The package's TestMain stops it: os.Exit(pgtest.Main(m)).
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.s, shared.err = Launch()
+		if shared.err == nil {
+			shared.s.shared = true
+		}
+	})
+	if errors.Is(shared.err, ErrNotInstalled) {
+		needs.Missing(t, "%v", shared.err)
+	}
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.s
+}
+
+// Main runs the tests, then stops the server Shared started, if any.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if shared.s != nil {
+		shared.s.Stop()
+	}
+	return code
+}
+
 // Launch starts a server outside a test (benchmarks); Stop ends it and
 // removes its files.
 func Launch() (*Server, error) {
 	initdb, postgres := bin("initdb"), bin("postgres")
 	if initdb == "" || postgres == "" {
-		return nil, errors.New("PostgreSQL's initdb and postgres not found: run scripts/install-deps (apt-get install postgresql), or set PACKWIRE_PG_BIN to their directory")
+		return nil, ErrNotInstalled
 	}
 	var cred *credential
 	dir, err := os.MkdirTemp("", "packwire-pgtest-")
@@ -127,9 +174,11 @@ func Launch() (*Server, error) {
 				// cache holds), but synchronous_commit on, its default: a
 				// commit answered is in the WAL the kernel has, so a killed
 				// postgres (the nemesis suite's pg-kill) keeps it, as the
-				// cluster's promise requires of PostgreSQL.
+				// cluster's promise requires of PostgreSQL. max_connections
+				// 1000: the cluster tests that share one (Shared) run in
+				// parallel, 4 nodes each with pools of up to 21.
 				cmd := run(postgres, "-D", data, "-p", strconv.Itoa(port), "-h", "127.0.0.1", "-k", dir,
-					"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=300")
+					"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=1000")
 				runAs(cmd, cred, true)
 				return cmd
 			}}
@@ -226,30 +275,52 @@ func (s *Server) stopProcess() {
 // URL, so that tests sharing a server do not see each other's tables.
 func (s *Server) NewDatabase(t testing.TB) string {
 	t.Helper()
-	url, err := s.CreateDatabase()
+	name, url, err := s.createDatabase()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.shared {
+		// FORCE ends what connections the test left open, so that they do
+		// not add up towards max_connections over the package's tests.
+		t.Cleanup(func() {
+			if err := s.exec("DROP DATABASE " + name + " WITH (FORCE)"); err != nil {
+				t.Logf("pgtest: %v", err)
+			}
+		})
 	}
 	return url
 }
 
 // CreateDatabase creates an empty database and returns its URL.
 func (s *Server) CreateDatabase() (string, error) {
+	_, url, err := s.createDatabase()
+	return url, err
+}
+
+func (s *Server) createDatabase() (name, url string, err error) {
 	s.mu.Lock()
 	s.n++
-	name := fmt.Sprintf("t%d_%d", os.Getpid(), s.n)
+	name = fmt.Sprintf("t%d_%d", os.Getpid(), s.n)
 	s.mu.Unlock()
+	if err := s.exec("CREATE DATABASE " + name); err != nil {
+		return "", "", err
+	}
+	return name, strings.Replace(s.URL, "/postgres?", "/"+name+"?", 1), nil
+}
+
+// exec runs one statement as the superuser on the "postgres" database.
+func (s *Server) exec(statement string) error {
 	db, err := sql.Open("pgx", s.URL)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", fmt.Errorf("create database: %w", err)
+	if _, err := db.ExecContext(ctx, statement); err != nil {
+		return fmt.Errorf("%s: %w", statement, err)
 	}
-	return strings.Replace(s.URL, "/postgres?", "/"+name+"?", 1), nil
+	return nil
 }
 
 func freePort() (int, error) {

@@ -15,6 +15,7 @@ import (
 	"packwire/internal/access"
 	"packwire/internal/fetchcache"
 	"packwire/internal/gitexec"
+	"packwire/internal/needs"
 	"packwire/internal/repo"
 )
 
@@ -119,7 +120,7 @@ func FuzzSessionGitStarts(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, mode byte) {
 		path, err := fuzzRepo()
 		if err != nil {
-			t.Skip("no git to make a repository with:", err)
+			needs.Missing(t, "no git to make a repository with (scripts/install-deps installs it): %v", err)
 		}
 		v2, overSSH, chunk := mode&1 != 0, mode&2 != 0, int(mode>>2)
 		if chunk == 0 {

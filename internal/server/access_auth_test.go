@@ -20,6 +20,7 @@ import (
 // TestTokenCredentials: wrong, tampered, expired, revoked tokens, a token
 // presented under another user's name, and tokens and keys of removed users.
 func TestTokenCredentials(t *testing.T) {
+	t.Parallel()
 	s := startAccessServer(t)
 	ctx := context.Background()
 	bare := s.seed(t, "team/app")
@@ -91,6 +92,7 @@ func TestTokenCredentials(t *testing.T) {
 // TestSSHUserNameIgnored: the identity is the key; the SSH user name, whatever
 // it is, changes nothing.
 func TestSSHUserNameIgnored(t *testing.T) {
+	t.Parallel()
 	s := startAccessServer(t)
 	bare := s.seed(t, "team/app")
 	s.grant(t, "alice", "write", "team/app")
@@ -111,6 +113,7 @@ func TestSSHUserNameIgnored(t *testing.T) {
 // TestPathTricks: names that try to reach another repository than the
 // one granted, on every transport.
 func TestPathTricks(t *testing.T) {
+	t.Parallel()
 	s := startAccessServer(t)
 	ctx := context.Background()
 	s.seed(t, "team/app")
@@ -156,6 +159,7 @@ func TestPathTricks(t *testing.T) {
 
 // TestSSHShellInjection: a command that tries to run more than git.
 func TestSSHShellInjection(t *testing.T) {
+	t.Parallel()
 	s := startAccessServer(t)
 	s.seed(t, "team/app")
 	s.grant(t, "alice", "admin", "**")
@@ -185,6 +189,7 @@ func TestSSHShellInjection(t *testing.T) {
 // TestConcurrentPushesOneRef: two clients push different commits to main at
 // once: exactly one wins, the other gets a clean rejection.
 func TestConcurrentPushesOneRef(t *testing.T) {
+	t.Parallel()
 	for _, transport := range pushTransports {
 		t.Run(transport, func(t *testing.T) {
 			s := startAccessServer(t)
@@ -232,6 +237,7 @@ func TestConcurrentPushesOneRef(t *testing.T) {
 // TestHTTPPushProbe: before a push body larger than http.postBuffer, git
 // probes with a body of just "0000" and needs 200 to go on.
 func TestHTTPPushProbe(t *testing.T) {
+	t.Parallel()
 	s := startAccessServer(t)
 	bare := s.seed(t, "team/app")
 	s.grant(t, "alice", "write", "**")
@@ -288,6 +294,7 @@ func countLogLines(logs string, parts ...string) int {
 // "oauth2" user names carry a token the way "token" does: the token alone
 // says who it is, and a wrong token is still 401.
 func TestTokenConventionalUserNames(t *testing.T) {
+	t.Parallel()
 	s := startAccessServer(t)
 	ctx := context.Background()
 	bare := s.seed(t, "team/app")
@@ -346,6 +353,7 @@ func TestTokenConventionalUserNames(t *testing.T) {
 // a retry hint, not a 401: git would say "Authentication failed" and a
 // credential helper would drop good credentials.
 func TestCredentialCheckFailureIsNoAuthFailure(t *testing.T) {
+	t.Parallel()
 	s := startAccessServer(t)
 	bare := s.seed(t, "team/app")
 	s.grant(t, "alice", "write", "**")

@@ -19,6 +19,7 @@ import (
 // very next request over every transport: a revoked grant, a removed key,
 // anonymous read switched off; and a new grant is usable at once.
 func TestAccessChangesApplyToTheVeryNextRequest(t *testing.T) {
+	t.Parallel()
 	s := startAccessServer(t)
 	ctx := context.Background()
 	s.seed(t, "kept/app")

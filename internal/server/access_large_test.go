@@ -12,6 +12,7 @@ import (
 // a tenth of them: the report spans many side-band packets and is
 // rewritten whole; the allowed refs are written, the others reported.
 func TestLargeMirrorPush(t *testing.T) {
+	t.Parallel()
 	for _, transport := range pushTransports {
 		t.Run(transport, func(t *testing.T) {
 			s := startAccessServer(t)

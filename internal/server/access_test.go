@@ -196,6 +196,7 @@ var pushTransports = []string{"http", "ssh"}
 // TestAccessRead: read access by role, anonymous read globally and per
 // pattern, on every transport; no access looks exactly like no repository.
 func TestAccessRead(t *testing.T) {
+	t.Parallel()
 	s := startAccessServer(t)
 	ctx := context.Background()
 	s.seed(t, "team/app")
@@ -275,6 +276,7 @@ func TestAccessRead(t *testing.T) {
 
 // TestAccessWrite: pushing needs the write role, on exact and pattern grants.
 func TestAccessWrite(t *testing.T) {
+	t.Parallel()
 	for _, transport := range pushTransports {
 		t.Run(transport, func(t *testing.T) {
 			s := startAccessServer(t)
@@ -333,6 +335,7 @@ func TestAccessWrite(t *testing.T) {
 // TestRefRules: create, push, force-push and delete, allowed and denied by
 // rules in order, protect, and the admin exception.
 func TestRefRules(t *testing.T) {
+	t.Parallel()
 	for _, transport := range pushTransports {
 		t.Run(transport, func(t *testing.T) {
 			s := startAccessServer(t)

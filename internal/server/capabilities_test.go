@@ -12,6 +12,7 @@ import (
 // and a fresh answer once the repository's config changes. Advertisements
 // with a per-process session id are never cached.
 func TestV2CapabilitiesCachedForHTTP(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	bare := s.seed(t, "caps")
 	lsRemote := func() string {

@@ -10,6 +10,7 @@ import (
 // The dashboard owns every path under /-/ (whatever the method), git keeps
 // the rest, and no repository can sit under /-/.
 func TestDashboardRoutes(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	s.seed(t, "team/app")
 	base := "http://" + s.HTTPAddr.String()

@@ -152,6 +152,7 @@ func lastLines(s string, n int) string {
 // TestFetchMatrix runs every read operation over git:// and HTTP with
 // protocol v0 and v2 against the same repository.
 func TestFetchMatrix(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	bare := s.seed(t, "team/app")
 	env := s.env
@@ -245,6 +246,7 @@ func pushCommit(t *testing.T, s *testServer, repo, file string) string {
 // TestPushHTTP covers new branch, fast-forward, force push and delete, with
 // fsck of the server repository after each.
 func TestPushHTTP(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	bare := s.seed(t, "team/app")
 	env := s.env
@@ -300,6 +302,7 @@ func TestPushHTTP(t *testing.T) {
 }
 
 func TestPushRefusals(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	bare := s.seed(t, "team/app")
 	env := s.env
@@ -328,6 +331,7 @@ func TestPushRefusals(t *testing.T) {
 }
 
 func TestArchiveOverGit(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	s.seed(t, "team/app")
 	dir := t.TempDir()
@@ -344,6 +348,7 @@ func TestArchiveOverGit(t *testing.T) {
 }
 
 func TestHTTPEndpoints(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	s.seed(t, "team/app")
 	base := "http://" + s.HTTPAddr.String()

@@ -59,6 +59,7 @@ func (c transportCase) run(t *testing.T, s *testServer, dir string, args ...stri
 // generated; the governor's record says replayed), gets the very same pack
 // and is fsck-clean. After a push the next clone is generated and has it.
 func TestFetchCacheEveryTransport(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)
@@ -103,6 +104,7 @@ func TestFetchCacheEveryTransport(t *testing.T) {
 // fsck-clean. Over HTTP v0 also with a history long enough that the
 // client negotiates in a round and gets its pack in that round's answer.
 func TestFetchCacheSharedIncremental(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)
@@ -325,6 +327,7 @@ func fetchRaw(t *testing.T, s *testServer, repo, tip string, v2 bool, limit int,
 //     request git's (not replayed): the answer is the one to the refs the
 //     client saw, and valid.
 func TestFetchCacheSessionReplayEdges(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	for _, v2 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {

@@ -109,6 +109,7 @@ func (s *testServer) cloneAll(t *testing.T, n int, url string, args ...string) [
 // git, no CPU); a later identical clone is replayed whole from disk, with
 // a Content-Length (the sendfile path).
 func TestFetchCacheHerd(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	r, _ := s.Data.Repos.Create(context.Background(), "herd")
 	s.env.Build(r.Path, gittest.Shape{Commits: 10, Files: 20, BlobBytes: 64 << 10, Incompress: true, Branches: 2, Tags: 2, Seed: 5})
@@ -175,6 +176,7 @@ func packNamesBare(t *testing.T, bare string) string {
 // have their own entries; git:// and SSH share HTTP's entries; a fetch with
 // haves is stored on its second sighting.
 func TestFetchCacheKeys(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)
@@ -322,6 +324,7 @@ func TestFetchCacheKeys(t *testing.T) {
 // also when the stored answer's stamp was taken in the change's clock tick.
 // Stored answers are replayed in between, so the replay path is exercised.
 func TestFetchCacheFollowsRefChanges(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	bare := s.seed(t, "team/app")
 	main := s.env.RevParse(bare, "main")
@@ -557,6 +560,7 @@ func childPIDs(t *testing.T, match string) []int {
 // the followers, which have sent nothing yet (HoldBack), run git
 // themselves and get good clones.
 func TestFetchCacheLeaderFails(t *testing.T) {
+	// Not in parallel: it counts this process's upload-pack children.
 	s := startServer(t, nil)
 	s.slowRepo(t, "slow")
 	url := s.httpURL("slow")
@@ -603,6 +607,7 @@ func TestFetchCacheLeaderFails(t *testing.T) {
 // TestFetchCacheBounds: with too little free disk the cache stands aside,
 // over its size bound it shares runs but keeps nothing; clones work.
 func TestFetchCacheBounds(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		mutate  func(*Config)

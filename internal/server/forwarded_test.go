@@ -21,6 +21,7 @@ import (
 // request shows, the per-client cap counts, the governor records, and the
 // scheme the dashboard's session cookie follows.
 func TestTrustedProxies(t *testing.T) {
+	t.Parallel()
 	for _, trusted := range []bool{false, true} {
 		name := "untrusted"
 		if trusted {

@@ -99,6 +99,7 @@ func findKind(recs []governor.Record, kind string) (governor.Record, bool) {
 // TestGovernorKinds runs each kind of operation over each transport and
 // protocol version and checks the record the governor kept.
 func TestGovernorKinds(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)
@@ -231,6 +232,7 @@ func TestGovernorCountsCPU(t *testing.T) {
 }
 
 func TestMetricsEndpoint(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	s.seed(t, "team/app")
 	s.env.Git(t.TempDir(), "clone", "-q", s.gitURL("team/app"), "c")
@@ -311,6 +313,7 @@ func TestMetricsEndpoint(t *testing.T) {
 
 // TestMetricsPublic: --metrics-public opens /metrics to anyone.
 func TestMetricsPublic(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.MetricsPublic = true })
 	resp, err := http.Get("http://" + s.HTTPAddr.String() + "/metrics")
 	if err != nil {
@@ -325,6 +328,7 @@ func TestMetricsPublic(t *testing.T) {
 // TestRequestsAPI: the lab reads records over HTTP with a server admin's
 // token; anyone else is refused.
 func TestRequestsAPI(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	s.seed(t, "team/app")
 	ctx := context.Background()

@@ -22,6 +22,7 @@ import (
 // nor answered ("invalid command"). Before, upload-pack ACKed both and
 // object-info gave their sizes to anyone who could read the repository.
 func TestUnreachableObjectsNotConfirmed(t *testing.T) {
+	t.Parallel()
 	for _, fetchCache := range []bool{true, false} {
 		name := "fetch cache"
 		if !fetchCache {
@@ -168,6 +169,7 @@ func httpV2(t *testing.T, method, url, body string) string {
 // TestObjectInfoServedWhenOn: with --object-info, object-info is
 // advertised and answered as git does (any object's size by id).
 func TestObjectInfoServedWhenOn(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.ObjectInfo = true })
 	bare := s.seed(t, "team/app")
 	blob := s.env.RevParse(bare, "HEAD:"+strings.Fields(s.env.Git(bare, "ls-tree", "--name-only", "HEAD"))[0])

@@ -16,6 +16,7 @@ import (
 // if pushed, else the only one, else the first), and never moves once its
 // branch exists.
 func TestDefaultBranch(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	ctx := context.Background()
 	w := filepath.Join(t.TempDir(), "w")

@@ -12,6 +12,7 @@ import (
 // transport and protocol version, with no wait in between: a kept
 // repository stamp (repostate) must notice the push at once.
 func TestPushVisibleToTheVeryNextRequest(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)

@@ -46,6 +46,7 @@ func TestMaxConnectionsGit(t *testing.T) {
 }
 
 func TestOversizedPktLine(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	got := rawGit(t, s.GitAddr.String(), []byte("ffff"+strings.Repeat("a", 100)))
 	if !strings.Contains(got, "ERR malformed request: pkt-line: length exceeds 65520") {
@@ -55,6 +56,7 @@ func TestOversizedPktLine(t *testing.T) {
 
 // TestTLS serves HTTPS with a self-signed certificate and clones through it.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	writeSelfSigned(t, certFile, keyFile)

@@ -16,6 +16,7 @@ import (
 // status with git's reason, with and without the fetch cache, never a 200
 // with an empty body.
 func TestMalformedV2FetchErrors(t *testing.T) {
+	t.Parallel()
 	for _, cache := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fetch-cache=%v", cache), func(t *testing.T) {
 			s := startServer(t, func(c *Config) { c.FetchCache = cache })
@@ -56,6 +57,7 @@ func TestMalformedV2FetchErrors(t *testing.T) {
 // so arbitrary client strings never appear as repositories; an HTTP
 // authentication challenge is recorded as a challenge, not an error.
 func TestRefusedRecordsNameNoRepository(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	s.seed(t, "team/app")
 	s.Data.Access.Store.SetSetting(t.Context(), "anonymous-read", "off")

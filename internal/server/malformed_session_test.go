@@ -39,6 +39,7 @@ func (s *testServer) waitSessionsEnd(t *testing.T, within time.Duration) {
 // started a git with an empty request each time: about 70 a second over
 // git://, after the client had gone.
 func TestMalformedV2SessionEnds(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, func(c *Config) {
 		enableSSH(c)

@@ -105,6 +105,7 @@ func secretsAbsent(t *testing.T, s *testServer, token string, r repo.Repo) {
 // bytes and CPU; pushes to it are refused over HTTP and SSH with a message
 // naming its upstream; the token is nowhere to be read.
 func TestPullMirror(t *testing.T) {
+	t.Parallel()
 	up, base := privateUpstream(t)
 	upBare := up.seed(t, "src")
 	m := startServer(t, func(c *Config) { c.SSHAddr = "127.0.0.1:0"; c.MirrorCheck = 0 })
@@ -204,6 +205,7 @@ func TestPullMirror(t *testing.T) {
 // fails (upstream gone) neither; both are recorded with their error, and
 // the next sync applies everything.
 func TestPullMirrorSyncAllOrNothing(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.MirrorCheck = 0 })
 	ctx := context.Background()
 	upstream := filepath.Join(t.TempDir(), "up.git")
@@ -263,6 +265,7 @@ func TestPullMirrorSyncAllOrNothing(t *testing.T) {
 // interval without being asked, and the refs a sync changed reach the
 // webhooks (transport "mirror").
 func TestPullMirrorScheduledAndAnnounced(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { fastRetries(c); c.MirrorCheck = 100 * time.Millisecond })
 	ctx := context.Background()
 	recv := newHookReceiver(t, "127.0.0.1:0", nil)
@@ -295,6 +298,7 @@ func TestPullMirrorScheduledAndAnnounced(t *testing.T) {
 // a branch deletion included; the delivery is recorded and the push
 // counted as mirror-push; the token is nowhere to be read.
 func TestPushMirror(t *testing.T) {
+	t.Parallel()
 	target, base := privateUpstream(t)
 	dst, err := target.Data.Repos.Create(context.Background(), "dst")
 	if err != nil {
@@ -374,6 +378,7 @@ func TestPushMirror(t *testing.T) {
 // what it left. Before, two syncs read the same refs and the second's
 // transaction failed ("cannot lock ref ... is at X but expected Y").
 func TestPullMirrorSyncsSerialized(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.MirrorCheck = 10 * time.Millisecond })
 	ctx := context.Background()
 	upstream := filepath.Join(t.TempDir(), "up.git")

@@ -36,6 +36,7 @@ func packNames(t *testing.T, clone string) string {
 // byte-identical packs from a single pack-objects run; a later identical
 // clone is served from the cache; a new commit makes a new key.
 func TestPackSharing(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, func(c *Config) { enableSSH(c); c.PackCache, c.FetchCache, c.MetricsPublic = true, false, true })
 	sshEnv := sshEnvFor(s)
@@ -126,6 +127,7 @@ func TestPackSharing(t *testing.T) {
 // TestPackSharingKilledReader: one of several concurrent clones is killed
 // mid-pack; the others finish with good clones and the kill is recorded.
 func TestPackSharingKilledReader(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.PackCache, c.PackCacheMaxBytes, c.FetchCache = true, 0, false }) // share, keep nothing
 	s.bigRepo(t, "big")
 	seq := s.lastSeq(t)
@@ -165,6 +167,7 @@ func TestPackSharingKilledReader(t *testing.T) {
 // TestPackCacheFallback: when the disk is (nearly) full or the cache's
 // socket is gone, clones still work, by running pack-objects directly.
 func TestPackCacheFallback(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.PackCache, c.PackCacheMinFreeBytes, c.FetchCache = true, 1<<62, false }) // no disk has that much free
 	s.seed(t, "team/app")
 	seq := s.lastSeq(t)

@@ -18,6 +18,7 @@ import (
 // (an entry name with a slash, git fsck's fullPathname) is refused and the
 // repository is left as it was, over HTTP and SSH.
 func TestPushedObjectsChecked(t *testing.T) {
+	t.Parallel()
 	for _, transport := range pushTransports {
 		t.Run(transport, func(t *testing.T) {
 			s := startAccessServer(t)
@@ -62,6 +63,7 @@ func hashObject(t *testing.T, s *accessServer, dir, typ string, content []byte) 
 // one push may bring, with git's message; a repository over its quota
 // refuses what brings objects, and still takes deletes.
 func TestPushSizeBounds(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.MaxPushBytes = 256 << 10 })
 	bare := s.seed(t, "team/app")
 	w := filepath.Join(t.TempDir(), "w")

@@ -17,6 +17,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"packwire/internal/governor"
+	"packwire/internal/needs"
 	"packwire/internal/pktline"
 )
 
@@ -161,6 +162,7 @@ func emptyPack(t *testing.T) []byte {
 // over raw pkt-lines is refused with a reason and logged; main stays, so
 // the two-step delete-then-recreate force-push of a protected ref fails.
 func TestZeroToZeroCommand(t *testing.T) {
+	t.Parallel()
 	for _, transport := range pushTransports {
 		t.Run(transport, func(t *testing.T) {
 			s := startAccessServer(t)
@@ -198,6 +200,7 @@ func TestZeroToZeroCommand(t *testing.T) {
 // mixes a force-allowed forced update with a force-denied ref writes the
 // first and refuses only the second.
 func TestForceDeniedEveryNamespace(t *testing.T) {
+	t.Parallel()
 	for _, transport := range pushTransports {
 		t.Run(transport, func(t *testing.T) {
 			s := startAccessServer(t)
@@ -304,7 +307,7 @@ func TestRefusedPushEndsAtPackTrailer(t *testing.T) {
 func TestDulwichRefusedPush(t *testing.T) {
 	python := "/usr/bin/python3"
 	if out, err := exec.Command(python, "-c", "import dulwich").CombinedOutput(); err != nil {
-		t.Fatalf("dulwich is not installed (Debian python3-dulwich; scripts/install-deps installs it): %v\n%s", err, out)
+		needs.Missing(t, "dulwich is not installed (Debian python3-dulwich; scripts/install-deps installs it): %v\n%s", err, out)
 	}
 	s := startAccessServer(t)
 	bare := s.seed(t, "team/app")
@@ -433,6 +436,7 @@ func TestPushRefBound(t *testing.T) {
 // could not take as a git error (receive-pack exits 0 and says so only in
 // its report), and a push whose refs were all refused as refused.
 func TestPushOutcomeRecorded(t *testing.T) {
+	t.Parallel()
 	s := startAccessServer(t)
 	bare := s.seed(t, "team/app")
 	s.grant(t, "alice", "write", "**")
@@ -485,6 +489,7 @@ func pushRecords(recs []governor.Record) []governor.Record {
 // ancestry, which the old server let through as "forced update"), alone
 // or in an --atomic push; an admin still may.
 func TestProtectedTagMove(t *testing.T) {
+	t.Parallel()
 	for _, transport := range pushTransports {
 		t.Run(transport, func(t *testing.T) {
 			s := startAccessServer(t)

@@ -17,6 +17,7 @@ import (
 // and a blobless partial clone still checks out (its lazy fetch asks for
 // blobs by id).
 func TestUnreachableObjectsNotServed(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)

@@ -23,6 +23,7 @@ import (
 // clones with strict host key checking; ssh-rsa (SHA-1) is not offered; and
 // a restart on the same data directory offers the same keys.
 func TestSSHHostKeys(t *testing.T) {
+	t.Parallel()
 	for _, tool := range []string{"ssh", "ssh-keyscan"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is not installed (scripts/install-deps installs the OpenSSH client)", tool)

@@ -125,6 +125,7 @@ func longHistory(t *testing.T, s *testServer, name string) string {
 // runner has the pushed commit, fsck-clean. Before recordings, each
 // runner's session ran its own git.
 func TestV0SessionHerd(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)
@@ -167,6 +168,7 @@ func TestV0SessionHerd(t *testing.T) {
 // (another opening) fetch too. Every runner ends with the pushed commit,
 // fsck-clean.
 func TestV0SessionDivergence(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)
@@ -288,6 +290,7 @@ func gitSessionRecord(t *testing.T, s *testServer, seq int64) governor.Record {
 //   - a leader whose client hangs up mid-pack while another session
 //     follows its recording: the follower still gets a whole answer.
 func TestV0SessionReplayEdges(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	name := "recorded-edges"
 	bare := s.slowRepo(t, name)
@@ -388,6 +391,7 @@ func TestV0SessionReplayEdges(t *testing.T) {
 // the repository's transfer.hideRefs after recordings were made is not
 // listed, nor fetchable.
 func TestV0SessionAnswersPerUserAndConfig(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)
@@ -432,6 +436,7 @@ func TestV0SessionAnswersPerUserAndConfig(t *testing.T) {
 // over git:// and SSH v0, three of each in a row (the later ones may be
 // replayed): every one correct and fsck-clean.
 func TestV0SessionShallowAndFilter(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)
@@ -476,6 +481,7 @@ func TestV0SessionShallowAndFilter(t *testing.T) {
 // for the first session to end (its idle timeout); the client is given
 // 30 s here so that the test fails rather than hangs.
 func TestV0SessionSilentLeader(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	name := "silent"
 	bare := s.seed(t, name)

@@ -247,6 +247,7 @@ func TestWebhookPayloadAndSignature(t *testing.T) {
 // (connection refused), then answers 500, then 200 gets the delivery, and
 // every attempt is kept with its error or status and latency.
 func TestWebhookRetriesUntilReceiverComesBack(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, fastRetries)
 	// A port nobody listens on, for now.
 	probe, err := net.Listen("tcp", "127.0.0.1:0")
@@ -360,6 +361,7 @@ func shutdown(t *testing.T, srv *Server) {
 // the retry is due, and one queued while the delivery loop was not running
 // at once.
 func TestWebhookPendingSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	env := gittest.New(t)
 	data := filepath.Join(t.TempDir(), "data")
 	logs := &logBuffer{}

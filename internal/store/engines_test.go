@@ -41,7 +41,7 @@ func openBoth(t *testing.T) (lite, pg *Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lite.Close() })
-	server := pgtest.Start(t)
+	server := pgtest.Shared(t)
 	pg, err = OpenPostgres(ctx, server.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func exercise(t *testing.T, st *Store) string {
 // each apply the schema at most once (an advisory lock), and all open it.
 func TestPostgresMigrationsOnce(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for range 4 {

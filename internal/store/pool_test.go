@@ -14,7 +14,7 @@ import (
 // bound waits for one within its context. SQLite's pool is left as is.
 func TestPostgresPoolIsBounded(t *testing.T) {
 	ctx := context.Background()
-	st, err := OpenPostgres(ctx, pgtest.Start(t).NewDatabase(t))
+	st, err := OpenPostgres(ctx, pgtest.Shared(t).NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestPostgresPoolIsBounded(t *testing.T) {
 // none), a URL's own value kept.
 func TestPostgresSessionsAreBounded(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	db, err := OpenPostgresPool(url, "", 1)
 	if err != nil {
 		t.Fatal(err)

@@ -101,7 +101,7 @@ func TestVersionOutlivesACancelledCaller(t *testing.T) {
 // those: the access cache must outlive them).
 func TestPostgresVersionMovesOnEveryAccessWrite(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	a, err := OpenPostgres(ctx, url)
 	if err != nil {
 		t.Fatal(err)

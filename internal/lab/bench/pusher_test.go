@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"packwire/internal/lab/bench"
+	"packwire/internal/needs"
 )
 
 // TestSlowPusher: on a machine so loaded that a commit and push take longer
@@ -27,7 +28,7 @@ func TestSlowPusher(t *testing.T) {
 	}
 	git, err := exec.LookPath("git")
 	if err != nil {
-		t.Skip("no git")
+		needs.Missing(t, "git is not installed: run scripts/install-deps")
 	}
 	slow := filepath.Join(t.TempDir(), "git")
 	script := "#!/bin/sh\nfor a; do if [ \"$a\" = push ]; then sleep 1; break; fi; done\nexec '" + strings.ReplaceAll(git, "'", `'\''`) + "' \"$@\"\n"

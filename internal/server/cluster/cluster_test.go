@@ -16,7 +16,7 @@ import (
 
 func openStore(t *testing.T) *store.Store {
 	t.Helper()
-	st, err := store.OpenPostgres(context.Background(), pgtest.Start(t).NewDatabase(t))
+	st, err := store.OpenPostgres(context.Background(), pgtest.Shared(t).NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,9 @@ func TestPlacementAndFailover(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
 	db := st.DB
-	const timeout = 400 * time.Millisecond
+	// A node is healthy for 2 s after its beat: 400 ms was missed at a
+	// load average of 50 on 2 cores (b, c and d read as down).
+	const timeout = 2 * time.Second
 	nodes := join(t, db, "a", "b", "c", "d")
 	p, err := Place(ctx, db, "team/app", "", 3, timeout)
 	if err != nil {
@@ -82,16 +84,20 @@ func TestPlacementAndFailover(t *testing.T) {
 	if got, err := Failover(ctx, db, timeout); err != nil || len(got) != 0 {
 		t.Fatalf("failover with every node healthy: %v %v", got, err)
 	}
-	// a stops; b, c, d keep beating.
-	deadline := time.Now().Add(2 * timeout)
-	for time.Now().Before(deadline) {
+	// a stops; b, c, d keep beating (once more just before each check, so
+	// that a slow machine does not make them look down too).
+	beatOthers := func() {
+		t.Helper()
 		for _, n := range nodes[1:] {
 			if err := n.beat(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	for deadline := time.Now().Add(timeout + 100*time.Millisecond); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		beatOthers()
+	}
+	beatOthers()
 	var mu sync.Mutex
 	var all []Promotion
 	var wg sync.WaitGroup
@@ -112,6 +118,7 @@ func TestPlacementAndFailover(t *testing.T) {
 	if len(all) != 1 || all[0].To != "b" || all[0].From != "a" {
 		t.Fatalf("promotions %+v: want exactly one, a -> b (c is stale)", all)
 	}
+	beatOthers()
 	s, err := ReadStatus(ctx, db, timeout)
 	if err != nil {
 		t.Fatal(err)

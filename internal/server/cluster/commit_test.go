@@ -79,7 +79,7 @@ func TestPushTxnReadsReplicasOnceLocked(t *testing.T) {
 // push's path.
 func TestPushTxnRoundTrips(t *testing.T) {
 	ctx := context.Background()
-	dbURL := pgtest.Start(t).NewDatabase(t)
+	dbURL := pgtest.Shared(t).NewDatabase(t)
 	st, err := store.OpenPostgres(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 // openStoreURL is openStore, with the database's URL.
 func openStoreURL(t *testing.T) (*store.Store, string) {
 	t.Helper()
-	url := pgtest.Start(t).NewDatabase(t)
+	url := pgtest.Shared(t).NewDatabase(t)
 	st, err := store.OpenPostgres(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)

@@ -125,11 +125,14 @@ func (r *replication) same() {
 
 // noLeftovers: no quarantine or temporary pack left in the replica, but
 // the empty quarantine of the processes started for the next replication.
-// A replication's own quarantine is removed once it answered: waited for.
+// A replication's own quarantine is removed once it answered: waited for,
+// up to 30 s (its kit's git processes exit first; 5 s was too short at a
+// load average of 40 on 2 cores, TestReplicateCreatesUpdatesDeletesAndTags
+// and TestReplicateSendsTheKeptPack failed so).
 func (r *replication) noLeftovers() {
 	r.t.Helper()
 	var left []string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		left = left[:0]
 		r.h.kits.mu.Lock()
 		kit := r.h.kits.kits[r.replica.Path]
