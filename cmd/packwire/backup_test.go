@@ -169,7 +169,7 @@ func TestBackupWhilePushing(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(m.Repositories) != 3 || m.Repositories[0].Name != "empty/c" || m.Repositories[0].Refs != 0 ||
-		m.Repositories[0].Head != "ref: refs/heads/main" || strings.Join(m.Files, " ") != "packwire.db ssh_host_ecdsa_key ssh_host_ed25519_key ssh_host_rsa_key" {
+		m.Repositories[0].Head != "ref: refs/heads/main" || strings.Join(m.Files, " ") != "packwire.db ssh_host_ecdsa_key ssh_host_ed25519_key ssh_host_rsa_key lfs/lfs.db" {
 		t.Fatalf("manifest: %+v", m)
 	}
 	backedUp, pushedInBackup := map[string]map[string]string{}, 0

@@ -159,7 +159,7 @@ func TestServeConfigFileEndToEnd(t *testing.T) {
 	}
 	out := strings.Join(lines, "\n")
 	// serve says which build it is first (TestVersion's line).
-	if want := versionLine(t) + " serving " + filepath.Join(data, "repos"); len(lines) == 0 || lines[0] != want {
+	if want := versionLine(t) + " serving " + filepath.Join(data, "repos") + " (pid "; len(lines) == 0 || !strings.HasPrefix(lines[0], want) {
 		t.Errorf("serve's first line: %q, want %q", lines, want)
 	}
 	if !strings.Contains(out, "serving "+filepath.Join(data, "repos")) || !strings.Contains(out, "git://   listening on 127.0.0.1:") ||
