@@ -99,6 +99,14 @@ func TestPacingBoundsClientBuffer(t *testing.T) {
 			bigRepo(t, h, "team/big")
 			held, received := slowClone(t, h, "team/big.git")
 			t.Logf("client held at most %d KiB unread; pack %d MiB", held>>10, received>>20)
+			// A client starved of CPU for a second (a loaded machine) returns
+			// no window meanwhile, and pacing then stops for that command by
+			// design (stallWait): the cap is not measured then; once more.
+			for try := 1; tc.maxUnacked > 0 && held > limit+64<<10 && try < 3 &&
+				strings.Count(h.logs.String(), "output pacing stopped") == try; try++ {
+				held, received = slowClone(t, h, "team/big.git")
+				t.Logf("again: client held at most %d KiB unread; pack %d MiB", held>>10, received>>20)
+			}
 			if received < 24<<20 {
 				t.Fatalf("received %d bytes, want the whole 24 MiB pack", received)
 			}

@@ -518,8 +518,30 @@ func (c *conn) endCommand() {
 	idle := (c.draining || c.afterCommand) && c.running == 0
 	c.mu.Unlock()
 	if idle {
-		c.ssh.Close()
+		c.closeAfterClient()
 	}
+}
+
+// lingerClose bounds how long a connection closed right after its last
+// command waits for the client to close it first.
+const lingerClose = 5 * time.Second
+
+// closeAfterClient closes a connection whose last command just ended (a
+// drain or a hand-over), once the client closed it or after lingerClose.
+// Closed at once, the socket still held what the client sent meanwhile
+// (window adjusts), and a close with unread input is a reset: the
+// client's kernel then drops the end of the pack it had not read yet
+// ("Connection closed by remote host", "early EOF": TestRestartDropsNothing).
+func (c *conn) closeAfterClient() {
+	go func() {
+		done := make(chan struct{})
+		go func() { c.ssh.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(lingerClose):
+		}
+		c.ssh.Close()
+	}()
 }
 
 // closeWhenDone closes the connection now if it ran a command and runs

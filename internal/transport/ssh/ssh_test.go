@@ -1124,9 +1124,11 @@ func TestCloseDrains(t *testing.T) {
 	if err := sess.Wait(); err != nil {
 		t.Fatalf("running request after Close: %v", err)
 	}
+	// This client keeps its connection: the server waits lingerClose for
+	// it to close first (closeAfterClient), then closes it.
 	select {
 	case <-waited:
-	case <-time.After(3 * time.Second):
+	case <-time.After(lingerClose + 3*time.Second):
 		t.Fatal("Wait did not return once the last request ended")
 	}
 }
