@@ -144,6 +144,42 @@ func (c *promiseCluster) pushURL(node string) string {
 	return fmt.Sprintf("http://alice:%s@%s/team/app", c.token, c.nodes[node].HTTPAddr)
 }
 
+// pushHeldAfterCommit pushes HEAD to ref through primary in the
+// background, and returns once the push's generation is committed, with
+// the primary's git held before it writes its refs until release is
+// called (the push's outcome then comes on pushed).
+func (c *promiseCluster) pushHeldAfterCommit(primary, ref string) (pushed <-chan error, release func()) {
+	c.t.Helper()
+	committed, hold := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	c.nodes[primary].Router.SetAfterCommit(func(string) {
+		committed <- struct{}{}
+		select {
+		case <-hold:
+		case <-time.After(time.Minute):
+		}
+	})
+	result := make(chan error, 1)
+	go func() {
+		out, err := c.env.Run(c.work, nil, "push", c.pushURL(primary), "HEAD:"+ref)
+		if err != nil {
+			err = fmt.Errorf("%v: %s", err, out)
+		}
+		result <- err
+	}()
+	select {
+	case <-committed:
+	case err := <-result:
+		release()
+		c.t.Fatalf("the push ended before its commit: %v", err)
+	case <-time.After(30 * time.Second):
+		release()
+		c.t.Fatal("the push was not committed")
+	}
+	return result, release
+}
+
 // TestClusterNeverRecordsAStaleCopy (issue 29, item 1): a copy is
 // recorded at a generation only when its refs are the generation's.
 // A push's generation is committed in PostgreSQL and the
@@ -168,39 +204,12 @@ func TestClusterNeverRecordsAStaleCopy(t *testing.T) {
 	}
 	lagging := others[0]
 
-	// The primary's git waits, after the generation's commit, until
-	// released.
-	committed, release := make(chan struct{}, 1), make(chan struct{})
-	c.nodes[primary].Router.SetAfterCommit(func(string) {
-		committed <- struct{}{}
-		select {
-		case <-release:
-		case <-time.After(time.Minute):
-		}
-	})
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
 	c.stop(lagging)
 	two := c.commit("two")
-	pushed := make(chan error, 1)
-	go func() {
-		out, err := c.env.Run(c.work, nil, "push", c.pushURL(primary), "HEAD:refs/heads/b2")
-		if err != nil {
-			err = fmt.Errorf("%v: %s", err, out)
-		}
-		pushed <- err
-	}()
-	select {
-	case <-committed:
-	case err := <-pushed:
-		t.Fatalf("the push ended before its commit: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the push was not committed")
-	}
+	// The primary's git waits, after the generation's commit, until
+	// released.
+	pushed, release := c.pushHeldAfterCommit(primary, "refs/heads/b2")
+	defer release()
 	if got := c.refAt(primary, "refs/heads/b2"); got != "" {
 		t.Fatalf("the primary's git wrote b2 before the test let it: %s", got)
 	}
@@ -214,8 +223,7 @@ func TestClusterNeverRecordsAStaleCopy(t *testing.T) {
 	if r := c.repo(); c.generationOf(r, primary) != 1 {
 		t.Fatalf("the primary's copy is recorded at %d before its git wrote the push's refs", c.generationOf(r, primary))
 	}
-	close(release)
-	released = true
+	release()
 	if err := <-pushed; err != nil {
 		t.Fatalf("the push: %v", err)
 	}
@@ -343,33 +351,9 @@ func TestClusterCatchUpNeverPrunesAVotedPush(t *testing.T) {
 	if _, err := c.db.Exec("UPDATE replicas SET generation = 1 WHERE repo = 'team/app' AND node = $1", lagging); err != nil {
 		t.Fatal(err)
 	}
-	committed, releaseGit := make(chan struct{}, 1), make(chan struct{})
-	var gitOnce sync.Once
-	letGitWrite := func() { gitOnce.Do(func() { close(releaseGit) }) }
-	defer letGitWrite()
-	c.nodes[primary].Router.SetAfterCommit(func(string) {
-		committed <- struct{}{}
-		select {
-		case <-releaseGit:
-		case <-time.After(time.Minute):
-		}
-	})
 	two := c.commit("two")
-	pushed := make(chan error, 1)
-	go func() {
-		out, err := c.env.Run(c.work, nil, "push", c.pushURL(primary), "HEAD:refs/heads/b2")
-		if err != nil {
-			err = fmt.Errorf("%v: %s", err, out)
-		}
-		pushed <- err
-	}()
-	select {
-	case <-committed:
-	case err := <-pushed:
-		t.Fatalf("the push ended before its commit: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the push was not committed")
-	}
+	pushed, letGitWrite := c.pushHeldAfterCommit(primary, "refs/heads/b2")
+	defer letGitWrite()
 	c.waitFor(lagging+" recorded at generation 2", func(r cluster.RepoStatus) bool { return c.generationOf(r, lagging) == 2 })
 	if got := c.refAt(lagging, "refs/heads/b2"); got != two {
 		t.Fatalf("%s is recorded at generation 2 with b2 at %q, want %s", lagging, got, two)
