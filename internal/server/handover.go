@@ -3,12 +3,12 @@ package server
 import (
 	"context"
 	"net"
-	nethttp "net/http"
 	"os"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 
 	"packwire/internal/handover"
@@ -59,10 +59,17 @@ func (s *Server) ListenerFiles() (names []string, files []*os.File, err error) {
 	return names, files, nil
 }
 
+// httpIdleDrain is how long a hand over leaves a kept-alive HTTP
+// connection idle before it closes it: a client between two requests of
+// one operation (git push's GET, then its POST once the pack is made)
+// sends its next request on it and is answered with "Connection: close".
+const httpIdleDrain = 10 * time.Second
+
 // HandOver ends this server once a next process accepts on the same
 // sockets: it stops accepting, serves to the end every connection it
 // has accepted (a request that arrives on one is served, not refused as
-// shutting down), closing kept-alive ones once idle, then shuts down.
+// shutting down; over HTTP with "Connection: close"), closing kept-alive
+// HTTP ones left idle for httpIdleDrain, then shuts down.
 // When ctx ends first, what still runs is killed as by Shutdown.
 func (s *Server) HandOver(ctx context.Context) error {
 	if s.stopMaintain != nil {
@@ -79,10 +86,16 @@ func (s *Server) HandOver(ctx context.Context) error {
 	if s.ssh != nil {
 		do(func() { s.ssh.StopAccepting(); s.ssh.WaitConnections() })
 	}
-	for _, h := range []*nethttp.Server{s.http, s.metrics} {
-		if h != nil {
-			do(func() { h.Shutdown(ctx) })
-		}
+	if s.http != nil {
+		do(func() {
+			// Not Shutdown at once: it would close kept-alive
+			// connections under a request on its way (httpdrain).
+			s.httpDrain.Drain(ctx, []net.Listener{s.httpServing}, httpIdleDrain)
+			s.http.Shutdown(ctx)
+		})
+	}
+	if s.metrics != nil {
+		do(func() { s.metrics.Shutdown(ctx) })
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()

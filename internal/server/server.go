@@ -51,6 +51,7 @@ import (
 	"packwire/internal/transport/daemon"
 	"packwire/internal/transport/forwarded"
 	httptransport "packwire/internal/transport/http"
+	"packwire/internal/transport/httpdrain"
 	sshtransport "packwire/internal/transport/ssh"
 )
 
@@ -324,10 +325,15 @@ type Server struct {
 	listeners map[string]net.Listener
 	daemon    *daemon.Server
 	http      *nethttp.Server
-	ssh       *sshtransport.Server
-	wg        sync.WaitGroup
-	errMu     sync.Mutex
-	err       error
+	// httpDrain follows the HTTP connections so that a hand over ends
+	// them without losing a request (HandOver); httpServing is the
+	// listener s.http accepts on.
+	httpDrain   *httpdrain.Tracker
+	httpServing net.Listener
+	ssh         *sshtransport.Server
+	wg          sync.WaitGroup
+	errMu       sync.Mutex
+	err         error
 
 	stopMaintain context.CancelFunc // ends the maintenance scheduler
 	stopOutgoing context.CancelFunc // ends the delivery loop and the mirror scheduler
@@ -693,15 +699,18 @@ func (s *Server) Start() error {
 			handler = cfg.TrustedProxies.Handler(handler)
 		}
 		handler = startedHandler(handler)
+		s.httpDrain = httpdrain.New()
+		s.httpServing = s.httpDrain.Listener(httpL)
 		s.http = &nethttp.Server{
-			Handler:           handler,
+			Handler:           s.httpDrain.Handler(handler),
+			ConnState:         s.httpDrain.ConnState,
 			ConnContext:       accept.ConnContext,
 			ReadHeaderTimeout: cfg.InitTimeout,
 			IdleTimeout:       cfg.IdleTimeout,
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn),
 		}
-		s.serve("http", func() error { return s.http.Serve(httpL) }, nethttp.ErrServerClosed)
+		s.serve("http", func() error { return s.http.Serve(s.httpServing) }, nethttp.ErrServerClosed)
 	}
 	if metricsL != nil {
 		s.MetricsAddr = metricsL.Addr()

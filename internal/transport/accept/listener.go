@@ -194,3 +194,7 @@ func (c *countedConn) CloseWrite() error {
 	}
 	return errors.ErrUnsupported
 }
+
+// NetConn is the connection under the count (as tls.Conn's), for what
+// needs the socket itself.
+func (c *countedConn) NetConn() net.Conn { return c.Conn }
