@@ -94,18 +94,10 @@ func TestRestartDropsNothing(t *testing.T) {
 
 	urls := []string{
 		"git://" + addrs["git"] + "/r",
+		"http://" + addrs["http"] + "/r",
 		"ssh://alice@" + addrs["ssh"] + "/r",
 	}
-	pushURLs := []string{"ssh://alice@" + addrs["ssh"] + "/r", "ssh://alice@" + addrs["ssh"] + "/r"}
-	// HTTP is left out of the default run: an idle kept-alive connection
-	// that the old process closes just as the client sends its next
-	// request on it gets "Empty reply from server" (1 failed operation in
-	// about 1 of 2 runs). A known bug of the hand-over, open in issue 33;
-	// PACKWIRE_RESTART_HTTP=1 runs HTTP clients and a pusher too.
-	if os.Getenv("PACKWIRE_RESTART_HTTP") == "1" {
-		urls = append(urls, "http://"+addrs["http"]+"/r")
-		pushURLs[1] = "http://alice:" + token + "@" + addrs["http"] + "/r"
-	}
+	pushURLs := []string{"http://alice:" + token + "@" + addrs["http"] + "/r", "ssh://alice@" + addrs["ssh"] + "/r"}
 	vars := append(env.Vars, gittest.SSHCommandEnv(key))
 	git := func(dir string, args ...string) (string, error) {
 		cmd := exec.Command("git", args...)
