@@ -130,20 +130,11 @@ func (w pacedWriter) Write(p []byte) (int, error) {
 		return w.Channel.Write(p)
 	}
 	piece := w.piece()
-	gate := w.window.gate
-	gate.hold()
-	defer gate.release()
 	n := 0
 	for len(p) > 0 {
 		size := min(uint32(len(p)), piece)
-		short := w.window.waitRoom(size, w.limit)
-		if short {
-			gate.waiting(1) // the write below may wait for an adjust
-		}
+		w.window.waitRoom(size, w.limit)
 		m, err := w.Channel.Write(p[:size])
-		if short {
-			gate.waiting(-1)
-		}
 		w.window.wrote(m)
 		n += m
 		if err != nil {
@@ -152,17 +143,6 @@ func (w pacedWriter) Write(p []byte) (int, error) {
 		p = p[size:]
 	}
 	return n, nil
-}
-
-// holdReads holds the connection's reads back (see readGate) across a
-// run of paced writes, until the returned release: between two writes
-// the writer only reads a file.
-func (w pacedWriter) holdReads() (release func()) {
-	if w.window == nil || w.window.gate == nil {
-		return func() {}
-	}
-	w.window.gate.hold()
-	return w.window.gate.release
 }
 
 // stalled reports whether pacing stopped for want of a window adjust (see
@@ -197,7 +177,6 @@ type channelWindow struct {
 	cond   *sync.Cond
 	win    *uint32
 	closed *bool
-	gate   *readGate // the connection's reads, held back while the writer has room; nil: never held
 
 	max       uint32       // the largest window seen: the client's whole window
 	sent      uint64       // bytes written through the pacedWriter
@@ -271,11 +250,7 @@ func (w *channelWindow) allowance(limit uint32, now time.Time) uint32 {
 // once (nor before its first return): a client that returns window only
 // past some amount returns more than that amount each time, and so would
 // never send the adjust waited for (see pacedWriter).
-//
-// While it waits, the connection's read gate is open (see readGate). It
-// reports whether the channel's window is short of size now, so that
-// writing size bytes may wait for an adjust: the gate must stay open then.
-func (w *channelWindow) waitRoom(size, limit uint32) (short bool) {
+func (w *channelWindow) waitRoom(size, limit uint32) {
 	w.cond.L.Lock()
 	defer w.cond.L.Unlock()
 	waited := false
@@ -286,18 +261,8 @@ func (w *channelWindow) waitRoom(size, limit uint32) (short bool) {
 			unacked+size <= w.allowance(limit, time.Now()) {
 			if waited {
 				w.stall.Stop()
-				w.gate.waiting(-1)
 			}
-			return *w.win < size && !*w.closed
-		}
-		if !waited {
-			w.gate.waiting(1)
-		}
-		if w.rated && w.rate > 0 {
-			// The returns this wait needs take about need / rate to come:
-			// read them together then rather than each as it comes.
-			need := float64(unacked + size - w.allowance(limit, time.Now()))
-			w.gate.holdFor(time.Duration(need / w.rate * float64(time.Second)))
+			return
 		}
 		// Wait; the stall timer runs from the last return seen.
 		if w.stall == nil {

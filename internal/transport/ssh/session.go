@@ -164,9 +164,6 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	// c.ctx ends with the connection; a closed channel ends the relay
 	// through the failed write, and the client's EOF reaches git's stdin.
 	paced := newPacedWriter(ch, c.srv.maxUnacked())
-	if paced.window != nil {
-		paced.window.gate = c.gate
-	}
 	if paced.window == nil && c.srv.maxUnacked() > 0 {
 		c.srv.pacingOff.Do(func() {
 			c.log.Warn("output pacing is off", "reason", "x/crypto/ssh's channel window was not found (its layout changed)")
@@ -243,7 +240,6 @@ func (c *channelWriter) StreamDone(f *os.File, n int64) (int64, error) {
 // run in progress; fetchcache.FileStreamer), paced: the size of the whole
 // is not known.
 func (c *channelWriter) StreamFile(f *os.File, n int64) (int64, error) {
-	defer c.holdReads()()
 	return c.copyFile(c.Write, io.LimitReader(f, n))
 }
 
@@ -253,7 +249,6 @@ func (c *channelWriter) copyKnown(r io.Reader, n int64) (int64, error) {
 	if n <= unpacedMax {
 		return c.copyFile(c.pacedWriter.writeUnpaced, r)
 	}
-	defer c.holdReads()()
 	return c.copyFile(c.Write, r)
 }
 

@@ -348,8 +348,7 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool) 
 			config = &own
 		}
 	}
-	gate := newReadGate(nc)
-	sconn, chans, globalReqs, err := gossh.NewServerConn(gate, config)
+	sconn, chans, globalReqs, err := gossh.NewServerConn(nc, config)
 	if err != nil {
 		s.refusals.NoteError("handshake failed", remote, err)
 		s.offendHandshake(nc, err)
@@ -365,7 +364,7 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool) 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := &conn{srv: s, ssh: sconn, gate: gate, ctx: ctx, remote: remote, principal: principal, log: log, started: started}
+	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log, started: started}
 	if perms := sconn.Permissions; perms != nil {
 		c.keyFingerprint = perms.Extensions[extKey]
 		c.unavailable = perms.Extensions[extUnavailable]
@@ -433,7 +432,6 @@ func (s *Server) untrack(c *conn) {
 type conn struct {
 	srv       *Server
 	ssh       *gossh.ServerConn
-	gate      *readGate       // the connection's reads, held back while a paced writer has room
 	ctx       context.Context // cancelled when the connection closes
 	remote    string
 	principal access.Principal
