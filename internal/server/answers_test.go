@@ -293,8 +293,9 @@ func readSection(t *testing.T, r io.Reader) []byte {
 // ls-refs twice in one session gets the same bytes; a client that hangs
 // up in the middle of a kept ls-refs answer leaves the next one whole; a
 // fetch command larger than the in-memory bound (25,000 haves) is served;
-// a session idle past the idle timeout is ended; a flush ends a session.
+// a flush ends a session. (The idle timeout: TestV2SessionIdleEnds.)
 func TestV2SessionWithoutGit(t *testing.T) {
+	t.Parallel()
 	// 30 s idle: with 2 s (and 5 s) the server ended the session while it
 	// made the large fetch's answer on a loaded machine ("fetch answer:
 	// EOF", at load averages of 20 to 50 on 2 cores).
@@ -361,15 +362,31 @@ func TestV2SessionWithoutGit(t *testing.T) {
 	if again := readSection(t, next.r); !bytes.Equal(again, first) {
 		t.Fatalf("after a client hung up mid-answer: %d bytes, want %d", len(again), len(first))
 	}
+}
 
-	// Idle: the session is ended by the server.
+// TestV2SessionIdleEnds: a git:// v2 session idle past the idle timeout is
+// ended by the server, not before. Its own server with a short timeout, so
+// that the test does not wait out TestV2SessionWithoutGit's 30 s.
+func TestV2SessionIdleEnds(t *testing.T) {
+	t.Parallel()
+	const idle = 3 * time.Second
+	s := startServer(t, func(c *Config) { c.IdleTimeout = idle })
+	s.seed(t, "session")
+	sess := dialUploadPack(t, s, "session", true)
+	sess.advertisement(t)
+	sess.conn.Write(v2Command("command=ls-refs", "agent=raw", "object-format=sha1", "|", "ref-prefix refs/heads/"))
+	if answer := readSection(t, sess.r); !bytes.Contains(answer, []byte("refs/heads/main")) {
+		t.Fatalf("ls-refs: %q", answer)
+	}
+	// The server's clock started when it had sent the answer, a little
+	// before this one: the lower bound leaves it a second.
 	start := time.Now()
-	next.conn.SetReadDeadline(time.Now().Add(90 * time.Second))
-	if rest, err := io.ReadAll(next.r); err != nil || len(rest) != 0 {
+	sess.conn.SetReadDeadline(time.Now().Add(90 * time.Second))
+	if rest, err := io.ReadAll(sess.r); err != nil || len(rest) != 0 {
 		t.Fatalf("idle session: %q, %v (want closed by the server)", rest, err)
 	}
-	if waited := time.Since(start); waited < 20*time.Second || waited > 80*time.Second {
-		t.Fatalf("idle session closed after %s, idle timeout 30s", waited)
+	if waited := time.Since(start); waited < idle-time.Second || waited > 80*time.Second {
+		t.Fatalf("idle session closed after %s, idle timeout %s", waited, idle)
 	}
 }
 

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"packwire/internal/gittest"
 	"packwire/internal/governor"
 	"packwire/internal/pktline"
 	"packwire/internal/procgroup"
@@ -375,8 +374,13 @@ func TestClientVanishesMidPush(t *testing.T) {
 	before := s.env.Git(bare, "show-ref")
 	w := filepath.Join(t.TempDir(), "w")
 	s.env.Git("", "clone", "-q", s.httpURL("team/app"), w)
-	// 40 MiB of incompressible data to push.
-	s.env.Build(filepath.Join(w, ".git"), gittest.Shape{Ref: "refs/heads/big", Commits: 1, Files: 40, BlobBytes: 1 << 20, Incompress: true, Seed: 9})
+	// 40 MiB of incompressible data to push, history unrelated to main's:
+	// the shared big template's objects, borrowed (alternates), not built.
+	big := bigTemplatePath(t, s.env)
+	if err := os.WriteFile(filepath.Join(w, ".git", "objects", "info", "alternates"), []byte(filepath.Join(big, "objects")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.env.Git(w, "update-ref", "refs/heads/big", s.env.RevParse(big, "main"))
 	cmd := exec.Command("git", "push", "--progress", s.pushURL("team/app"), "big:refs/heads/big")
 	cmd.Dir = w
 	cmd.Env = s.env.Vars

@@ -71,9 +71,20 @@ var (
 )
 
 // bigRepo creates a repository of 40 MiB of incompressible data (big enough
-// that a clone is mid-pack for a while), built once per test binary and
-// cloned with hardlinks for each test.
+// that a clone is mid-pack for a while), cloned with hardlinks from
+// bigTemplatePath for each test.
 func (s *testServer) bigRepo(t testing.TB, name string) string {
+	t.Helper()
+	path := s.Data.Repos.PathFor(name)
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	s.env.Git("", "clone", "-q", "--mirror", bigTemplatePath(t, s.env), path)
+	return path
+}
+
+// bigTemplatePath is the bare repository bigRepo copies (main: 2 commits,
+// 40 files of 1 MiB of random bytes), built once per test binary: building
+// it costs seconds of CPU. Nothing may write to it.
+func bigTemplatePath(t testing.TB, env *gittest.Env) string {
 	t.Helper()
 	bigOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "packwire-big-")
@@ -81,12 +92,12 @@ func (s *testServer) bigRepo(t testing.TB, name string) string {
 			t.Fatal(err)
 		}
 		bigTemplate = filepath.Join(dir, "big.git")
-		s.env.Build(bigTemplate, gittest.Shape{Commits: 2, Files: 40, BlobBytes: 1 << 20, Incompress: true, Seed: 7})
+		env.Build(bigTemplate, gittest.Shape{Commits: 2, Files: 40, BlobBytes: 1 << 20, Incompress: true, Seed: 7})
 	})
-	path := s.Data.Repos.PathFor(name)
-	os.MkdirAll(filepath.Dir(path), 0o755)
-	s.env.Git("", "clone", "-q", "--mirror", bigTemplate, path)
-	return path
+	if bigTemplate == "" {
+		t.Fatal("the big template repository failed to build (see the first test that used it)")
+	}
+	return bigTemplate
 }
 
 // seed creates a repository with a small history: 30 commits on main, two

@@ -18,6 +18,7 @@ func TestPushVisibleToTheVeryNextRequest(t *testing.T) {
 	sshEnv := sshEnvFor(s)
 	for _, tc := range transportCases(s, sshEnv) {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a repository of its own; it looks at nothing else
 			name := "next/" + tc.name
 			bare := s.seed(t, name)
 			work := filepath.Join(t.TempDir(), "work")
