@@ -30,15 +30,17 @@ import (
 
 // setup is everything the workloads share.
 type setup struct {
-	out       string   // work directory
-	bin       string   // the packwire binary
-	data      string   // packwire's data directory; data/repos is the shared repos directory
-	repos     string   // the bare repositories every server serves
-	repo      string   // name of the benchmark repository (without .git)
-	clientEnv []string // isolated client environment
-	key       string   // the client's SSH key (packwire user "bench" and sshd's root)
-	token     string   // packwire HTTP token of user "bench" (pushes)
-	nRounds   int
+	out   string // work directory
+	bin   string // the packwire binary
+	data  string // packwire's data directory; data/repos is the shared repos directory
+	repos string // the bare repositories every server serves
+	repo  string // name of the benchmark repository (without .git)
+	// bundleCold: the bundle workload's packwire stores no fetch answers.
+	bundleCold bool
+	clientEnv  []string // isolated client environment
+	key        string   // the client's SSH key (packwire user "bench" and sshd's root)
+	token      string   // packwire HTTP token of user "bench" (pushes)
+	nRounds    int
 
 	packwire *benchkit.Server
 	pwGit    string // packwire's ports
@@ -72,7 +74,8 @@ func main() {
 	outDir := flag.String("out", "bench/out/peers", "work directory (repositories, data, clones)")
 	shape := flag.String("shape", "jquery", "synth shape of the benchmark repository (jquery, swift, linux)")
 	scale := flag.Float64("scale", 1, "synth scale of the benchmark repository")
-	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, sshfloor, coldclone, bigstorm, idle, load, fastpath, splice, sshperf); default all but bigstorm, fastpath, splice and sshperf (sshperf wants a real history: -from); fastpath (which includes splice) and splice run alone (their packwire stores no fetch answers)")
+	only := flag.String("only", "", "comma-separated workloads to run (clone, sshgap, noop, incremental, mirror, herd, storm, sshfloor, coldclone, bigstorm, idle, load, fastpath, splice, bundle, sshperf); default all but bigstorm, fastpath, splice, bundle and sshperf (sshperf wants a real history: -from); fastpath (which includes splice), splice and bundle run alone (their packwire stores no fetch answers)")
+	bundleCold := flag.Bool("bundle-cold", false, "bundle: packwire stores no fetch answers, so git answers every fetch after the bundle (default: the fetch cache\nas deployed, the first clone after a push pays git, the next ones replay)")
 	from := flag.String("from", "", "copy this bare repository (e.g. one packwire synth made, or a real history) instead of generating the shape (-shape names it)")
 	flag.StringVar(from, "repo", "", "the same as -from")
 	bigHerd := flag.Int("bigstorm-herd", 16, "clones per herd of the bigstorm workload (run it with a big repository: -shape linux -scale 0.15)")
@@ -103,7 +106,7 @@ func main() {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	s := &setup{out: out, nRounds: *rounds, repo: *shape, ciOneFetch: map[string]time.Duration{}, coldOneClone: map[string]time.Duration{}}
+	s := &setup{out: out, nRounds: *rounds, repo: *shape, bundleCold: *bundleCold, ciOneFetch: map[string]time.Duration{}, coldOneClone: map[string]time.Duration{}}
 	want := map[string]bool{}
 	for _, w := range strings.Split(*only, ",") {
 		if w != "" {
@@ -113,10 +116,10 @@ func main() {
 	// bigstorm needs a big repository and an hour, sshperf a real history
 	// (-from): only when asked for.
 	run := func(name string) bool {
-		return want[name] || len(want) == 0 && name != "bigstorm" && name != "fastpath" && name != "sshperf"
+		return want[name] || len(want) == 0 && name != "bigstorm" && name != "fastpath" && name != "sshperf" && name != "bundle"
 	}
-	if want["fastpath"] && len(want) > 1 {
-		log.Fatal("-only fastpath runs alone: its packwire stores no fetch answers, which other workloads measure")
+	if (want["fastpath"] || want["bundle"]) && len(want) > 1 {
+		log.Fatal("-only fastpath and -only bundle run alone: their packwire stores no fetch answers, which other workloads measure")
 	}
 
 	home := filepath.Join(out, "home")
@@ -149,14 +152,14 @@ func main() {
 		counts = fmt.Sprintf("%d commits, %d trees, %d blobs, %d branches, %d tags", res.Commits, res.Trees, res.Blobs, res.Branches, res.Tags)
 	}
 	// coldclone's peer serves the same history in git's own layout.
-	if run("coldclone") || run("fastpath") || run("splice") {
+	if run("coldclone") || run("fastpath") || run("splice") || run("bundle") {
 		gcDst := filepath.Join(s.repos, s.gcCopy()+".git")
 		benchkit.Run("cp", "-a", dst, gcDst)
 		benchkit.Run("git", "-C", gcDst, "gc", "--quiet", "--prune=now")
 	}
 	benchkit.Run(s.bin, "init", "--data", s.data) // admin commands refuse a directory without a store
-	if run("fastpath") || run("splice") {
-		// The fast path needs the preferred pack with its tips recorded:
+	if run("fastpath") || run("splice") || run("bundle") {
+		// The fast path (and the clone bundle) needs the preferred pack with its tips recorded:
 		// a copy maintained by an older packwire has them not.
 		benchkit.Run(s.bin, "maintain", "--data", s.data, "--full", s.repo)
 	} else {
@@ -180,7 +183,7 @@ func main() {
 	// idle-connection workload.
 	serveArgs := []string{"--maintain-interval", "0", "--max-connections", "5000",
 		"--git", "127.0.0.1:" + s.pwGit, "--http", "127.0.0.1:" + s.pwHTTP, "--ssh", "127.0.0.1:" + s.pwSSH}
-	if run("fastpath") || run("splice") {
+	if run("fastpath") || run("splice") || run("bundle") && *bundleCold {
 		// Every clone cold: runs are shared, no answer is stored.
 		serveArgs = append(serveArgs, "--fetch-cache-max-bytes", "0")
 	}
@@ -249,6 +252,10 @@ func main() {
 	}
 	if run("fastpath") || run("splice") {
 		s.spliceWorkload(r) // after the fast path: its pushes end it
+		partial()
+	}
+	if run("bundle") {
+		s.bundleWorkload(r)
 		partial()
 	}
 	if run("sshperf") {

@@ -385,7 +385,8 @@ func copyRepoFiles(src, dst string, ln *linker) error {
 // skipFile is true for lock and temporary files, which only mean something
 // to the process that made them.
 func skipFile(name string) bool {
-	return strings.HasSuffix(name, ".lock") || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "tmp_")
+	return strings.HasSuffix(name, ".lock") || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "tmp_") ||
+		strings.HasPrefix(name, maintain.BundleFile) // derived: the next full maintenance run writes it
 }
 
 // copyObjects copies an objects directory: loose objects, complete packs

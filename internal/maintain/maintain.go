@@ -203,6 +203,9 @@ type Refs struct {
 	Branches int
 	Tags     int
 	Other    int // refs outside branches and tags (refs/pull/*, ...)
+	// Named are the branches, tags and HEAD with their ids, for the
+	// clone bundle's header.
+	Named []NamedRef
 }
 
 func (s *session) refs(ctx context.Context) (Refs, error) {
@@ -227,15 +230,18 @@ func (s *session) refs(ctx context.Context) (Refs, error) {
 		case strings.HasPrefix(name, "refs/heads/"):
 			r.Branches++
 			add(oid)
+			r.Named = append(r.Named, NamedRef{Name: name, ID: oid})
 		case strings.HasPrefix(name, "refs/tags/"):
 			r.Tags++
 			add(oid)
+			r.Named = append(r.Named, NamedRef{Name: name, ID: oid})
 		default:
 			r.Other++
 		}
 	}
 	if head, err := s.git(ctx, nil, "rev-parse", "-q", "--verify", "HEAD"); err == nil && strings.TrimSpace(head) != "" {
 		add(strings.TrimSpace(head))
+		r.Named = append(r.Named, NamedRef{Name: "HEAD", ID: strings.TrimSpace(head)})
 	}
 	return r, nil
 }
@@ -574,9 +580,15 @@ func (s *session) full(ctx context.Context) error {
 		if err := writeAtomic(filepath.Join(s.dir, stateFile), append(b, '\n')); err != nil {
 			return err
 		}
+		// 5. The clone bundle: the pack just built under a header of the
+		// refs it closes (bundle URIs, docs/clone-fast-path.md).
+		if err := writeBundle(s.dir, filepath.Join(packDir, st.Preferred), refs.Named); err != nil {
+			return err
+		}
 	} else {
 		os.Remove(filepath.Join(s.dir, stateFile))
 		os.Remove(filepath.Join(s.dir, tipsFile))
+		removeBundle(s.dir)
 	}
 	return s.indexes(ctx, st, false)
 }
@@ -704,6 +716,7 @@ func (s *session) dropKeeps(keep string) {
 // files more than an hour old (a running git's are younger).
 func (s *session) cleanTemp() {
 	os.RemoveAll(filepath.Join(s.dir, islandDir)) // a killed run's island repository
+	os.Remove(filepath.Join(s.dir, BundleFile+".tmp"))
 	for _, p := range []string{"objects/pack/multi-pack-index.lock", "objects/info/commit-graph.lock",
 		"objects/info/commit-graphs/commit-graph-chain.lock"} {
 		os.Remove(filepath.Join(s.dir, p))

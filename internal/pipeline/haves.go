@@ -220,14 +220,17 @@ func firstCommand(body *requestBody) string {
 }
 
 // capabilityFilter drops the object-info line from a v2 capability
-// advertisement (git's output to its first flush) on its way to the
-// client; everything after that passes as it is written. Writes may come
-// from git's relay and from a refusal at once (the admission gate's).
+// advertisement (git's output to its first flush) and adds packwire's
+// own (bundle-uri) before that flush, on its way to the client;
+// everything after that passes as it is written. Writes may come from
+// git's relay and from a refusal at once (the admission gate's).
 type capabilityFilter struct {
-	mu   sync.Mutex
-	w    io.Writer
-	head []byte // the advertisement's packets not yet whole
-	done bool
+	mu             sync.Mutex
+	w              io.Writer
+	dropObjectInfo bool
+	add            []byte // packets to advertise too
+	head           []byte // the advertisement's packets not yet whole
+	done           bool
 }
 
 func (f *capabilityFilter) Write(p []byte) (int, error) {
@@ -251,7 +254,10 @@ func (f *capabilityFilter) Write(p []byte) (int, error) {
 		pkt := f.head[:size]
 		f.head = f.head[size:]
 		name, _, _ := strings.Cut(strings.TrimSuffix(string(pkt[4:]), "\n"), "=")
-		if n <= 4 || name != "object-info" {
+		if n == 0 {
+			out = append(out, f.add...)
+		}
+		if n <= 4 || name != "object-info" || !f.dropObjectInfo {
 			out = append(out, pkt...)
 		}
 		if n == 0 {

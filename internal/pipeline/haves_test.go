@@ -40,7 +40,26 @@ func TestCapabilityFilter(t *testing.T) {
 	want := pktString("version 2", "agent=git/2.39.5", "ls-refs=unborn", "fetch=shallow wait-for-done", "object-format=sha1", "") + rest
 	for _, size := range []int{1, 3, 7, 1000} {
 		var out bytes.Buffer
-		f := &capabilityFilter{w: &out}
+		f := &capabilityFilter{w: &out, dropObjectInfo: true}
+		all := adv + rest
+		for i := 0; i < len(all); i += size {
+			f.Write([]byte(all[i:min(i+size, len(all))]))
+		}
+		if out.String() != want {
+			t.Fatalf("writes of %d: %q, want %q", size, out.String(), want)
+		}
+	}
+}
+
+// bundle-uri joins the advertisement just before its flush, object-info
+// kept when it is served; what follows the flush passes untouched.
+func TestCapabilityFilterAddsBundleURI(t *testing.T) {
+	adv := pktString("version 2", "agent=git/2.39.5", "ls-refs=unborn", "object-info", "")
+	rest := pktString("packfile", "")
+	want := pktString("version 2", "agent=git/2.39.5", "ls-refs=unborn", "object-info", "bundle-uri", "") + rest
+	for _, size := range []int{1, 5, 1000} {
+		var out bytes.Buffer
+		f := &capabilityFilter{w: &out, add: bundleCapability}
 		all := adv + rest
 		for i := 0; i < len(all); i += size {
 			f.Write([]byte(all[i:min(i+size, len(all))]))

@@ -42,6 +42,9 @@ type Request struct {
 	Remote        string // client address
 	StatelessRPC  bool   // smart HTTP
 	AdvertiseRefs bool   // smart HTTP info/refs
+	// BaseURL is the scheme and host the client reached (HTTP), for the
+	// bundle URI when Pipeline.PublicURL is not set; empty elsewhere.
+	BaseURL string
 	// Relayed: another node of a cluster passed this request on; it is
 	// served here or refused, never relayed again.
 	Relayed bool
@@ -135,6 +138,17 @@ type Pipeline struct {
 	// any object by id, reachable or not); off: neither advertised nor
 	// answered, as git does with transfer.advertiseObjectInfo off.
 	ObjectInfo bool
+	// BundleURIs advertises protocol v2's bundle-uri command and answers
+	// it with the URL of the repository's clone bundle, where it has one
+	// (maintain.BundleFile, served by the HTTP transport at BundleSuffix).
+	BundleURIs bool
+	// PublicURL is the HTTP base URL clients reach this server at
+	// ("https://git.example.com"), for bundle URIs over every transport;
+	// empty: HTTP's own request address, and ListenerURL over git:// and SSH.
+	PublicURL string
+	// ListenerURL is the HTTP listener's own address ("": no HTTP listener:
+	// no bundle URIs over git:// and SSH unless PublicURL is set).
+	ListenerURL string
 	// TempDir holds request bodies too large to keep in memory ("": the
 	// system's), within Spool's bounds (nil: none).
 	TempDir string
@@ -508,9 +522,15 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			packcache.EnvRepoPath+"="+c.Repo.Path)
 	}
 	spec.Progress = &rc.progress
-	if !p.ObjectInfo && req.Service == gitexec.UploadPack && protocol.Version(req.Protocol) == 2 && (!req.StatelessRPC || req.AdvertiseRefs) {
+	if req.Service == gitexec.UploadPack && protocol.Version(req.Protocol) == 2 && (!req.StatelessRPC || req.AdvertiseRefs) {
 		// The answer starts with git's capability advertisement.
-		stdout = &capabilityFilter{w: stdout}
+		var add []byte
+		if c.bundleURI() != "" {
+			add = bundleCapability
+		}
+		if !p.ObjectInfo || add != nil {
+			stdout = &capabilityFilter{w: stdout, dropObjectInfo: !p.ObjectInfo, add: add}
+		}
 	}
 	// Without a governor nothing reads the classification: skip the taps,
 	// unless the admission gate needs the classifier.

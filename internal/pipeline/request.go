@@ -209,6 +209,9 @@ func (c *Call) runStateless(ctx context.Context, spec gitexec.Spec, stdin io.Rea
 		return gitexec.Result{}, err
 	}
 	v2 := protocol.Version(c.Request.Protocol) == 2
+	if v2 && isBundleURICommand(firstCommand(body)) {
+		return c.runBundleURI(body, stdout)
+	}
 	if perr := p.refusedCommand(firstCommand(body)); v2 && perr != nil {
 		body.close()
 		pktline.WriteError(stdout, perr.Message)

@@ -95,6 +95,9 @@ func (c *Call) v2Command(ctx context.Context, plain, stateless gitexec.Spec, bod
 	if body.file == nil {
 		cmd, err = fetchcache.InspectCommand(body.mem)
 	}
+	if isBundleURICommand(firstCommand(body)) {
+		return c.runBundleURI(body, stdout)
+	}
 	if perr := c.p.refusedCommand(firstCommand(body)); perr != nil {
 		pktline.WriteError(stdout, perr.Message)
 		return gitexec.Result{BytesIn: body.size}, perr

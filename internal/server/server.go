@@ -164,6 +164,14 @@ type Config struct {
 	// ObjectInfo serves protocol v2's object-info (any object's size by
 	// id, reachable or not); off: neither advertised nor answered.
 	ObjectInfo bool
+	// BundleURIs advertises protocol v2's bundle-uri and serves each
+	// maintained repository's clone bundle at /NAME.git/bundle over HTTP.
+	BundleURIs bool
+	// BundleBaseURL is the base URL bundle URIs point at (BASE/NAME.git/bundle):
+	// the HTTP listener as clients reach it, or a static copy of the
+	// bundles ("": over HTTP the address the client used, over git:// and
+	// SSH http:// and the HTTP listener's address).
+	BundleBaseURL string
 
 	// LFS serves Git LFS (HTTP API under /NAME.git/info/lfs, SSH
 	// git-lfs-authenticate) from DATA/lfs.
@@ -265,6 +273,7 @@ var Defaults = Config{
 	PackCacheMinFreeBytes: 1 << 30,
 
 	FetchCache:               true,
+	BundleURIs:               true,
 	FetchCacheMaxBytes:       2 << 30,
 	FetchCacheMaxAge:         5 * time.Minute,
 	FetchCacheMinFreeBytes:   1 << 30,
@@ -448,6 +457,8 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 
 		MaxPerClient: cfg.MaxRequestsPerClient,
 		ObjectInfo:   cfg.ObjectInfo,
+		BundleURIs:   cfg.BundleURIs,
+		PublicURL:    cfg.BundleBaseURL,
 	}
 	if !cfg.AllowUnreachableWants {
 		s.Pipeline.Reach = &reach.Checker{}
@@ -656,6 +667,12 @@ func (s *Server) Start() error {
 			MaxRequestBody: cfg.MaxRequestBody,
 			IdleTimeout:    cfg.IdleTimeout,
 			Log:            cfg.Log,
+		}
+		if s.Pipeline.PublicURL == "" && cfg.BundleURIs {
+			s.Pipeline.ListenerURL = "http://" + reachableAddr(httpL.Addr())
+			if cfg.TLSCert != "" {
+				s.Pipeline.ListenerURL = "https://" + reachableAddr(httpL.Addr())
+			}
 		}
 		if s.LFS != nil {
 			git.LFS = s.LFS

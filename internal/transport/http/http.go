@@ -88,6 +88,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}()
 	}
+	if repoPath, ok := strings.CutSuffix(r.URL.Path, pipeline.BundleSuffix); ok && repoPath != "" {
+		h.serveBundle(w, r, repoPath)
+		return
+	}
 	repoPath, endpoint, ok := Route(r.URL.Path)
 	if !ok {
 		plainError(w, http.StatusNotFound, "not found")
@@ -118,25 +122,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	principal := access.Anonymous
-	if user, token, hasAuth := r.BasicAuth(); hasAuth {
-		p, err := h.Access.PrincipalForToken(r.Context(), user, token)
-		if err != nil {
-			if !errors.Is(err, access.ErrBadCredentials) {
-				// The store could not answer (a database restarting, say):
-				// not the client's credentials, so no 401, which git would
-				// report as "Authentication failed" and credential helpers
-				// would act on.
-				h.log().Warn("checking credentials", "transport", "http", "remote", r.RemoteAddr, "repo", repoPath, "error", err.Error())
-				writePipelineError(w, pipeline.StoreUnavailable(err))
-				return
-			}
-			h.log().Info("refused", "transport", "http", "remote", r.RemoteAddr, "repo", repoPath, "reason", err.Error())
-			w.Header().Set("WWW-Authenticate", realm)
-			plainError(w, http.StatusUnauthorized, "invalid credentials: use a packwire token as the password")
-			return
-		}
-		principal = p
+	principal, ok := h.principal(w, r, repoPath)
+	if !ok {
+		return
 	}
 
 	advertise := endpoint == "info/refs"
@@ -149,6 +137,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Remote:        r.RemoteAddr,
 		StatelessRPC:  true,
 		AdvertiseRefs: advertise,
+		BaseURL:       baseURL(r),
 	}
 	var body io.Reader = http.NoBody
 	var limited *limitReader
