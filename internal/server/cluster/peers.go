@@ -22,6 +22,18 @@ type peerReach struct {
 	mu       sync.Mutex
 	answered map[string]time.Time // peer -> its last answer (or when first seen)
 	asking   map[string]bool      // a request to the peer is under way
+	// round is when the heartbeat last asked. A longer gap than a node
+	// timeout (this node paused, or PostgreSQL away so no heartbeat ran)
+	// says nothing of the peers: their clocks restart.
+	round time.Time
+	clock func() time.Time // nil: time.Now (tests set it)
+}
+
+func (r *peerReach) now() time.Time {
+	if r.clock != nil {
+		return r.clock()
+	}
+	return time.Now()
 }
 
 // peer is another node as the heartbeat lists it.
@@ -36,7 +48,13 @@ func (r *peerReach) probe(ctx context.Context, peers []peer, timeout time.Durati
 	if r.answered == nil {
 		r.answered, r.asking = map[string]time.Time{}, map[string]bool{}
 	}
-	now := time.Now()
+	now := r.now()
+	if gap := now.Sub(r.round); gap > timeout {
+		for name := range r.answered {
+			r.answered[name] = now
+		}
+	}
+	r.round = now
 	listed := map[string]bool{}
 	for _, p := range peers {
 		listed[p.name] = true
@@ -55,7 +73,7 @@ func (r *peerReach) probe(ctx context.Context, peers []peer, timeout time.Durati
 			defer r.mu.Unlock()
 			r.asking[p.name] = false
 			if err == nil {
-				r.answered[p.name] = time.Now()
+				r.answered[p.name] = r.now()
 			}
 		}()
 	}
@@ -72,9 +90,13 @@ func (r *peerReach) probe(ctx context.Context, peers []peer, timeout time.Durati
 func (r *peerReach) unreached(timeout time.Duration) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := r.now()
+	if now.Sub(r.round) > timeout {
+		return "" // not asked lately (see round)
+	}
 	var names []string
 	for name, at := range r.answered {
-		if time.Since(at) > timeout {
+		if now.Sub(at) > timeout {
 			names = append(names, name)
 		}
 	}
