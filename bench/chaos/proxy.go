@@ -134,15 +134,19 @@ func (p *proxy) handle(c net.Conn) {
 }
 
 // sourceNode finds which node opened a loopback connection: the process
-// owning the socket at remote, or one of its parents up to one of the
-// nodes' pids (catch-up runs git fetch, a child of the node).
+// owning the socket at remote, among the nodes and their descendants
+// (catch-up runs git fetch, a child of the node).
 func sourceNode(remote net.Addr, nodes func() map[int]string) string {
 	addr, ok := remote.(*net.TCPAddr)
 	if !ok {
 		return ""
 	}
 	byPid := nodes()
-	pid := netowner.Owner(addr.Port)
+	var roots []int
+	for pid := range byPid {
+		roots = append(roots, pid)
+	}
+	pid := netowner.OwnerAmong(addr.Port, roots)
 	for i := 0; pid > 1 && i < 16; i++ {
 		if name, ok := byPid[pid]; ok {
 			return name

@@ -13,17 +13,6 @@ import (
 	"strings"
 )
 
-// Owner is the pid of the process holding the IPv4 loopback socket bound
-// to local port port, or 0 if none is found (gone, or not ours to read).
-// It walks /proc: call it once per connection.
-func Owner(port int) int {
-	inode := socketInode(port)
-	if inode == "" {
-		return 0
-	}
-	return socketOwner(inode)
-}
-
 // socketInode is the inode of the IPv4 loopback socket bound to port.
 func socketInode(port int) string {
 	f, err := os.Open("/proc/net/tcp")
@@ -42,25 +31,6 @@ func socketInode(port int) string {
 	return ""
 }
 
-// socketOwner is the pid with socket inode open, or 0.
-func socketOwner(inode string) int {
-	want := "socket:[" + inode + "]"
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, dir := range procs {
-		fds, err := os.ReadDir(filepath.Join(dir, "fd"))
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			if l, err := os.Readlink(filepath.Join(dir, "fd", fd.Name())); err == nil && l == want {
-				pid, _ := strconv.Atoi(filepath.Base(dir))
-				return pid
-			}
-		}
-	}
-	return 0
-}
-
 // ParentPid is pid's parent, or 0.
 func ParentPid(pid int) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -76,4 +46,44 @@ func ParentPid(pid int) int {
 	}
 	ppid, _ := strconv.Atoi(fields[1])
 	return ppid
+}
+
+// OwnerAmong is Owner looking only at roots and their descendants (the
+// processes a test started, and what they run): reading every process's
+// descriptors on a machine running thousands took seconds under load,
+// longer than the timeouts under test. It returns the pid found, or 0.
+func OwnerAmong(port int, roots []int) int {
+	inode := socketInode(port)
+	if inode == "" {
+		return 0
+	}
+	want := "socket:[" + inode + "]"
+	seen := map[int]bool{}
+	queue := append([]int(nil), roots...)
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		if pid <= 1 || seen[pid] {
+			continue
+		}
+		seen[pid] = true
+		dir := fmt.Sprintf("/proc/%d", pid)
+		if fds, err := os.ReadDir(filepath.Join(dir, "fd")); err == nil {
+			for _, fd := range fds {
+				if l, err := os.Readlink(filepath.Join(dir, "fd", fd.Name())); err == nil && l == want {
+					return pid
+				}
+			}
+		}
+		tasks, _ := filepath.Glob(filepath.Join(dir, "task", "*", "children"))
+		for _, t := range tasks {
+			b, _ := os.ReadFile(t)
+			for _, f := range strings.Fields(string(b)) {
+				if child, err := strconv.Atoi(f); err == nil {
+					queue = append(queue, child)
+				}
+			}
+		}
+	}
+	return 0
 }
