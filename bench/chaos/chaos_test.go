@@ -25,7 +25,7 @@ func TestNemesesShort(t *testing.T) {
 	}
 	run1 := nemeses
 	report, failed, err := run(context.Background(), options{nemeses: run1, short: true,
-		heartbeat: cluster.DefaultHeartbeat, nodeTimeout: cluster.DefaultNodeTimeout, readers: 3, log: &logWriter{t}})
+		heartbeat: cluster.DefaultHeartbeat, nodeTimeout: cluster.DefaultNodeTimeout, readers: 3, stall: defaultStall, log: &logWriter{t}})
 	t.Log("\n" + report)
 	if err != nil {
 		t.Fatal(err)

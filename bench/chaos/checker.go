@@ -20,6 +20,7 @@ type verdict struct {
 	copies   []string // fsck errors, copies not equal, copies not settled
 	window   time.Duration
 	failover []time.Duration // per event hitting the primary: to the first push a new primary acknowledged (-1: none)
+	promoted []time.Duration // per event hitting the primary: to PostgreSQL recording another primary (-1: none)
 	recovery []time.Duration // per event: to the first acknowledged push after it (-1: none)
 }
 
@@ -97,6 +98,7 @@ func check(ctx context.Context, c *testCluster, h *history, repos []string, sett
 		}
 		v.recovery = append(v.recovery, firstAck(h.pushes, e.at, until, func(pushRecord) bool { return true }))
 		if primaryNemesis {
+			v.promoted = append(v.promoted, firstMove(h.primaries, e.at, until, e.primary))
 			v.failover = append(v.failover, firstAck(h.pushes, e.at, until, func(p pushRecord) bool {
 				return p.repo == repos[0] && p.primaryAfter != "" && p.primaryAfter != e.primary
 			}))
@@ -189,6 +191,18 @@ func longestGap(pushes []pushRecord, from, to time.Time) time.Duration {
 		prev = t
 	}
 	return longest
+}
+
+// firstMove is the time from at to the first time (before until) the
+// watched repository's primary was seen to be another node than old; -1
+// if none. The poll's period (50 ms) bounds its error.
+func firstMove(seen []primarySeen, at, until time.Time, old string) time.Duration {
+	for _, s := range seen {
+		if s.at.After(at) && s.at.Before(until) && s.primary != "" && s.primary != old {
+			return s.at.Sub(at)
+		}
+	}
+	return -1
 }
 
 // firstAck is the time from at to the first push acknowledged after it

@@ -14,7 +14,9 @@
 //   - every copy git fsck clean and equal to the others;
 //
 // and reports the longest window without an acknowledged push and the
-// failover time (fault to the first push a new primary acknowledged). The
+// failover time: fault to PostgreSQL recording another primary, and to
+// the first push a new primary acknowledged (pushers give up on a node
+// that shows no progress for -push-stall, and try the next). The
 // exit status is 1 on any loss, stale read or copy problem.
 //
 //	go run ./bench/chaos                     # every nemesis, 1 minute each
@@ -45,6 +47,12 @@ import (
 	"packwire/internal/server/cluster"
 )
 
+// defaultStall is how long a pusher waits without progress before it
+// gives up on a node: the server says nothing while it replicates, and a
+// small push to a well node took up to 3.5 s on the 2-core machine at a
+// load average of 30 (3 s cut such pushes).
+const defaultStall = 5 * time.Second
+
 type options struct {
 	nemeses     []nemesis
 	duration    time.Duration
@@ -53,6 +61,7 @@ type options struct {
 	heartbeat   time.Duration
 	nodeTimeout time.Duration
 	readers     int
+	stall       time.Duration // a push with no progress for this long is cut (0: never)
 	keep        bool
 	log         io.Writer // progress
 }
@@ -67,6 +76,7 @@ func main() {
 	flag.DurationVar(&o.heartbeat, "node-heartbeat", cluster.DefaultHeartbeat, "the nodes' --node-heartbeat")
 	flag.DurationVar(&o.nodeTimeout, "node-timeout", cluster.DefaultNodeTimeout, "the nodes' --node-timeout")
 	flag.IntVar(&o.readers, "readers", 3, "concurrent readers (HTTP, SSH and git:// in turn)")
+	flag.DurationVar(&o.stall, "push-stall", defaultStall, "a push showing no progress for this long is cut and the pusher tries the next node, as a client behind a load balancer; 0: pushes wait for their node")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data directories and node logs after a failed run")
 	flag.Parse()
 	var err error
@@ -195,8 +205,13 @@ func runPhase(ctx context.Context, c *testCluster, nm nemesis, i int, o options)
 	wctx, stopLoad := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
-		(&workload{c: c, h: h, repos: r.repos, dir: dir, readers: o.readers}).run(wctx, ctx)
+		(&workload{c: c, h: h, repos: r.repos, dir: dir, readers: o.readers, stall: o.stall}).run(wctx, ctx)
 		close(done)
+	}()
+	watched := make(chan struct{})
+	go func() {
+		h.watchPrimary(wctx, c, r.repos[0])
+		close(watched)
 	}()
 	sleep(ctx, warm)
 	from := time.Now()
@@ -204,6 +219,7 @@ func runPhase(ctx context.Context, c *testCluster, nm nemesis, i int, o options)
 	sleep(ctx, cool)
 	stopLoad()
 	<-done
+	<-watched
 	to := time.Now()
 	if ctx.Err() != nil {
 		r.err = ctx.Err()

@@ -3,15 +3,11 @@
 package main
 
 import (
-	"bufio"
-	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
+
+	"packwire/internal/netowner"
 )
 
 // proxy is a TCP proxy on 127.0.0.1 the suite puts between a node and
@@ -138,78 +134,24 @@ func (p *proxy) handle(c net.Conn) {
 }
 
 // sourceNode finds which node opened a loopback connection: the process
-// owning the socket at remote (from /proc/net/tcp), then its parents up
-// to one of the nodes' pids (catch-up runs git fetch, a child of the
-// node). Linux only; elsewhere no connection is attributed ("").
+// owning the socket at remote, among the nodes and their descendants
+// (catch-up runs git fetch, a child of the node).
 func sourceNode(remote net.Addr, nodes func() map[int]string) string {
 	addr, ok := remote.(*net.TCPAddr)
 	if !ok {
 		return ""
 	}
-	inode := socketInode(addr.Port)
-	if inode == "" {
-		return ""
-	}
-	pid := socketOwner(inode)
 	byPid := nodes()
+	var roots []int
+	for pid := range byPid {
+		roots = append(roots, pid)
+	}
+	pid := netowner.OwnerAmong(addr.Port, roots)
 	for i := 0; pid > 1 && i < 16; i++ {
 		if name, ok := byPid[pid]; ok {
 			return name
 		}
-		pid = parentPid(pid)
+		pid = netowner.ParentPid(pid)
 	}
 	return ""
-}
-
-// socketInode is the inode of the IPv4 loopback socket bound to port.
-func socketInode(port int) string {
-	f, err := os.Open("/proc/net/tcp")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	local := fmt.Sprintf("0100007F:%04X", port)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 9 && fields[1] == local {
-			return fields[9]
-		}
-	}
-	return ""
-}
-
-// socketOwner is the pid with socket inode open, or 0.
-func socketOwner(inode string) int {
-	want := "socket:[" + inode + "]"
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, dir := range procs {
-		fds, err := os.ReadDir(filepath.Join(dir, "fd"))
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			if l, err := os.Readlink(filepath.Join(dir, "fd", fd.Name())); err == nil && l == want {
-				pid, _ := strconv.Atoi(filepath.Base(dir))
-				return pid
-			}
-		}
-	}
-	return 0
-}
-
-func parentPid(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name is in parentheses and may hold spaces: the ppid is
-	// the second field after its closing one.
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(fields[1])
-	return ppid
 }

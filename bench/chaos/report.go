@@ -68,22 +68,27 @@ func reportHeader(w io.Writer, root string, o options) {
 	}
 	fmt.Fprintf(w, "- Code: %s\n", code)
 	fmt.Fprintf(w, "- Cluster: 3 `packwire serve` processes (replicas 3) on one PostgreSQL, 127.0.0.1; --node-heartbeat %s, --node-timeout %s; each node reaches PostgreSQL and is reached by its peers through proxies the suite cuts\n", o.heartbeat, o.nodeTimeout)
-	fmt.Fprintf(w, "- Workload per nemesis: 2 new repositories; per repository a pusher making a new branch each push and one fast-forwarding a branch (HTTP and SSH in turn, to every live node); %d readers (HTTP, SSH, git://) listing refs (every fifth a mirror clone) from every live node\n", o.readers)
+	stall := fmt.Sprintf("a push that shows no progress for %s is cut and the next goes to the next node, as a client behind a load balancer would", o.stall)
+	if o.stall <= 0 {
+		stall = "a push waits for its node as long as it takes (1 minute at most)"
+	}
+	fmt.Fprintf(w, "- Workload per nemesis: 2 new repositories; per repository a pusher making a new branch each push and one fast-forwarding a branch (HTTP and SSH in turn, to every live node; %s); %d readers (HTTP, SSH, git://) listing refs (every fifth a mirror clone) from every live node\n", stall, o.readers)
+	fmt.Fprintf(w, "- Failover, for a fault of the primary: from the fault to PostgreSQL recording another primary for the first repository (polled every 50 ms), and to the first push to it acknowledged by a new primary\n")
 	fmt.Fprintf(w, "- Mode: %s\n\n", mode)
 }
 
 // reportTable is one line per nemesis, then the details of each.
 func reportTable(w io.Writer, results []phaseResult) {
-	fmt.Fprintf(w, "| nemesis | faults | pushes acked / failed | reads ok / failed | lost | stale reads | copies | longest window without an ack | failover (to a push acked by a new primary) | first ack after a fault | verdict |\n")
-	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---|---:|---|---|---|\n")
+	fmt.Fprintf(w, "| nemesis | faults | pushes acked / failed | reads ok / failed | lost | stale reads | copies | longest window without an ack | failover: another primary recorded | failover: a push acked by a new primary | first ack after a fault | verdict |\n")
+	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---|---:|---|---|---|---|\n")
 	for _, r := range results {
 		copies := "fsck clean, equal"
 		if len(r.v.copies) > 0 {
 			copies = fmt.Sprintf("**%d problems**", len(r.v.copies))
 		}
-		failover := "n/a"
+		promoted, failover := "n/a", "n/a"
 		if r.nm.primary {
-			failover = spread(r.v.failover)
+			promoted, failover = spread(r.v.promoted), spread(r.v.failover)
 		}
 		verdict := "ok"
 		switch {
@@ -92,8 +97,8 @@ func reportTable(w io.Writer, results []phaseResult) {
 		case r.v.failed():
 			verdict = "**FAIL**"
 		}
-		fmt.Fprintf(w, "| %s | %d | %d / %d | %d / %d | %s | %s | %s | %s | %s | %s | %s |\n", r.nm.name, len(r.events), r.pushesAcked, r.pushesFailed, r.readsOK, r.readsFailed,
-			count(len(r.v.lost)), count(len(r.v.stale)), copies, secs(r.v.window), failover, spread(r.v.recovery), verdict)
+		fmt.Fprintf(w, "| %s | %d | %d / %d | %d / %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.nm.name, len(r.events), r.pushesAcked, r.pushesFailed, r.readsOK, r.readsFailed,
+			count(len(r.v.lost)), count(len(r.v.stale)), copies, secs(r.v.window), promoted, failover, spread(r.v.recovery), verdict)
 	}
 	fmt.Fprintln(w)
 	for _, r := range results {

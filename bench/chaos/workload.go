@@ -50,6 +50,62 @@ func (g *gitEnv) run(ctx context.Context, timeout time.Duration, dir string, arg
 	return string(out), err
 }
 
+// runStalling is run for a client behind a load balancer: git is also
+// killed (with its group) once it has written nothing for stall, as a
+// client that gives up on a server making no progress (a paused or cut
+// off node) and tries the next one. stall <= 0: no such deadline.
+func (g *gitEnv) runStalling(ctx context.Context, stall, timeout time.Duration, dir string, args ...string) (out string, stalled bool, err error) {
+	if stall <= 0 {
+		out, err = g.run(ctx, timeout, dir, args...)
+		return out, false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = g.vars
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	w := &progressWriter{}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		return "", false, err
+	}
+	var gaveUp atomic.Bool
+	watch := time.AfterFunc(stall, func() {
+		gaveUp.Store(true)
+		cancel()
+	})
+	w.onWrite = func() { watch.Reset(stall) }
+	err = cmd.Wait()
+	watch.Stop()
+	return w.String(), gaveUp.Load() && err != nil, err
+}
+
+// progressWriter collects a command's output and calls onWrite on each
+// write (git's progress lines are its sign of life).
+type progressWriter struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	onWrite func()
+}
+
+func (w *progressWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.onWrite != nil {
+		w.onWrite()
+	}
+	return w.b.Write(p)
+}
+
+func (w *progressWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
 // The transports clients use; pushes go over HTTP and SSH.
 const (
 	overHTTP = "http"
@@ -83,6 +139,7 @@ type pushRecord struct {
 	node, transport         string
 	start, end              time.Time
 	acked                   bool
+	stalled                 bool   // cut by the client: no progress for the workload's stall
 	primaryAfter            string // the repository's primary read right after the acknowledgement
 	out                     string // the client's last lines when not acknowledged
 }
@@ -105,6 +162,9 @@ type history struct {
 	reads  []readRecord
 	events []event
 	chains map[string][]string // fast-forward pusher key -> its commits in order
+	// primaries are the watched repository's primary as PostgreSQL
+	// recorded it, each change with when it was first seen.
+	primaries []primarySeen
 
 	inFlight atomic.Int64 // pushes under way (the mid-push pause waits for one)
 }
@@ -121,6 +181,31 @@ func (h *history) addRead(r readRecord) {
 	h.mu.Unlock()
 }
 
+// primarySeen is a repository's primary read from PostgreSQL at a time.
+type primarySeen struct {
+	at      time.Time
+	primary string
+}
+
+// watchPrimary polls repo's primary in PostgreSQL (directly, not through
+// any node's proxy) every 50 ms until ctx ends, and records each change:
+// the failover as the cluster's tables show it, apart from any client.
+func (h *history) watchPrimary(ctx context.Context, c *testCluster, repo string) {
+	last := ""
+	for ctx.Err() == nil {
+		if p, err := c.placement(ctx, repo); err == nil && p.Primary != last {
+			last = p.Primary
+			h.mu.Lock()
+			h.primaries = append(h.primaries, primarySeen{at: time.Now(), primary: p.Primary})
+			h.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func (h *history) addEvent(e event) {
 	h.mu.Lock()
 	h.events = append(h.events, e)
@@ -134,6 +219,7 @@ type workload struct {
 	repos   []string
 	dir     string
 	readers int
+	stall   time.Duration // a push with no progress for this long is cut (0: never)
 }
 
 // run runs the workload until stopping ends; then each client finishes
@@ -226,9 +312,10 @@ func (w *workload) push(stopping, ctx context.Context, repo, kind string, pusher
 		}
 		rec := pushRecord{repo: repo, kind: kind, ref: ref, commit: head, pusher: pusher, index: n, node: nd.name, transport: transport, start: time.Now()}
 		w.h.inFlight.Add(1)
-		out, err := g.run(ctx, time.Minute, work, "push", "--porcelain", w.c.repoURL(nd, transport, repo), "HEAD:"+ref)
+		out, stalled, err := g.runStalling(ctx, w.stall, time.Minute, work, "push", "--progress", "--porcelain", w.c.repoURL(nd, transport, repo), "HEAD:"+ref)
 		w.h.inFlight.Add(-1)
 		rec.end = time.Now()
+		rec.stalled = stalled
 		if ctx.Err() != nil && err != nil {
 			// Cut by ^C: not an answer of the server's.
 			return
@@ -240,6 +327,9 @@ func (w *workload) push(stopping, ctx context.Context, repo, kind string, pusher
 			}
 		} else {
 			rec.out = lastLines(out, 3)
+			if stalled {
+				rec.out = fmt.Sprintf("(cut by the client: no progress for %s)", w.stall)
+			}
 		}
 		w.h.addPush(rec)
 		if !rec.acked {

@@ -10,14 +10,17 @@ import (
 // testProxy forwards TCP connections to upstream (settable once the
 // target runs). cut stops every byte either way (connections stay open,
 // new ones are accepted and held), as a network that drops every packet
-// does, until mend; onUp, if set, sees each chunk the client sends
-// before it is forwarded.
+// does, until mend; cutWhere does the same to the connections it picks
+// only (a partition of some clients); onUp, if set, sees each chunk the
+// client sends before it is forwarded.
 type testProxy struct {
 	ln       net.Listener
 	upstream atomic.Value // string
 	onUp     atomic.Value // func([]byte)
 	mu       sync.Mutex
 	open     chan struct{} // closed while bytes move
+	where    func(client net.Conn) bool
+	changed  chan struct{} // closed and replaced when where changes
 	conns    []net.Conn
 }
 
@@ -27,12 +30,13 @@ func newTestProxy(t *testing.T, upstream string) *testProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &testProxy{ln: ln, open: make(chan struct{})}
+	p := &testProxy{ln: ln, open: make(chan struct{}), changed: make(chan struct{})}
 	close(p.open)
 	p.upstream.Store(upstream)
 	t.Cleanup(func() {
 		ln.Close()
 		p.mend()
+		p.cutWhere(nil)
 		p.mu.Lock()
 		for _, c := range p.conns {
 			c.Close()
@@ -59,12 +63,28 @@ func (p *testProxy) track(c net.Conn) {
 	p.mu.Unlock()
 }
 
-// gate waits while a cut lasts.
-func (p *testProxy) gate() {
+// gate waits while a cut lasts, or one of client's.
+func (p *testProxy) gate(client net.Conn) {
+	for {
+		p.mu.Lock()
+		open, where, changed := p.open, p.where, p.changed
+		p.mu.Unlock()
+		<-open
+		if where == nil || !where(client) {
+			return
+		}
+		<-changed
+	}
+}
+
+// cutWhere holds the bytes of the client connections where picks (nil:
+// none), open ones included, until it changes.
+func (p *testProxy) cutWhere(where func(client net.Conn) bool) {
 	p.mu.Lock()
-	open := p.open
+	p.where = where
+	close(p.changed)
+	p.changed = make(chan struct{})
 	p.mu.Unlock()
-	<-open
 }
 
 func (p *testProxy) cut() {
@@ -89,7 +109,7 @@ func (p *testProxy) mend() {
 
 func (p *testProxy) forward(c net.Conn) {
 	p.track(c)
-	p.gate()
+	p.gate(c)
 	up, err := net.Dial("tcp", p.upstream.Load().(string))
 	if err != nil {
 		c.Close()
@@ -106,7 +126,7 @@ func (p *testProxy) forward(c net.Conn) {
 				if f, _ := p.onUp.Load().(func([]byte)); watch && f != nil {
 					f(buf[:n])
 				}
-				p.gate()
+				p.gate(c)
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
 				}

@@ -45,7 +45,8 @@ func (s *Server) openCluster(ctx context.Context) error {
 	if err := route.InstallHooks(hooks, exe, clusterHook(cfg.ClusterHook, exe)); err != nil {
 		return fmt.Errorf("cluster hooks: %w", err)
 	}
-	s.Node = &cluster.Node{DB: s.Data.Store.DB, Name: cfg.Node, URL: cfg.NodeURL, Heartbeat: cfg.NodeHeartbeat, Timeout: cfg.NodeTimeout, Log: cfg.Log}
+	s.Node = &cluster.Node{DB: s.Data.Store.DB, Name: cfg.Node, URL: cfg.NodeURL, Heartbeat: cfg.NodeHeartbeat, Timeout: cfg.NodeTimeout, Log: cfg.Log,
+		Reach: route.Ping}
 	s.Router = &route.Router{Node: s.Node, Secret: secret, HooksDir: hooks, Repos: s.Data.Repos}
 	s.Pipeline.Cluster = s.Router
 	// Mirrors: only a repository's primary syncs it (its ref transaction

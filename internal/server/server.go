@@ -697,6 +697,7 @@ func (s *Server) Start() error {
 			relay, next := route.Handler(s.Pipeline, s.Data.Access), handler
 			replicate := route.ReplicateHandler(s.Data.Repos, s.Data.Access, cfg.MaxPushRefs)
 			s.replicator = replicate
+			ping := route.PingHandler()
 			handler = nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
 				switch r.URL.Path {
 				case route.RelayPath:
@@ -707,6 +708,9 @@ func (s *Server) Start() error {
 					return
 				case route.MirrorPath:
 					s.mirrorCalls.ServeHTTP(w, r)
+					return
+				case route.PingPath:
+					ping.ServeHTTP(w, r)
 					return
 				}
 				next.ServeHTTP(w, r)

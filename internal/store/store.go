@@ -219,6 +219,11 @@ var migrations = []string{
 	`ALTER TABLE cluster_repos ADD COLUMN push_turn INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE cluster_repos ADD COLUMN push_holder TEXT NOT NULL DEFAULT '';
 	ALTER TABLE cluster_repos ADD COLUMN push_until_ms INTEGER NOT NULL DEFAULT 0;`,
+	// 15: the peers a node has not reached for a node timeout, as it
+	// reports them in its heartbeat (",b,c,"; '': it reaches every one,
+	// or does not tell): the monitor moves a primary that cannot reach a
+	// majority of a repository's copies (cluster.Failover).
+	`ALTER TABLE nodes ADD COLUMN unreached TEXT NOT NULL DEFAULT '';`,
 }
 
 // postgresOnly splits a migration: what follows it is applied on

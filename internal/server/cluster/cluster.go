@@ -53,6 +53,13 @@ type Node struct {
 	Heartbeat  time.Duration
 	Timeout    time.Duration // a node whose heartbeat is older is unhealthy
 	Log        *slog.Logger
+	// Reach, if set, asks the node at url whether it answers (bounded by
+	// ctx): every heartbeat asks each other node, and reports those that
+	// have not answered for Timeout (see peerReach), so that the monitor
+	// moves the primaries of a node cut off from its replicas. nil: the
+	// node reports nothing, and is taken to reach every other.
+	Reach func(ctx context.Context, url string) error
+	peers peerReach
 	// OnTick, if set, runs after heartbeats (the node's catch-up of its
 	// copies), in a goroutine of its own: once per heartbeat at most, and
 	// never holding the next heartbeat up (a catch-up may fetch for long,
@@ -80,7 +87,7 @@ func (n *Node) Join(ctx context.Context) error {
 	_, err := n.membership().ExecContext(ctx, `INSERT INTO nodes(name, url, listeners, started_ms, heartbeat_ms)
 		VALUES(?, ?, ?, `+dbNowMS+`, `+dbNowMS+`)
 		ON CONFLICT(name) DO UPDATE SET url = excluded.url, listeners = excluded.listeners,
-			started_ms = excluded.started_ms, heartbeat_ms = excluded.heartbeat_ms`, n.Name, n.URL, n.Listeners)
+			started_ms = excluded.started_ms, heartbeat_ms = excluded.heartbeat_ms, unreached = ''`, n.Name, n.URL, n.Listeners)
 	if err != nil {
 		return fmt.Errorf("cluster: registering node %s: %w", n.Name, err)
 	}
@@ -141,7 +148,7 @@ func (n *Node) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		stepCtx, cancel := context.WithTimeout(ctx, n.NodeTimeout())
-		err := n.beat(stepCtx)
+		err := n.beat(stepCtx, ctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			n.Log.Warn("cluster: heartbeat failed", "node", n.Name, "error", err.Error())
@@ -161,7 +168,11 @@ func (n *Node) Run(ctx context.Context) {
 			n.Log.Warn("cluster: failover check failed", "node", n.Name, "error", err.Error())
 		}
 		for _, p := range promoted {
-			n.Log.Info("cluster: primary promoted", "repo", p.Repo, "from", p.From, "to", p.To, "generation", p.Generation)
+			why := "its node stopped heartbeating, or its copy stayed behind"
+			if p.Cut {
+				why = "it could not reach a majority of the copies"
+			}
+			n.Log.Info("cluster: primary promoted", "repo", p.Repo, "from", p.From, "to", p.To, "generation", p.Generation, "why", why)
 		}
 		select {
 		case tick <- struct{}{}:
@@ -170,14 +181,41 @@ func (n *Node) Run(ctx context.Context) {
 	}
 }
 
-func (n *Node) beat(ctx context.Context) error {
-	res, err := n.membership().ExecContext(ctx, "UPDATE nodes SET heartbeat_ms = "+dbNowMS+" WHERE name = ?", n.Name)
+// beat writes the heartbeat with the peers this node has not reached,
+// then lists the other nodes and asks them (in the background, bounded,
+// within runCtx) whether they answer.
+func (n *Node) beat(ctx, runCtx context.Context) error {
+	unreached := ""
+	if n.Reach != nil {
+		unreached = n.peers.unreached(n.NodeTimeout())
+	}
+	res, err := n.membership().ExecContext(ctx, "UPDATE nodes SET heartbeat_ms = "+dbNowMS+", unreached = ? WHERE name = ?", unreached, n.Name)
 	if err != nil {
 		return err
 	}
 	if k, _ := res.RowsAffected(); k == 0 { // removed meanwhile: register again
 		return n.Join(ctx)
 	}
+	if n.Reach == nil {
+		return nil
+	}
+	rows, err := n.membership().QueryContext(ctx, "SELECT name, url FROM nodes WHERE name <> ?", n.Name)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var peers []peer
+	for rows.Next() {
+		var p peer
+		if err := rows.Scan(&p.name, &p.url); err != nil {
+			return err
+		}
+		peers = append(peers, p)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	n.peers.probe(runCtx, peers, n.NodeTimeout(), n.Reach)
 	return nil
 }
 
@@ -212,15 +250,32 @@ const behindFactor = 5
 type Promotion struct {
 	Repo, From, To string
 	Generation     int64
+	Cut            bool // From was alive but could not reach a majority of the copies
+}
+
+// reachedCopies is the SQL count of the copies of the repository named
+// by repo (an SQL expression) that the node of row nd reaches: its own,
+// and those on nodes not in its unreached list.
+func reachedCopies(nd, repo string) string {
+	return "(SELECT count(*) FROM replicas c WHERE c.repo = " + repo + " AND (c.node = " + nd + ".name OR strpos(" + nd + ".unreached, ',' || c.node || ',') = 0))"
+}
+
+// majorityOf is the SQL majority of the copies of the repository named
+// by repo, as a push needs it (PushTxn.Need).
+func majorityOf(repo string) string {
+	return "((SELECT count(*) FROM replicas c WHERE c.repo = " + repo + ") / 2 + 1)"
 }
 
 // Failover promotes, for every repository whose primary's node is
 // unhealthy, or whose primary's own copy has been behind the repository's
 // generation for longer than behindFactor timeouts (killed between a
 // push's commit in PostgreSQL and in git, then restarted, and not caught
-// up), a healthy replica at the
+// up), or whose primary's node has not reached enough of the copies to
+// make a majority for a node timeout (cut off from its replicas, it can
+// acknowledge no push: see peerReach), a healthy replica at the
 // repository's generation (the one on the node with the fewest primaries,
-// then by name). Each promotion is one conditional UPDATE on the primary
+// then by name); for a primary cut off, only one whose node reaches a
+// majority of the copies itself. Each promotion is one conditional UPDATE on the primary
 // and epoch it saw, so nodes running the monitor at once promote each
 // repository once, and never make two primaries. A repository with no
 // up-to-date healthy replica keeps its primary (writes wait for it rather
@@ -231,21 +286,23 @@ type Promotion struct {
 // waited for: the monitor shares its connection with the heartbeat.
 func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promotion, error) {
 	ms := timeout.Milliseconds()
-	rows, err := db.QueryContext(ctx, `SELECT r.name, r.primary_node, r.epoch, r.generation FROM cluster_repos r
+	cut := "(nd.unreached <> '' AND " + reachedCopies("nd", "r.name") + " < " + majorityOf("r.name") + ")"
+	rows, err := db.QueryContext(ctx, `SELECT r.name, r.primary_node, r.epoch, r.generation, `+healthySQL+` AND `+cut+` FROM cluster_repos r
 		JOIN nodes nd ON nd.name = r.primary_node
 		JOIN replicas own ON own.repo = r.name AND own.node = r.primary_node
-		WHERE NOT `+healthySQL+` OR (own.generation <> r.generation AND `+dbNowMS+` - r.committed_ms > ?)`, ms, behindFactor*ms)
+		WHERE NOT `+healthySQL+` OR (own.generation <> r.generation AND `+dbNowMS+` - r.committed_ms > ?) OR `+cut, ms, ms, behindFactor*ms)
 	if err != nil {
 		return nil, err
 	}
 	type orphan struct {
 		name, primary string
 		epoch, gen    int64
+		cut           bool // alive, and cut off from a majority
 	}
 	var orphans []orphan
 	for rows.Next() {
 		var o orphan
-		if err := rows.Scan(&o.name, &o.primary, &o.epoch, &o.gen); err != nil {
+		if err := rows.Scan(&o.name, &o.primary, &o.epoch, &o.gen, &o.cut); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -260,8 +317,9 @@ func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promo
 		var candidate string
 		err := db.QueryRowContext(ctx, `SELECT rp.node FROM replicas rp JOIN nodes nd ON nd.name = rp.node
 			WHERE rp.repo = ? AND rp.node <> ? AND rp.generation = ? AND `+healthySQL+`
+			AND (? = 0 OR `+reachedCopies("nd", "rp.repo")+` >= `+majorityOf("rp.repo")+`)
 			ORDER BY (SELECT count(*) FROM cluster_repos c WHERE c.primary_node = rp.node), rp.node LIMIT 1`,
-			o.name, o.primary, o.gen, ms).Scan(&candidate)
+			o.name, o.primary, o.gen, ms, o.cut).Scan(&candidate)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // nothing up to date to promote
 		}
@@ -278,7 +336,7 @@ func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promo
 			return done, err
 		}
 		if k, _ := res.RowsAffected(); k == 1 {
-			done = append(done, Promotion{Repo: o.name, From: o.primary, To: candidate, Generation: o.gen})
+			done = append(done, Promotion{Repo: o.name, From: o.primary, To: candidate, Generation: o.gen, Cut: o.cut})
 		}
 	}
 	return done, nil

@@ -89,7 +89,7 @@ func TestPlacementAndFailover(t *testing.T) {
 	beatOthers := func() {
 		t.Helper()
 		for _, n := range nodes[1:] {
-			if err := n.beat(ctx); err != nil {
+			if err := n.beat(ctx, ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -156,7 +156,7 @@ func TestFailoverKeepsPrimaryWithoutUpToDateReplica(t *testing.T) {
 	db.Exec("UPDATE replicas SET generation = 3 WHERE node = 'a'")
 	db.Exec("UPDATE replicas SET generation = 2 WHERE node = 'b'")
 	time.Sleep(timeout + 100*time.Millisecond)
-	nodes[1].beat(ctx)
+	nodes[1].beat(ctx, ctx)
 	got, err := Failover(ctx, db, timeout)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("promoted a stale replica: %+v %v", got, err)
@@ -267,5 +267,58 @@ func TestPlaceSpreadsPrimaries(t *testing.T) {
 	}
 	if want := "a b c a"; strings.Join(got, " ") != want {
 		t.Fatalf("primaries %v, want %s", got, want)
+	}
+}
+
+// TestFailoverMovesAPrimaryCutOffFromItsCopies: every node heartbeats,
+// but the primary reports that it has not reached the other two copies'
+// nodes (a partition between it and its replicas, PostgreSQL reached by
+// all): the monitor moves the primary to an up-to-date replica whose node
+// reaches a majority of the copies, never to one cut off itself, and
+// leaves alone a primary that reaches a majority (one replica away).
+func TestFailoverMovesAPrimaryCutOffFromItsCopies(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t).DB
+	const timeout = 30 * time.Second // every node stays healthy throughout
+	join(t, db, "a", "b", "c", "d")
+	p, err := Place(ctx, db, "team/app", "", 3, timeout)
+	if err != nil || p.Primary != "a" {
+		t.Fatalf("placement %+v %v: want primary a", p, err)
+	}
+	for _, r := range p.Replicas {
+		if ok, err := SetReplicaGeneration(ctx, db, "team/app", r.Node, 0, EmptyDigest); !ok || err != nil {
+			t.Fatalf("replica %s at 0: %v %v", r.Node, ok, err)
+		}
+	}
+	unreached := func(node, list string) {
+		t.Helper()
+		if _, err := db.Exec("UPDATE nodes SET unreached = ? WHERE name = ?", list, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a misses one copy (and d, which holds none): a, and one more, are a
+	// majority; nothing moves.
+	unreached("a", ",b,d,")
+	if got, err := Failover(ctx, db, timeout); err != nil || len(got) != 0 {
+		t.Fatalf("failover of a primary reaching a majority: %v %v", got, err)
+	}
+	// a reaches neither b nor c; b is cut off from c too, c reaches b:
+	// only c, with b, is a majority.
+	unreached("a", ",b,c,")
+	unreached("b", ",a,c,")
+	unreached("c", ",a,")
+	got, err := Failover(ctx, db, timeout)
+	if err != nil || len(got) != 1 || got[0].From != "a" || got[0].To != "c" || !got[0].Cut {
+		t.Fatalf("failover of a primary cut off: %+v %v; want a to c", got, err)
+	}
+	// c, now primary, reaches a majority: it stays.
+	if got, err := Failover(ctx, db, timeout); err != nil || len(got) != 0 {
+		t.Fatalf("second failover check: %+v %v", got, err)
+	}
+	// Every node cut off from every other: nobody can make a majority,
+	// and the primary stays where it is.
+	unreached("c", ",a,b,")
+	if got, err := Failover(ctx, db, timeout); err != nil || len(got) != 0 {
+		t.Fatalf("failover with no side holding a majority: %+v %v", got, err)
 	}
 }

@@ -154,8 +154,8 @@ func TestPushTurnDoesNotHoldFailoverUp(t *testing.T) {
 		t.Fatalf("%d sessions idle in a transaction during a push (%v), want none", idle, err)
 	}
 	time.Sleep(timeout + 100*time.Millisecond)
-	nodes[1].beat(ctx) // a is silent, b and c healthy
-	nodes[2].beat(ctx)
+	nodes[1].beat(ctx, ctx) // a is silent, b and c healthy
+	nodes[2].beat(ctx, ctx)
 	check, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	got, err := Failover(check, db, timeout)
@@ -193,7 +193,7 @@ func TestPushTurnDoesNotHoldFailoverUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Rollback()
-	nodes[0].beat(ctx)
+	nodes[0].beat(ctx, ctx)
 	added := make(chan error, 1)
 	go func() {
 		_, err := AddCopy(ctx, db, "app", "a", time.Minute)

@@ -103,7 +103,7 @@ func TestHeartbeatWithTheStorePoolFull(t *testing.T) {
 	b := nodes[1]
 	before := heartbeatMS(t, admin, "a")
 	for end := time.Now().Add(4 * timeout); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		b.beat(ctx)
+		b.beat(ctx, ctx)
 		if got, err := Failover(ctx, admin, timeout); err != nil || len(got) != 0 {
 			t.Fatalf("failover while a is alive: %+v %v", got, err)
 		}
@@ -132,7 +132,7 @@ func TestFailoverSkipsALockedRepository(t *testing.T) {
 	}
 	defer holder.Rollback()
 	time.Sleep(timeout + 100*time.Millisecond)
-	nodes[1].beat(ctx) // a is silent, b healthy
+	nodes[1].beat(ctx, ctx) // a is silent, b healthy
 	check, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	began := time.Now()
