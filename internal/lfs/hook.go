@@ -87,43 +87,29 @@ type newPointer struct {
 }
 
 // newPointers lists the LFS pointers among the blobs the tips bring that
-// no ref reached before: rev-list names them, cat-file --batch-check keeps
-// the small blobs, cat-file --batch reads those.
+// no ref reached before. One rev-list names only the new blobs small
+// enough to be a pointer (git filters by type and size from the object
+// headers, reading no content); a push with none, most pushes of a
+// repository without LFS, ends there. cat-file --batch reads the rest.
 func newPointers(ctx context.Context, tips []string) ([]newPointer, error) {
-	args := append([]string{"rev-list", "--objects"}, tips...)
+	args := []string{"rev-list", "--objects", "--filter=object:type=blob", "--filter=blob:limit=" + strconv.Itoa(MaxPointerSize+1)}
+	args = append(args, tips...)
 	args = append(args, "--not", "--all")
 	out, err := exec.CommandContext(ctx, "git", args...).Output()
 	if err != nil {
 		return nil, fmt.Errorf("git rev-list: %w", err)
 	}
 	paths := map[string]string{}
-	var list bytes.Buffer
+	var small bytes.Buffer
 	for _, line := range strings.Split(string(out), "\n") {
 		id, path, ok := strings.Cut(line, " ")
 		if !ok || path == "" {
-			continue // a commit, or the root tree
+			continue // a commit (trees and large blobs are filtered out)
+		}
+		if _, seen := paths[id]; !seen {
+			small.WriteString(id + "\n")
 		}
 		paths[id] = path
-		list.WriteString(id + "\n")
-	}
-	if len(paths) == 0 {
-		return nil, nil
-	}
-	check := exec.CommandContext(ctx, "git", "cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)")
-	check.Stdin = &list
-	out, err = check.Output()
-	if err != nil {
-		return nil, fmt.Errorf("git cat-file --batch-check: %w", err)
-	}
-	var small bytes.Buffer
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 || f[1] != "blob" {
-			continue
-		}
-		if n, err := strconv.Atoi(f[2]); err == nil && n <= MaxPointerSize {
-			small.WriteString(f[0] + "\n")
-		}
 	}
 	if small.Len() == 0 {
 		return nil, nil
