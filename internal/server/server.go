@@ -369,6 +369,18 @@ func (s *Server) expireTrash(ctx context.Context) {
 	}
 }
 
+// expireTokens deletes the tokens expired for store.TokenExpiryGrace
+// (mostly git-lfs-authenticate's, one per SSH LFS operation).
+func (s *Server) expireTokens(ctx context.Context) {
+	n, err := s.Data.Store.DeleteExpiredTokens(ctx, time.Now().Add(-store.TokenExpiryGrace))
+	if err != nil {
+		s.Config.Log.Warn("tokens: deleting expired tokens", "error", err.Error())
+	}
+	if n > 0 {
+		s.Config.Log.Info("tokens: deleted expired tokens", "tokens", n)
+	}
+}
+
 // sweepLFS removes LFS content no repository holds any more, after
 // lfs.SweepGrace, on the maintenance scheduler's turn.
 func (s *Server) sweepLFS(ctx context.Context) {
@@ -713,6 +725,7 @@ func (s *Server) Start() error {
 			Concurrency: cfg.MaintainConcurrency, Budget: cfg.MaintainBudget, Sweep: func(ctx context.Context) {
 				s.expireTrash(ctx)
 				s.sweepLFS(ctx)
+				s.expireTokens(ctx)
 			}}
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopMaintain = cancel
