@@ -47,6 +47,7 @@ func main() {
 	rounds := flag.Int("rounds", 5, "interleaved rounds of each comparison")
 	bigText := flag.String("big", "", "also upload one object of this size (5G: the issue's 5 GiB) and report packwire's RSS above idle")
 	skipUpload := flag.Bool("no-upload", false, "skip the upload comparison")
+	skipDownload := flag.Bool("no-download", false, "skip the download comparison")
 	flag.Parse()
 	size := parseSize(*sizeText)
 	dir, err := os.MkdirTemp("", "bench-lfs-")
@@ -155,6 +156,10 @@ func main() {
 	git(src, "push", "-q", "origin", "main")
 	if *bigText != "" {
 		bigUpload(filepath.Join(dir, "big.bin"), parseSize(*bigText), srv.Process.Pid, "http://127.0.0.1:"+port+"/app.git/info/lfs/objects/", token)
+	}
+
+	if *skipDownload {
+		return
 	}
 
 	// nginx serves DATA/lfs/objects as static files (sendfile on) and a
