@@ -648,6 +648,9 @@ func (s *Server) Start() error {
 		if gitL != nil {
 			s.Dashboard.GitAddr = gitL.Addr()
 		}
+		if s.LFS != nil {
+			s.Dashboard.LFS = s.LFS.Index
+		}
 		if s.Node != nil {
 			s.Dashboard.ClusterStatus = func(ctx context.Context) (cluster.Status, error) {
 				return cluster.ReadStatus(ctx, s.Data.Store.DB, s.Node.NodeTimeout())
