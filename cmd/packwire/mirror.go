@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"packwire/internal/datadir"
 	"packwire/internal/governor"
+	"packwire/internal/lfs"
 	"packwire/internal/maintain"
 	"packwire/internal/mirror"
 	"packwire/internal/repo"
@@ -104,6 +106,7 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	recordRepoChange(ctx, data, stderr, "repo import", r.Name, detail)
 	publishRepoCreated(ctx, data, r, shown, o.Mirror, stderr)
+	importLFS(ctx, data, r, pos[1], o.Token, shown, stdout, stderr)
 	if noMaintain {
 		return nil
 	}
@@ -111,6 +114,32 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("repo import %s: imported, but bringing it into the serving layout failed (packwire maintain retries): %w", pos[0], err)
 	}
 	return nil
+}
+
+// importLFS fetches, from an http(s) source's LFS API, the LFS objects the
+// imported history points to; a failure is a warning (the repository is
+// imported; git lfs push from a clone that has them fills the gaps).
+func importLFS(ctx context.Context, data *datadir.Data, r repo.Repo, source, token, shown string, stdout, stderr io.Writer) {
+	clean, creds, err := mirror.SplitURL(source)
+	if err != nil || !strings.HasPrefix(clean, "http://") && !strings.HasPrefix(clean, "https://") {
+		return
+	}
+	if token != "" {
+		if creds.Username == "" {
+			creds.Username = mirror.DefaultTokenUser
+		}
+		creds.Password = token
+	}
+	n, missing, size, err := lfs.FetchObjects(ctx, data.Dir, r.Name, r.Path, clean, creds.Username, creds.Password)
+	if n > 0 {
+		fmt.Fprintf(stdout, "LFS: fetched %d objects (%d bytes) from %s\n", n, size, shown)
+	}
+	if missing > 0 {
+		fmt.Fprintf(stderr, "packwire: repo import %s: %d LFS objects the history points to are not on %s\n", r.Name, missing, shown)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "packwire: repo import %s: imported, but its LFS objects were not all fetched: %v\n", r.Name, err)
+	}
 }
 
 // cmdRepoSync syncs a pull mirror now, in this process.

@@ -657,3 +657,41 @@ func TestLFSForceUnlockOverSSH(t *testing.T) {
 		t.Fatalf("locks left: %v, %v", ls, err)
 	}
 }
+
+// TestLFSFetchFromImportSource: what repo import does after cloning an
+// LFS-using source: the objects its pointers name come from the source's
+// LFS API (here another packwire) into a fresh store, verified, and held
+// by the imported repository; a second pass fetches nothing.
+func TestLFSFetchFromImportSource(t *testing.T) {
+	a := startLFSServer(t)
+	a.grant(t, "alice", "write", "**")
+	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {
+		t.Fatal(err)
+	}
+	content := randomBytes(11, 50<<10)
+	w := a.lfsWork(t, content)
+	if out, err := a.git(t, w, "http", a.alice, "lfs/app", "push", "URL", "HEAD:refs/heads/main"); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	bare := filepath.Join(t.TempDir(), "copy.git")
+	if out, err := a.git(t, "", "http", a.alice, "lfs/app", "clone", "--bare", "-q", "URL", bare); err != nil {
+		t.Fatalf("clone: %v\n%s", err, out)
+	}
+	data := t.TempDir()
+	source := fmt.Sprintf("http://%s/lfs/app", a.HTTPAddr)
+	ctx := context.Background()
+	fetched, missing, size, err := lfs.FetchObjects(ctx, data, "copy", bare, source, "alice", a.alice.token)
+	if err != nil || fetched != 1 || missing != 0 || size != int64(len(content)) {
+		t.Fatalf("fetch: %d fetched, %d missing, %d bytes, %v", fetched, missing, size, err)
+	}
+	oid := sha256Hex(content)
+	if got, err := os.ReadFile((&lfs.Disk{Dir: lfs.Dir(data)}).Path(oid)); err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("stored object: %d bytes, %v", len(got), err)
+	}
+	if n, _, err := lfs.RepoUsage(ctx, data, "copy"); err != nil || n != 1 {
+		t.Fatalf("the imported repository holds %d objects (%v), want 1", n, err)
+	}
+	if fetched, _, _, err := lfs.FetchObjects(ctx, data, "copy", bare, source, "alice", a.alice.token); err != nil || fetched != 0 {
+		t.Fatalf("second fetch: %d fetched, %v", fetched, err)
+	}
+}
