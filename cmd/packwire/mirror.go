@@ -41,7 +41,7 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var replicas int
 	var noMaintain bool
 	var tokenFile string
-	data, pos, err := openData(ctx, "repo import", syn, "Create a repository as a copy (all refs) of a local path or URL, and bring it\ninto the serving layout at once (see packwire maintain --help). With --mirror it\nstays a read-only mirror: the server fetches from SOURCE every --interval (and\npackwire repo sync NAME does at once), pruning refs upstream deleted, and\nrefuses pushes (\"repository 'NAME' is a read-only mirror of URL; push there\ninstead\").\n\n"+mirrorNote, args, stderr,
+	data, pos, err := openData(ctx, "repo import", syn, "Create a repository as a copy (all refs) of a local path or URL, and bring it\ninto the serving layout at once (see packwire maintain --help). From an http(s)\nSOURCE it also fetches the LFS objects the history points to, from SOURCE's LFS\nAPI (a failure is a warning: the import stands). With --mirror it\nstays a read-only mirror: the server fetches from SOURCE every --interval (and\npackwire repo sync NAME does at once), pruning refs upstream deleted, and\nrefuses pushes (\"repository 'NAME' is a read-only mirror of URL; push there\ninstead\").\n\n"+mirrorNote, args, stderr,
 		func(fs *flag.FlagSet) {
 			fs.BoolVar(&noMaintain, "no-maintain", false, "keep the imported object layout as it is (the serve scheduler will still maintain it)")
 			fs.IntVar(&replicas, "replicas", 0, "in a cluster (--database with nodes): how many nodes hold it (default min(3, healthy nodes)); its primary imports SOURCE")
