@@ -53,6 +53,7 @@ func main() {
 	dir, err := os.MkdirTemp("", "bench-lfs-")
 	check(err)
 	defer os.RemoveAll(dir)
+	stops = append(stops, func() { os.RemoveAll(dir) })
 	data := filepath.Join(dir, "data")
 	home := filepath.Join(dir, "home")
 	check(os.MkdirAll(home, 0o700))
@@ -62,7 +63,7 @@ func main() {
 		cmd.Dir, cmd.Env = wd, env
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			log.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+			fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 		return string(out)
 	}
@@ -89,7 +90,8 @@ func main() {
 	srv := exec.Command(*bin, "serve", "--data", data, "--http", "127.0.0.1:"+port, "--git", "", "--ssh", "", "--maintain-interval", "0")
 	srv.Stderr = io.Discard
 	check(srv.Start())
-	defer func() { srv.Process.Kill(); srv.Wait() }()
+	stops = append(stops, func() { srv.Process.Kill(); srv.Wait() })
+	defer stops[len(stops)-1]()
 	benchkit.WaitPort(port)
 	url := func(name string) string { return "http://bench:" + token + "@127.0.0.1:" + port + "/" + name + ".git" }
 
@@ -200,7 +202,8 @@ http { access_log off; sendfile on; tcp_nopush on; keepalive_requests 100000;
 	ngx := exec.Command("nginx", "-p", ndir, "-c", filepath.Join(ndir, "nginx.conf"), "-e", filepath.Join(ndir, "error.log"))
 	ngx.Stderr = os.Stderr
 	check(ngx.Start())
-	defer func() { ngx.Process.Kill(); ngx.Wait() }()
+	stops = append(stops, func() { ngx.Process.Kill(); ngx.Wait() })
+	defer stops[len(stops)-1]()
 	benchkit.WaitPort(nport)
 
 	// Downloads: a clone without the objects, then per round and peer the
@@ -209,7 +212,7 @@ http { access_log off; sendfile on; tcp_nopush on; keepalive_requests 100000;
 	cmd := exec.Command("git", "clone", "-q", url("app"), dst)
 	cmd.Env = append(env, "GIT_LFS_SKIP_SMUDGE=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		log.Fatalf("clone: %v\n%s", err, out)
+		fatalf("clone: %v\n%s", err, out)
 	}
 	type peer struct {
 		name   string
@@ -236,7 +239,7 @@ http { access_log off; sendfile on; tcp_nopush on; keepalive_requests 100000;
 			cmd := exec.Command("git", "checkout", "-q", "--", ".") // the pointers again
 			cmd.Dir, cmd.Env = dst, append(env, "GIT_LFS_SKIP_SMUDGE=1")
 			if out, err := cmd.CombinedOutput(); err != nil {
-				log.Fatalf("checkout: %v\n%s", err, out)
+				fatalf("checkout: %v\n%s", err, out)
 			}
 			args := []string{"lfs", "pull"}
 			if p.lfsURL != "" {
@@ -259,8 +262,11 @@ http { access_log off; sendfile on; tcp_nopush on; keepalive_requests 100000;
 		med[p.name], medCPU[p.name] = w, c
 		fmt.Printf("| %s | %s | %.0f | %s | %v | %v |\n", p.name, w.Round(time.Millisecond), total/(1<<20)/w.Seconds(), c, roundAll(walls[p.name]), cpus[p.name])
 	}
-	fmt.Printf("\nthroughput packwire/nginx: %.2fx; server CPU packwire/nginx: %.2fx\n",
-		med["nginx"].Seconds()/med["packwire"].Seconds(), medCPU["packwire"].Seconds()/max(medCPU["nginx"].Seconds(), 1e-9))
+	cpuRatio := "n/a (nginx's under one 10 ms tick: use more or larger objects)"
+	if medCPU["nginx"] > 0 {
+		cpuRatio = fmt.Sprintf("%.2fx", medCPU["packwire"].Seconds()/medCPU["nginx"].Seconds())
+	}
+	fmt.Printf("\nthroughput packwire/nginx: %.2fx; server CPU packwire/nginx: %s\n", med["nginx"].Seconds()/med["packwire"].Seconds(), cpuRatio)
 }
 
 // writeRandom writes size random bytes to name and returns their SHA-256.
@@ -312,7 +318,7 @@ func bigUpload(name string, size int64, pid int, base, token string) {
 	wall := time.Since(start)
 	stop()
 	if resp.StatusCode != 200 {
-		log.Fatalf("big upload: %s", resp.Status)
+		fatalf("big upload: %s", resp.Status)
 	}
 	fmt.Printf("## One object of %d MiB by PUT\n\nwall %s (%.0f MiB/s); packwire RSS idle %d MiB, peak %d MiB (+%d MiB)\n\n",
 		size>>20, wall.Round(time.Millisecond), float64(size)/(1<<20)/wall.Seconds(), idle>>20, peak>>20, (peak-idle)>>20)
@@ -353,7 +359,7 @@ func verify(dst, oid string) {
 	check(err)
 	sum := sha256.Sum256(b)
 	if hex.EncodeToString(sum[:]) != oid {
-		log.Fatalf("f000.bin after the pull is not the object (%d bytes)", len(b))
+		fatalf("f000.bin after the pull is not the object (%d bytes)", len(b))
 	}
 }
 
@@ -396,13 +402,24 @@ func parseSize(s string) int64 {
 func run(bin string, args ...string) string {
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	if err != nil {
-		log.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
+		fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
 	}
 	return string(out)
 }
 
 func check(err error) {
 	if err != nil {
-		log.Fatal(err)
+		fatalf("%v", err)
 	}
+}
+
+// stops are the servers to stop; fatalf stops them (log.Fatal would skip
+// the deferred kills and leave them running).
+var stops []func()
+
+func fatalf(format string, args ...any) {
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+	log.Fatalf(format, args...)
 }
