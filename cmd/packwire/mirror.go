@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"packwire/internal/datadir"
 	"packwire/internal/governor"
+	"packwire/internal/lfs"
 	"packwire/internal/maintain"
 	"packwire/internal/mirror"
 	"packwire/internal/repo"
@@ -39,7 +41,7 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var replicas int
 	var noMaintain bool
 	var tokenFile string
-	data, pos, err := openData(ctx, "repo import", syn, "Create a repository as a copy (all refs) of a local path or URL, and bring it\ninto the serving layout at once (see packwire maintain --help). With --mirror it\nstays a read-only mirror: the server fetches from SOURCE every --interval (and\npackwire repo sync NAME does at once), pruning refs upstream deleted, and\nrefuses pushes (\"repository 'NAME' is a read-only mirror of URL; push there\ninstead\").\n\n"+mirrorNote, args, stderr,
+	data, pos, err := openData(ctx, "repo import", syn, "Create a repository as a copy (all refs) of a local path or URL, and bring it\ninto the serving layout at once (see packwire maintain --help). From an http(s)\nSOURCE it also fetches the LFS objects the history points to, from SOURCE's LFS\nAPI (a failure is a warning: the import stands). With --mirror it\nstays a read-only mirror: the server fetches from SOURCE every --interval (and\npackwire repo sync NAME does at once), pruning refs upstream deleted, and\nrefuses pushes (\"repository 'NAME' is a read-only mirror of URL; push there\ninstead\").\n\n"+mirrorNote, args, stderr,
 		func(fs *flag.FlagSet) {
 			fs.BoolVar(&noMaintain, "no-maintain", false, "keep the imported object layout as it is (the serve scheduler will still maintain it)")
 			fs.IntVar(&replicas, "replicas", 0, "in a cluster (--database with nodes): how many nodes hold it (default min(3, healthy nodes)); its primary imports SOURCE")
@@ -104,6 +106,7 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	recordRepoChange(ctx, data, stderr, "repo import", r.Name, detail)
 	publishRepoCreated(ctx, data, r, shown, o.Mirror, stderr)
+	importLFS(ctx, data, r, pos[1], o.Token, shown, stdout, stderr)
 	if noMaintain {
 		return nil
 	}
@@ -111,6 +114,32 @@ func cmdRepoImport(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("repo import %s: imported, but bringing it into the serving layout failed (packwire maintain retries): %w", pos[0], err)
 	}
 	return nil
+}
+
+// importLFS fetches, from an http(s) source's LFS API, the LFS objects the
+// imported history points to; a failure is a warning (the repository is
+// imported; git lfs push from a clone that has them fills the gaps).
+func importLFS(ctx context.Context, data *datadir.Data, r repo.Repo, source, token, shown string, stdout, stderr io.Writer) {
+	clean, creds, err := mirror.SplitURL(source)
+	if err != nil || !strings.HasPrefix(clean, "http://") && !strings.HasPrefix(clean, "https://") {
+		return
+	}
+	if token != "" {
+		if creds.Username == "" {
+			creds.Username = mirror.DefaultTokenUser
+		}
+		creds.Password = token
+	}
+	n, missing, size, err := lfs.FetchObjects(ctx, data.Dir, r.Name, r.Path, clean, creds.Username, creds.Password)
+	if n > 0 {
+		fmt.Fprintf(stdout, "LFS: fetched %d objects (%d bytes) from %s\n", n, size, shown)
+	}
+	if missing > 0 {
+		fmt.Fprintf(stderr, "packwire: repo import %s: %d LFS objects the history points to are not on %s\n", r.Name, missing, shown)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "packwire: repo import %s: imported, but its LFS objects were not all fetched: %v\n", r.Name, err)
+	}
 }
 
 // cmdRepoSync syncs a pull mirror now, in this process.

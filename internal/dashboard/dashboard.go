@@ -26,6 +26,7 @@ import (
 	"packwire/internal/access"
 	"packwire/internal/fetchcache"
 	"packwire/internal/governor"
+	"packwire/internal/lfs"
 	"packwire/internal/packcache"
 	"packwire/internal/pipeline"
 	"packwire/internal/repo"
@@ -58,6 +59,9 @@ type Handler struct {
 	// ClusterStatus, if set (a cluster node), reads the cluster's nodes and
 	// repositories for the Cluster page.
 	ClusterStatus func(context.Context) (cluster.Status, error)
+	// LFS, if set, is the LFS index: each repository's objects, bytes and
+	// locks on the Repositories page.
+	LFS *lfs.Index
 	// SessionTTL is how long a login lasts (default 12h).
 	SessionTTL time.Duration
 	Log        *slog.Logger

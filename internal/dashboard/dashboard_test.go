@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"packwire/internal/fetchcache"
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
+	"packwire/internal/lfs"
 	"packwire/internal/server/cluster"
 	"packwire/internal/store"
 )
@@ -153,6 +155,9 @@ func TestWithoutAnAdminOnlyTheLoginForm(t *testing.T) {
 	}
 	if w := f.do("GET", "/-/repos", nil, basic(f.admin)); !strings.Contains(w.Body.String(), "team/secret") {
 		t.Errorf("repos page for the admin lacks the repository:\n%s", w.Body.String())
+	}
+	if w := f.do("GET", "/-/repos", nil, basic(f.admin)); !strings.Contains(w.Body.String(), "<small>off</small>") {
+		t.Errorf("repos page without LFS does not say it is off:\n%s", w.Body.String())
 	}
 	if w := f.do("GET", "/-/costs?window=1h", nil, basic(f.admin)); !strings.Contains(w.Body.String(), "1.23 s") {
 		t.Errorf("costs page for the admin lacks the record's CPU:\n%s", w.Body.String())
@@ -521,6 +526,33 @@ func TestCostsChartUnits(t *testing.T) {
 		}
 		if !strings.Contains(body, "s/s</text>") || !regexp.MustCompile(`req/(h|min)</text>`).MatchString(body) {
 			t.Errorf("%s: the charts lack CPU a second or requests a minute:\n%s", window, body)
+		}
+	}
+}
+
+// With LFS on, the Repositories page shows each repository's LFS objects,
+// their bytes and its locks.
+func TestReposPageShowsLFS(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	index, err := lfs.OpenIndex(ctx, filepath.Join(t.TempDir(), lfs.IndexFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer index.Close()
+	for i, size := range []int64{3 << 20, 1 << 20} {
+		if err := index.Add(ctx, "team/secret", fmt.Sprintf("%064x", i+1), size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := index.CreateLock(ctx, "team/secret", "art/hero.psd", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	f.h.LFS = index
+	body := f.do("GET", "/-/repos", nil, basic(f.admin)).Body.String()
+	for _, want := range []string{"2 objects, 4.0 MiB", "<code>art/hero.psd</code>", "locked by alice"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("repos page lacks %q:\n%s", want, body)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"packwire/internal/governor"
+	"packwire/internal/lfs"
 	"packwire/internal/maintain"
 	"packwire/internal/server/cluster"
 	"packwire/internal/transport/forwarded"
@@ -39,7 +41,19 @@ type repoRow struct {
 	Mix         []governor.CostGroup // by kind, most requests first
 	MixRequests int64
 	URLs        []cloneURL
+	LFS         *lfsUsage // nil: LFS off
 }
+
+// lfsUsage is a repository's LFS objects and locks (the first
+// lfsLocksShown of them).
+type lfsUsage struct {
+	Objects, Bytes int64
+	Locks          []lfs.Lock
+	MoreLocks      bool
+	Err            string
+}
+
+const lfsLocksShown = 5
 
 type cloneURL struct {
 	Transport, URL string
@@ -98,6 +112,9 @@ func (h *Handler) repos(w http.ResponseWriter, r *http.Request, who string) {
 		if run, ok := maintained[rp.Name]; ok {
 			row.Maintained = &run
 		}
+		if h.LFS != nil {
+			row.LFS = h.lfsUsage(r.Context(), rp.Name)
+		}
 		for _, u := range urls {
 			row.URLs = append(row.URLs, cloneURL{Transport: u.Transport, URL: u.URL + rp.Name + u.Suffix})
 		}
@@ -105,6 +122,21 @@ func (h *Handler) repos(w http.ResponseWriter, r *http.Request, who string) {
 	}
 	v.Deliveries = h.deliveries(ctx)
 	h.render(w, "repos", page{Title: "Repositories", Nav: "repos", User: who, Data: v})
+}
+
+func (h *Handler) lfsUsage(ctx context.Context, name string) *lfsUsage {
+	u := &lfsUsage{}
+	var err error
+	if u.Objects, u.Bytes, err = h.LFS.Usage(ctx, name); err == nil {
+		u.Locks, err = h.LFS.Locks(ctx, name, lfs.LockFilter{Limit: lfsLocksShown + 1})
+	}
+	if err != nil {
+		u.Err = "cannot read the LFS index: " + err.Error()
+	}
+	if len(u.Locks) > lfsLocksShown {
+		u.Locks, u.MoreLocks = u.Locks[:lfsLocksShown], true
+	}
+	return u
 }
 
 type urlBase struct {

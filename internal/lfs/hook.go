@@ -51,6 +51,16 @@ func RunHook(stdin io.Reader, stderr io.Writer) int {
 		return 0
 	}
 	ctx := context.Background()
+	if q := os.Getenv("GIT_QUARANTINE_PATH"); q != "" {
+		maybe, err := pushedPointer(ctx, q)
+		if err != nil {
+			fmt.Fprintf(stderr, "packwire: checking LFS pointers: %v\n", err)
+			return 1
+		}
+		if !maybe {
+			return 0
+		}
+	}
 	pointers, err := newPointers(ctx, tips)
 	if err != nil {
 		fmt.Fprintf(stderr, "packwire: checking LFS pointers: %v\n", err)
@@ -81,39 +91,24 @@ func RunHook(stdin io.Reader, stderr io.Writer) int {
 	return 0
 }
 
-type newPointer struct {
-	Pointer
-	path string
-}
-
-// newPointers lists the LFS pointers among the blobs the tips bring that
-// no ref reached before: rev-list names them, cat-file --batch-check keeps
-// the small blobs, cat-file --batch reads those.
-func newPointers(ctx context.Context, tips []string) ([]newPointer, error) {
-	args := append([]string{"rev-list", "--objects"}, tips...)
-	args = append(args, "--not", "--all")
-	out, err := exec.CommandContext(ctx, "git", args...).Output()
-	if err != nil {
-		return nil, fmt.Errorf("git rev-list: %w", err)
-	}
-	paths := map[string]string{}
-	var list bytes.Buffer
-	for _, line := range strings.Split(string(out), "\n") {
-		id, path, ok := strings.Cut(line, " ")
-		if !ok || path == "" {
-			continue // a commit, or the root tree
+// pushedPointer reports whether the pushed objects, those in the
+// quarantine, include a blob that is an LFS pointer: cat-file lists them
+// from the pack's index (no walk of the history, which costs several
+// times more on a large push) and reads only the small blobs. Most pushes
+// have none, and the check ends here; otherwise newPointers walks from
+// the tips to tell which pointers are new and where.
+func pushedPointer(ctx context.Context, quarantine string) (bool, error) {
+	env := []string{"GIT_OBJECT_DIRECTORY=" + quarantine}
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "GIT_ALTERNATE_OBJECT_DIRECTORIES=") && !strings.HasPrefix(e, "GIT_OBJECT_DIRECTORY=") {
+			env = append(env, e) // the repository's own objects are not the push's
 		}
-		paths[id] = path
-		list.WriteString(id + "\n")
 	}
-	if len(paths) == 0 {
-		return nil, nil
-	}
-	check := exec.CommandContext(ctx, "git", "cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)")
-	check.Stdin = &list
-	out, err = check.Output()
+	list := exec.CommandContext(ctx, "git", "cat-file", "--batch-all-objects", "--unordered", "--batch-check=%(objectname) %(objecttype) %(objectsize)")
+	list.Env = env
+	out, err := list.Output()
 	if err != nil {
-		return nil, fmt.Errorf("git cat-file --batch-check: %w", err)
+		return false, fmt.Errorf("git cat-file --batch-all-objects: %w", err)
 	}
 	var small bytes.Buffer
 	for _, line := range strings.Split(string(out), "\n") {
@@ -126,11 +121,59 @@ func newPointers(ctx context.Context, tips []string) ([]newPointer, error) {
 		}
 	}
 	if small.Len() == 0 {
+		return false, nil
+	}
+	found, err := readPointers(ctx, env, &small)
+	return len(found) > 0, err
+}
+
+type newPointer struct {
+	Pointer
+	id   string // the pointer blob's
+	path string
+}
+
+// newPointers lists the LFS pointers among the blobs the tips bring that
+// no ref reached before. One rev-list names only the new blobs small
+// enough to be a pointer (git filters by type and size from the object
+// headers, reading no content); a push with none, most pushes of a
+// repository without LFS, ends there. cat-file --batch reads the rest.
+func newPointers(ctx context.Context, tips []string) ([]newPointer, error) {
+	args := []string{"rev-list", "--objects", "--filter=object:type=blob", "--filter=blob:limit=" + strconv.Itoa(MaxPointerSize+1)}
+	args = append(args, tips...)
+	args = append(args, "--not", "--all")
+	out, err := exec.CommandContext(ctx, "git", args...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("git rev-list: %w", err)
+	}
+	paths := map[string]string{}
+	var small bytes.Buffer
+	for _, line := range strings.Split(string(out), "\n") {
+		id, path, ok := strings.Cut(line, " ")
+		if !ok || path == "" {
+			continue // a commit (trees and large blobs are filtered out)
+		}
+		if _, seen := paths[id]; !seen {
+			small.WriteString(id + "\n")
+		}
+		paths[id] = path
+	}
+	if small.Len() == 0 {
 		return nil, nil
 	}
+	found, err := readPointers(ctx, nil, &small)
+	for i := range found {
+		found[i].path = paths[found[i].id]
+	}
+	return found, err
+}
+
+// readPointers reads the blobs ids names (one a line) with cat-file
+// --batch and returns those that are LFS pointers (env nil: the hook's).
+func readPointers(ctx context.Context, env []string, ids io.Reader) ([]newPointer, error) {
 	read := exec.CommandContext(ctx, "git", "cat-file", "--batch")
-	read.Stdin = &small
-	out, err = read.Output()
+	read.Stdin, read.Env = ids, env
+	out, err := read.Output()
 	if err != nil {
 		return nil, fmt.Errorf("git cat-file --batch: %w", err)
 	}
@@ -146,7 +189,7 @@ func newPointers(ctx context.Context, tips []string) ([]newPointer, error) {
 			break
 		}
 		if p, ok := ParsePointer(rest[:n]); ok {
-			found = append(found, newPointer{p, paths[f[0]]})
+			found = append(found, newPointer{Pointer: p, id: f[0]})
 		}
 		out = rest[n+1:]
 	}

@@ -38,6 +38,9 @@ var indexMigrations = []string{
 // Index records which repository holds which object, and the locks.
 type Index struct {
 	st *store.Store
+	// size is Size's query, prepared once: it runs for every object a
+	// batch names and every download.
+	size *sql.Stmt
 }
 
 // OpenIndex opens (creating) the index at path.
@@ -46,11 +49,19 @@ func OpenIndex(ctx context.Context, path string) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Index{st: st}, nil
+	size, err := st.DB.PrepareContext(ctx, "SELECT size FROM lfs_objects WHERE repo = ? AND oid = ?")
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &Index{st: st, size: size}, nil
 }
 
 // Close closes the index.
-func (x *Index) Close() error { return x.st.Close() }
+func (x *Index) Close() error {
+	x.size.Close()
+	return x.st.Close()
+}
 
 // Add records that repo holds oid of size bytes.
 func (x *Index) Add(ctx context.Context, repo, oid string, size int64) error {
@@ -62,7 +73,7 @@ func (x *Index) Add(ctx context.Context, repo, oid string, size int64) error {
 // Size returns the size repo holds oid at, or false if repo does not hold it.
 func (x *Index) Size(ctx context.Context, repo, oid string) (int64, bool, error) {
 	var size int64
-	err := x.st.DB.QueryRowContext(ctx, "SELECT size FROM lfs_objects WHERE repo = ? AND oid = ?", repo, oid).Scan(&size)
+	err := x.size.QueryRowContext(ctx, repo, oid).Scan(&size)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}

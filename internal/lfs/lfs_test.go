@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"testing/iotest"
@@ -129,5 +130,38 @@ func TestParsePointer(t *testing.T) {
 		if _, ok := ParsePointer([]byte(bad)); ok {
 			t.Fatalf("parsed %q as a pointer", bad)
 		}
+	}
+}
+
+// The push check's first pass looks at the pushed objects only (the
+// quarantine, not the repository's objects it borrows as an alternate):
+// no pointer among them, nothing more to do; a pointer, found.
+func TestPushedPointer(t *testing.T) {
+	repoDir := filepath.Join(t.TempDir(), "r.git")
+	if out, err := exec.Command("git", "init", "-q", "--bare", repoDir).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v\n%s", err, out)
+	}
+	quarantine := t.TempDir()
+	store := func(objects string, content []byte) {
+		cmd := exec.Command("git", "hash-object", "-w", "--stdin")
+		cmd.Env = append(os.Environ(), "GIT_DIR="+repoDir, "GIT_OBJECT_DIRECTORY="+objects)
+		cmd.Stdin = bytes.NewReader(content)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git hash-object: %v\n%s", err, out)
+		}
+	}
+	pointer := []byte("version https://git-lfs.github.com/spec/v1\noid sha256:" + oidOf([]byte("x")) + "\nsize 1\n")
+	store(filepath.Join(repoDir, "objects"), pointer) // already in the repository
+	store(quarantine, []byte("a small file\n"))
+	store(quarantine, bytes.Repeat([]byte("large "), 1000))
+	t.Setenv("GIT_DIR", repoDir)
+	t.Setenv("GIT_OBJECT_DIRECTORY", quarantine)
+	t.Setenv("GIT_ALTERNATE_OBJECT_DIRECTORIES", filepath.Join(repoDir, "objects"))
+	if found, err := pushedPointer(context.Background(), quarantine); err != nil || found {
+		t.Fatalf("push without a pointer: found %v, %v", found, err)
+	}
+	store(quarantine, []byte("version https://git-lfs.github.com/spec/v1\noid sha256:"+oidOf([]byte("y"))+"\nsize 1\n"))
+	if found, err := pushedPointer(context.Background(), quarantine); err != nil || !found {
+		t.Fatalf("push with a pointer: found %v, %v", found, err)
 	}
 }

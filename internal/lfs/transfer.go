@@ -413,13 +413,13 @@ func (t *transferSession) lock(name, id string, args map[string]string) {
 		return
 	}
 	l := ls[0]
+	// Another user's lock: an admin's to remove. Over HTTP the client
+	// must also say force; git-lfs (3.3 and later: locking/ssh.go) never
+	// sends force over SSH, so here the admin role alone decides, and
+	// `git lfs unlock --force` by an admin works as over HTTP.
 	if l.Owner != t.p.User {
-		if args["force"] != "true" {
-			t.fail(http.StatusForbidden, fmt.Sprintf("lock is owned by another user (%s): only a repository admin may remove it, with --force", l.Owner))
-			return
-		}
 		if _, aerr := t.s.authorize(t.ctx, t.p, t.repo.Name, needAdmin, false); aerr != nil {
-			t.fail(http.StatusForbidden, fmt.Sprintf("lock is owned by another user (%s): removing it needs the admin role on '%s'", l.Owner, t.repo.Name))
+			t.fail(http.StatusForbidden, fmt.Sprintf("lock is owned by another user (%s): only a repository admin may remove it, with --force", l.Owner))
 			return
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"packwire/internal/access"
 	"packwire/internal/gittest"
 	"packwire/internal/governor"
+	"packwire/internal/lfs"
 	"packwire/internal/pktline"
 	"packwire/internal/repo"
 )
@@ -615,5 +616,82 @@ func TestLFSQuotaCountsForPushes(t *testing.T) {
 	out, err := a.git(t, w, "http", a.alice, "lfs/q", "push", "URL", "HEAD:refs/heads/main")
 	if err == nil || !strings.Contains(out, "over its quota") {
 		t.Fatalf("push into a repository whose LFS objects fill its quota: %v\n%s", err, out)
+	}
+}
+
+// TestLFSForceUnlockOverSSH: over git-lfs-transfer, another user's lock is
+// refused to a writer with LFS's wording and removed by an admin's
+// `git lfs unlock --force`.
+func TestLFSForceUnlockOverSSH(t *testing.T) {
+	a := startLFSServer(t)
+	a.grant(t, "alice", "write", "**")
+	bob := a.addUser(t, "bob")
+	a.grant(t, "bob", "write", "**")
+	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {
+		t.Fatal(err)
+	}
+	w := a.lfsWork(t, randomBytes(8, 1000))
+	if out, err := a.git(t, w, "ssh", a.alice, "lfs/app", "push", "URL", "HEAD:refs/heads/main"); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	clone := func(who *actor) string {
+		c := filepath.Join(t.TempDir(), "c")
+		if out, err := a.git(t, "", "ssh", who, "lfs/app", "clone", "-q", "URL", c); err != nil {
+			t.Fatalf("clone: %v\n%s", err, out)
+		}
+		return c
+	}
+	ca, cb := clone(a.alice), clone(bob)
+	if out, err := a.env.Run(ca, a.sshEnv(a.alice), "lfs", "lock", "a.bin"); err != nil || !strings.Contains(out, "Locked a.bin") {
+		t.Fatalf("alice's lock: %v\n%s", err, out)
+	}
+	out, err := a.env.Run(cb, a.sshEnv(bob), "lfs", "unlock", "--force", "a.bin")
+	if err == nil || !strings.Contains(out, "owned by another user") {
+		t.Fatalf("bob's forced unlock without admin: %v\n%s", err, out)
+	}
+	a.grant(t, "bob", "admin", "lfs/app")
+	if out, err := a.env.Run(cb, a.sshEnv(bob), "lfs", "unlock", "--force", "a.bin"); err != nil {
+		t.Fatalf("an admin's forced unlock over SSH: %v\n%s", err, out)
+	}
+	if ls, err := a.LFS.Index.Locks(context.Background(), "lfs/app", lfs.LockFilter{}); err != nil || len(ls) != 0 {
+		t.Fatalf("locks left: %v, %v", ls, err)
+	}
+}
+
+// TestLFSFetchFromImportSource: what repo import does after cloning an
+// LFS-using source: the objects its pointers name come from the source's
+// LFS API (here another packwire) into a fresh store, verified, and held
+// by the imported repository; a second pass fetches nothing.
+func TestLFSFetchFromImportSource(t *testing.T) {
+	a := startLFSServer(t)
+	a.grant(t, "alice", "write", "**")
+	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {
+		t.Fatal(err)
+	}
+	content := randomBytes(11, 50<<10)
+	w := a.lfsWork(t, content)
+	if out, err := a.git(t, w, "http", a.alice, "lfs/app", "push", "URL", "HEAD:refs/heads/main"); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	bare := filepath.Join(t.TempDir(), "copy.git")
+	if out, err := a.git(t, "", "http", a.alice, "lfs/app", "clone", "--bare", "-q", "URL", bare); err != nil {
+		t.Fatalf("clone: %v\n%s", err, out)
+	}
+	data := t.TempDir()
+	source := fmt.Sprintf("http://%s/lfs/app", a.HTTPAddr)
+	ctx := context.Background()
+	fetched, missing, size, err := lfs.FetchObjects(ctx, data, "copy", bare, source, "alice", a.alice.token)
+	if err != nil || fetched != 1 || missing != 0 || size != int64(len(content)) {
+		t.Fatalf("fetch: %d fetched, %d missing, %d bytes, %v", fetched, missing, size, err)
+	}
+	oid := sha256Hex(content)
+	if got, err := os.ReadFile((&lfs.Disk{Dir: lfs.Dir(data)}).Path(oid)); err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("stored object: %d bytes, %v", len(got), err)
+	}
+	if n, _, err := lfs.RepoUsage(ctx, data, "copy"); err != nil || n != 1 {
+		t.Fatalf("the imported repository holds %d objects (%v), want 1", n, err)
+	}
+	if fetched, _, _, err := lfs.FetchObjects(ctx, data, "copy", bare, source, "alice", a.alice.token); err != nil || fetched != 0 {
+		t.Fatalf("second fetch: %d fetched, %v", fetched, err)
 	}
 }

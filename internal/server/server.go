@@ -384,6 +384,18 @@ func (s *Server) expireTrash(ctx context.Context) {
 	}
 }
 
+// expireTokens deletes the tokens expired for store.TokenExpiryGrace
+// (mostly git-lfs-authenticate's, one per SSH LFS operation).
+func (s *Server) expireTokens(ctx context.Context) {
+	n, err := s.Data.Store.DeleteExpiredTokens(ctx, time.Now().Add(-store.TokenExpiryGrace))
+	if err != nil {
+		s.Config.Log.Warn("tokens: deleting expired tokens", "error", err.Error())
+	}
+	if n > 0 {
+		s.Config.Log.Info("tokens: deleted expired tokens", "tokens", n)
+	}
+}
+
 // sweepLFS removes LFS content no repository holds any more, after
 // lfs.SweepGrace, on the maintenance scheduler's turn.
 func (s *Server) sweepLFS(ctx context.Context) {
@@ -653,6 +665,9 @@ func (s *Server) Start() error {
 		if gitL != nil {
 			s.Dashboard.GitAddr = gitL.Addr()
 		}
+		if s.LFS != nil {
+			s.Dashboard.LFS = s.LFS.Index
+		}
 		if s.Node != nil {
 			s.Dashboard.ClusterStatus = func(ctx context.Context) (cluster.Status, error) {
 				return cluster.ReadStatus(ctx, s.Data.Store.DB, s.Node.NodeTimeout())
@@ -743,6 +758,7 @@ func (s *Server) Start() error {
 			Concurrency: cfg.MaintainConcurrency, Budget: cfg.MaintainBudget, Sweep: func(ctx context.Context) {
 				s.expireTrash(ctx)
 				s.sweepLFS(ctx)
+				s.expireTokens(ctx)
 			}}
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopMaintain = cancel

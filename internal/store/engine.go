@@ -99,6 +99,13 @@ func (t *Tx) Exec(q string, args ...any) (sql.Result, error) {
 	return t.ExecContext(context.Background(), q, args...)
 }
 
+// PrepareContext prepares a statement written with "?" placeholders, for a
+// query run on every request (parsing it each time costs more than running
+// it on SQLite). Its arguments are passed as they are: no booleans.
+func (d *DB) PrepareContext(ctx context.Context, q string) (*sql.Stmt, error) {
+	return d.DB.PrepareContext(ctx, d.Engine.rebind(q))
+}
+
 // PrepareContext prepares a statement written with "?" placeholders. Its
 // arguments are passed as they are: no booleans.
 func (t *Tx) PrepareContext(ctx context.Context, q string) (*sql.Stmt, error) {

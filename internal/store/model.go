@@ -309,6 +309,35 @@ func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
 	return ts, rows.Err()
 }
 
+// TokenExpiryGrace is how long an expired token stays listed before
+// DeleteExpiredTokens removes it: long enough for an admin to see why a
+// client's token stopped working, short enough that git-lfs-authenticate's
+// 15-minute tokens (one per SSH LFS operation) do not pile up.
+const TokenExpiryGrace = 24 * time.Hour
+
+// DeleteExpiredTokens removes the tokens that expired before cutoff (an
+// expired token is refused already; its row only fills the table) and
+// says how many, in one audit entry.
+func (s *Store) DeleteExpiredTokens(ctx context.Context, cutoff time.Time) (int64, error) {
+	tx, err := s.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, "DELETE FROM tokens WHERE expires IS NOT NULL AND expires < ?", cutoff.Unix())
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, err // nothing removed: no audit entry every maintenance turn
+	}
+	if err := audit(ctx, tx, "token expire", "", fmt.Sprintf("%d tokens expired before %s", n, cutoff.UTC().Format(time.RFC3339))); err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
+}
+
 // RevokeToken marks a token revoked; it stays listed.
 func (s *Store) RevokeToken(ctx context.Context, id string) error {
 	return s.change(ctx, "token revoke", id, "", func(tx *Tx) error {
