@@ -12,10 +12,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -76,6 +78,13 @@ var shared struct {
 // weed the test fails saying how to build it (needs.Missing).
 func Shared(t testing.TB) *Server {
 	t.Helper()
+	if e := os.Getenv(EnvEndpoint); e != "" {
+		shared.once.Do(func() { shared.s, shared.err = external(e) })
+		if shared.err != nil {
+			t.Fatalf("%s=%s: %v", EnvEndpoint, e, shared.err)
+		}
+		return shared.s
+	}
 	bin := Bin()
 	if bin == "" {
 		needs.Missing(t, "SeaweedFS's weed is not installed: run scripts/install-deps (it builds weed into ~/.cache/packwire/tools)")
@@ -90,10 +99,34 @@ func Shared(t testing.TB) *Server {
 // Main runs the tests, then stops the server Shared started, if any.
 func Main(m *testing.M) int {
 	code := m.Run()
+	StopShared()
+	return code
+}
+
+// StopShared stops the server Shared started, if any (for a TestMain that
+// runs the tests through another Main).
+func StopShared() {
 	if shared.s != nil {
 		shared.s.Stop()
 	}
-	return code
+}
+
+// EnvEndpoint names an S3-compatible server already running (http://HOST:PORT)
+// that accepts AccessKey and SecretKey, to run the tests against instead
+// of starting weed.
+const EnvEndpoint = "PACKWIRE_TEST_S3_ENDPOINT"
+
+// external is the server EnvEndpoint names (never stopped here).
+func external(endpoint string) (*Server, error) {
+	u, err := neturl.Parse(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Endpoint: strings.TrimSuffix(endpoint, "/")}
+	s.client, err = minio.New(u.Host, &minio.Options{
+		Creds: credentials.NewStaticV4(AccessKey, SecretKey, ""), Region: "us-east-1", BucketLookup: minio.BucketLookupPath,
+	})
+	return s, err
 }
 
 // freePort is a loopback port nothing listens on now.
@@ -204,6 +237,9 @@ func (s *Server) stopProcess() {
 
 // Stop stops weed and removes its files.
 func (s *Server) Stop() {
+	if s.dir == "" {
+		return // external
+	}
 	s.stopProcess()
 	os.RemoveAll(s.dir)
 }
