@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"packwire/internal/access"
 	"packwire/internal/s3test"
 )
 
@@ -38,6 +39,9 @@ func TestLFSS3(t *testing.T) {
 	bob := a.addUser(t, "bob")
 	a.grant(t, "bob", "write", "lfs/b")
 	ctx := context.Background()
+	if err := a.Data.Store.SetSetting(ctx, access.SettingAnonRead, "off"); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"lfs/app", "lfs/b"} {
 		if _, err := a.Data.Repos.Create(ctx, name); err != nil {
 			t.Fatal(err)
