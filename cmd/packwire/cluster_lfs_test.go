@@ -29,11 +29,10 @@ func TestClusterLFS(t *testing.T) {
 	}
 	weed := s3test.Shared(t)
 	bucket := weed.NewBucket(t)
-	creds := filepath.Join(t.TempDir(), "credentials")
-	os.WriteFile(creds, []byte("[default]\naws_access_key_id = "+s3test.AccessKey+"\naws_secret_access_key = "+s3test.SecretKey+"\n"), 0o600)
+	store := weed.StoreURL(t, bucket)
 	url := pgtest.Shared(t).NewDatabase(t)
 	nodes := startNodes(t, url, []string{"a", "b"}, 200*time.Millisecond, time.Second, func(c *server.Config) {
-		c.LFSStore = weed.StoreURL(bucket) + "&credentials=" + creds
+		c.LFSStore = store
 	})
 	admin := storeAdmin(t, url, filepath.Join(t.TempDir(), "none"))
 	// Placed on a and b: a node serves LFS for the repositories it holds.

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,17 +16,6 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(s3test.Main(m)) }
-
-// credentialsFile writes an AWS credentials file for the test server.
-func credentialsFile(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "credentials")
-	text := "[default]\naws_access_key_id = " + s3test.AccessKey + "\naws_secret_access_key = " + s3test.SecretKey + "\n"
-	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 func noise(seed uint64, n int) []byte {
 	r := rand.New(rand.NewPCG(seed, seed))
@@ -47,7 +35,7 @@ func TestS3Store(t *testing.T) {
 	srv := s3test.Shared(t)
 	bucket := srv.NewBucket(t)
 	ctx := context.Background()
-	st, err := OpenS3(ctx, srv.StoreURL(bucket)+"&credentials="+credentialsFile(t))
+	st, err := OpenS3(ctx, srv.StoreURL(t, bucket))
 	if err != nil {
 		t.Fatal(err)
 	}

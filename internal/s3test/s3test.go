@@ -267,9 +267,16 @@ func (s *Server) NewBucket(t testing.TB) string {
 	return name
 }
 
-// StoreURL is packwire's --lfs-store for bucket.
-func (s *Server) StoreURL(bucket string) string {
-	return "s3://" + bucket + "?endpoint=" + s.Endpoint
+// StoreURL is packwire's --lfs-store for bucket, its credentials in an
+// AWS credentials file of t's (not the process's environment).
+func (s *Server) StoreURL(t testing.TB, bucket string) string {
+	t.Helper()
+	creds := filepath.Join(t.TempDir(), "credentials")
+	text := "[default]\naws_access_key_id = " + AccessKey + "\naws_secret_access_key = " + SecretKey + "\n"
+	if err := os.WriteFile(creds, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return "s3://" + bucket + "?endpoint=" + s.Endpoint + "&credentials=" + creds
 }
 
 // Keys lists bucket's object keys and its incomplete multipart uploads

@@ -16,15 +16,14 @@ import (
 )
 
 // startLFSS3Server is startLFSServer with its objects in a fresh bucket
-// of the shared weed; credentials from an AWS credentials file.
+// of the shared weed.
 func startLFSS3Server(t *testing.T) (*accessServer, *s3test.Server, string) {
 	t.Helper()
 	requireGitLFS(t)
 	weed := s3test.Shared(t)
 	bucket := weed.NewBucket(t)
-	creds := filepath.Join(t.TempDir(), "credentials")
-	os.WriteFile(creds, []byte("[default]\naws_access_key_id = "+s3test.AccessKey+"\naws_secret_access_key = "+s3test.SecretKey+"\n"), 0o600)
-	a := startAccessServerWith(t, func(c *Config) { c.LFSStore = weed.StoreURL(bucket) + "&credentials=" + creds })
+	store := weed.StoreURL(t, bucket)
+	a := startAccessServerWith(t, func(c *Config) { c.LFSStore = store })
 	a.env.Git("", "lfs", "install", "--skip-repo")
 	return a, weed, bucket
 }
