@@ -15,6 +15,7 @@ import (
 	"packwire/internal/datadir"
 	"packwire/internal/gittest"
 	"packwire/internal/pgtest"
+	"packwire/internal/s3test"
 )
 
 // binary is packwire, built once for every test here (TestMain). The
@@ -39,6 +40,7 @@ func TestMain(m *testing.M) {
 		panic(string(out))
 	}
 	code := pgtest.Main(m)
+	s3test.StopShared()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

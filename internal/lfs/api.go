@@ -228,6 +228,14 @@ func (s *Service) batch(w http.ResponseWriter, r *http.Request, p access.Princip
 			}
 			ob.Authenticated = true
 			ob.Actions = map[string]*action{"download": {Href: href, Header: header, ExpiresIn: int(actionTTL / time.Second)}}
+			// A store that serves downloads itself gets a pre-signed URL
+			// (no header: the signature is the credential), handed out
+			// only here, once the index let this client read.
+			if u, err := s.Objects.DownloadURL(r.Context(), o.OID, actionTTL); err != nil {
+				s.log().Warn("lfs: pre-signing a download", "oid", o.OID, "error", err.Error())
+			} else if u != "" {
+				ob.Actions["download"] = &action{Href: u, ExpiresIn: int(actionTTL / time.Second)}
+			}
 			continue
 		}
 		if held && stored && size == o.Size {

@@ -24,13 +24,27 @@ import (
 const (
 	EnvHookDir  = "PACKWIRE_LFS_DIR"
 	EnvHookRepo = "PACKWIRE_LFS_REPO"
+	// EnvHookIndexOnly: the store is not the disk under EnvHookDir; the
+	// index alone says what is stored (a row is written only once the
+	// store has the object).
+	EnvHookIndexOnly = "PACKWIRE_LFS_INDEX_ONLY"
+	// EnvHookDatabase: the index is a cluster's, in this PostgreSQL
+	// database.
+	EnvHookDatabase = "PACKWIRE_LFS_DATABASE"
 	// HookName is the hook's name in the hooks directory.
 	HookName = "pre-receive"
 )
 
 // PushEnv is what receive-pack's environment needs for the hook.
 func (s *Service) PushEnv(repoName string) []string {
-	return []string{"PACKWIRE_HOOK=" + HookName, EnvHookDir + "=" + s.Objects.Dir, EnvHookRepo + "=" + repoName}
+	env := []string{"PACKWIRE_HOOK=" + HookName, EnvHookDir + "=" + s.Dir, EnvHookRepo + "=" + repoName}
+	if _, ok := s.Objects.(*Disk); !ok {
+		env = append(env, EnvHookIndexOnly+"=1")
+	}
+	if s.Database != "" {
+		env = append(env, EnvHookDatabase+"="+s.Database)
+	}
+	return env
 }
 
 // RunHook is the pre-receive hook: stdin has "old new ref" lines.
@@ -69,20 +83,32 @@ func RunHook(stdin io.Reader, stderr io.Writer) int {
 	if len(pointers) == 0 {
 		return 0
 	}
-	index, err := OpenIndex(ctx, filepath.Join(dir, IndexFile))
+	var index *Index
+	if db := os.Getenv(EnvHookDatabase); db != "" {
+		index, err = OpenIndexPostgres(ctx, db)
+	} else {
+		index, err = OpenIndex(ctx, filepath.Join(dir, IndexFile))
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "packwire: checking LFS pointers: %v\n", err)
 		return 1
 	}
 	defer index.Close()
-	disk := &Disk{Dir: dir}
+	var disk Store = &Disk{Dir: dir}
+	if os.Getenv(EnvHookIndexOnly) != "" {
+		disk = nil
+	}
 	for _, p := range pointers {
 		size, held, err := index.Size(ctx, repoName, p.OID)
 		if err != nil {
 			fmt.Fprintf(stderr, "packwire: checking LFS pointers: %v\n", err)
 			return 1
 		}
-		if _, stored := disk.Stat(p.OID); !held || !stored || size != p.Size {
+		stored := held
+		if disk != nil {
+			_, stored = disk.Stat(p.OID)
+		}
+		if !held || !stored || size != p.Size {
 			fmt.Fprintf(stderr, "packwire: your push references an LFS object this repository does not have: %s (%s, %d bytes)\n", p.OID, p.path, p.Size)
 			fmt.Fprintf(stderr, "packwire: upload it first with 'git lfs push --all REMOTE', then push again\n")
 			return 1

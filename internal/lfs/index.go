@@ -35,6 +35,30 @@ var indexMigrations = []string{
 	);`,
 }
 
+// PostgresSchema is the index's schema in a cluster's PostgreSQL database.
+const PostgresSchema = "lfs"
+
+// postgresIndexMigrations: the same tables in PostgreSQL, numbered apart
+// (schema_version in PostgresSchema); sizes and times are 64-bit there.
+var postgresIndexMigrations = []string{
+	`CREATE TABLE lfs_objects (
+		repo       TEXT NOT NULL,
+		oid        TEXT NOT NULL,
+		size       BIGINT NOT NULL,
+		created_ms BIGINT NOT NULL,
+		PRIMARY KEY (repo, oid)
+	);
+	CREATE INDEX lfs_objects_oid ON lfs_objects(oid);
+	CREATE TABLE lfs_locks (
+		id        BIGSERIAL PRIMARY KEY,
+		repo      TEXT NOT NULL,
+		path      TEXT NOT NULL,
+		owner     TEXT NOT NULL,
+		locked_ms BIGINT NOT NULL,
+		UNIQUE (repo, path)
+	);`,
+}
+
 // Index records which repository holds which object, and the locks.
 type Index struct {
 	st *store.Store
@@ -55,6 +79,16 @@ func OpenIndex(ctx context.Context, path string) (*Index, error) {
 		return nil, err
 	}
 	return &Index{st: st, size: size}, nil
+}
+
+// OpenIndexPostgres opens (creating) the index a cluster's nodes share,
+// in its own schema of the PostgreSQL database at databaseURL.
+func OpenIndexPostgres(ctx context.Context, databaseURL string) (*Index, error) {
+	st, err := store.OpenPostgresSchema(ctx, databaseURL, PostgresSchema, postgresIndexMigrations)
+	if err != nil {
+		return nil, err
+	}
+	return &Index{st: st}, nil
 }
 
 // Close closes the index.

@@ -67,7 +67,7 @@ func TestPut(t *testing.T) {
 		if _, ok := s.Objects.Stat(oid); ok {
 			t.Fatalf("%s: the object is there", c.name)
 		}
-		if l := leftovers(t, s.Objects); len(l) != 0 {
+		if l := leftovers(t, s.Objects.(*Disk)); len(l) != 0 {
 			t.Fatalf("%s: left %v", c.name, l)
 		}
 	}

@@ -3,7 +3,6 @@ package lfs
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -65,24 +64,20 @@ const SweepGrace = 24 * time.Hour
 // just after its file, so a younger file may be one on its way in.
 func (s *Service) Sweep(ctx context.Context, grace time.Duration) (removed int, bytes int64, err error) {
 	cutoff := time.Now().Add(-grace)
-	err = filepath.WalkDir(filepath.Join(s.Objects.Dir, "objects"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() || !ValidOID(d.Name()) {
+	err = s.Objects.Walk(ctx, func(oid string, size int64, stored time.Time) error {
+		if stored.After(cutoff) {
 			return nil
 		}
-		fi, err := d.Info()
-		if err != nil || fi.ModTime().After(cutoff) {
-			return nil
-		}
-		held, err := s.Index.Held(ctx, d.Name())
+		held, err := s.Index.Held(ctx, oid)
 		if err != nil {
 			return err
 		}
 		if !held {
-			if err := s.Objects.Remove(d.Name()); err != nil {
+			if err := s.Objects.Remove(oid); err != nil {
 				return err
 			}
 			removed++
-			bytes += fi.Size()
+			bytes += size
 		}
 		return nil
 	})

@@ -1,17 +1,20 @@
 // Package lfs serves Git LFS beside the git pipeline: the batch, object,
 // verify and locks APIs over HTTP (api.go, locks.go), git-lfs-authenticate
-// over SSH (ssh.go), a content-addressed object store on disk (this file)
-// and the index of which repository holds which object (index.go). The
+// over SSH (ssh.go), a content-addressed object store (this file: the
+// Store seam and the disk; s3.go: an S3-compatible bucket) and the index
+// of which repository holds which object (index.go). The
 // transports only route a URL prefix or an SSH command here; access is
 // decided with the same access.Controller as git's.
 package lfs
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -40,6 +43,27 @@ var (
 	ErrHashMismatch = errors.New("hash mismatch")
 	ErrTooLarge     = errors.New("object too large")
 )
+
+// Store holds objects' content by oid, once whichever repositories hold
+// them (the index decides who may read what).
+type Store interface {
+	// Stat returns the stored size of oid, or false if it is not stored.
+	Stat(oid string) (int64, bool)
+	// Open opens oid's content for reading.
+	Open(oid string) (io.ReadSeekCloser, fs.FileInfo, error)
+	// Put stores exactly size bytes read from r as oid, verified: the
+	// object is whole with that SHA-256 under its name, or not there.
+	// written is what was read from r.
+	Put(oid string, size int64, r io.Reader) (written int64, err error)
+	// Remove deletes oid's content (no error if it is not stored).
+	Remove(oid string) error
+	// Walk calls fn for every stored object, with when it was stored.
+	Walk(ctx context.Context, fn func(oid string, size int64, stored time.Time) error) error
+	// DownloadURL is a URL good for ttl that serves oid's content without
+	// credentials, for a client the index let read it; "" when downloads
+	// go through this server.
+	DownloadURL(ctx context.Context, oid string, ttl time.Duration) (string, error)
+}
 
 // Disk is the local object store: DIR/objects/aa/bb/OID, uploads through
 // DIR/tmp on the same file system.
@@ -78,8 +102,9 @@ func (d *Disk) Stat(oid string) (int64, bool) {
 	return fi.Size(), true
 }
 
-// Open opens oid's content for reading.
-func (d *Disk) Open(oid string) (*os.File, os.FileInfo, error) {
+// Open opens oid's content for reading (an *os.File: the HTTP download
+// reaches sendfile(2)).
+func (d *Disk) Open(oid string) (io.ReadSeekCloser, fs.FileInfo, error) {
 	f, err := os.Open(d.Path(oid))
 	if err != nil {
 		return nil, nil, err
@@ -146,6 +171,26 @@ func (d *Disk) Remove(oid string) error {
 	}
 	return err
 }
+
+// Walk calls fn for every stored object.
+func (d *Disk) Walk(ctx context.Context, fn func(oid string, size int64, stored time.Time) error) error {
+	return filepath.WalkDir(filepath.Join(d.Dir, "objects"), func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() || !ValidOID(e.Name()) {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return nil // removed meanwhile
+		}
+		return fn(e.Name(), fi.Size(), fi.ModTime())
+	})
+}
+
+// DownloadURL: a disk's objects are served by this server.
+func (d *Disk) DownloadURL(context.Context, string, time.Duration) (string, error) { return "", nil }
 
 // ModTime is when oid was stored (zero if it is not).
 func (d *Disk) ModTime(oid string) time.Time {

@@ -20,8 +20,13 @@ import (
 type Service struct {
 	Repos   repo.Root
 	Access  *access.Controller
-	Objects *Disk
+	Objects Store
 	Index   *Index
+	// Dir is DATA/lfs: the disk store and the node's own index.
+	Dir string
+	// Database is the PostgreSQL URL of a cluster's shared index ("":
+	// the index is under Dir), for the push check's hook.
+	Database string
 	// MaxObjectBytes bounds one object (0: no bound).
 	MaxObjectBytes int64
 	// HTTPURL is the base URL (scheme://host[:port]) HTTP clients reach
@@ -34,18 +39,39 @@ type Service struct {
 // Dir is the LFS directory of a data directory.
 func Dir(dataDir string) string { return filepath.Join(dataDir, "lfs") }
 
-// Open opens the object store and the index under DATA/lfs.
+// Open opens the disk store and the index under DATA/lfs.
 func Open(ctx context.Context, dataDir string) (*Service, error) {
+	return OpenStore(ctx, dataDir, "", "")
+}
+
+// OpenStore opens the object store storeURL names ("": the disk under
+// DATA/lfs; s3://...: a bucket, see OpenS3) and the index: under DATA/lfs,
+// or in the PostgreSQL database at databaseURL when it is not "" (a
+// cluster's nodes share it, as they share the bucket).
+func OpenStore(ctx context.Context, dataDir, storeURL, databaseURL string) (*Service, error) {
 	dir := Dir(dataDir)
-	objects, err := NewDisk(dir)
+	var objects Store
+	var err error
+	if storeURL == "" {
+		objects, err = NewDisk(dir)
+	} else {
+		objects, err = OpenS3(ctx, storeURL)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lfs: %w", err)
 	}
-	index, err := OpenIndex(ctx, filepath.Join(dir, IndexFile))
+	var index *Index
+	if databaseURL != "" {
+		index, err = OpenIndexPostgres(ctx, databaseURL)
+	} else {
+		if err = os.MkdirAll(dir, 0o700); err == nil {
+			index, err = OpenIndex(ctx, filepath.Join(dir, IndexFile))
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lfs: %w", err)
 	}
-	return &Service{Objects: objects, Index: index}, nil
+	return &Service{Objects: objects, Index: index, Dir: dir}, nil
 }
 
 // Close closes the index.

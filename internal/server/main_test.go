@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"packwire/internal/s3test"
 )
 
 // envServe, set to a data directory, makes this test binary a packwire
@@ -31,7 +33,7 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(envServe); dir != "" {
 		os.Exit(serveForTest(dir))
 	}
-	code := m.Run()
+	code := s3test.Main(m) // stops the shared weed, if a test started it
 	if bigTemplate != "" {
 		os.RemoveAll(filepath.Dir(bigTemplate))
 	}

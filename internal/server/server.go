@@ -185,6 +185,10 @@ type Config struct {
 	// listener at, for the hrefs SSH's git-lfs-authenticate answers
 	// ("": http:// and the HTTP listener's address).
 	LFSURL string
+	// LFSStore is where LFS objects live: "" the disk under DATA/lfs, or
+	// an s3://BUCKET?endpoint=... URL (lfs.OpenS3), which a cluster's
+	// nodes need (they share it, and the index in PostgreSQL).
+	LFSStore string
 
 	MetricsAddr string // separate listener for /metrics; empty: /metrics on the HTTP listener
 	// MetricsPublic serves /metrics on the HTTP listener to anyone; off, it
@@ -351,6 +355,8 @@ type Server struct {
 
 	// LFS is Git LFS for this data directory (nil: off).
 	LFS *lfs.Service
+	// lfsOff is why LFS is off though asked for, told to LFS clients.
+	lfsOff string
 
 	// Node and Router are this server's part of a cluster (Config.Node); nil otherwise.
 	Node   *cluster.Node
@@ -506,10 +512,20 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance,
 		QuarantineAge: maintain.QuarantineAge(cfg.IdleTimeout)})
 	s.openOutgoing()
-	if cfg.LFS && cfg.Node == "" { // a cluster would need a shared store: not built
-		if s.LFS, err = lfs.Open(ctx, data.Dir); err != nil {
+	switch {
+	case cfg.LFS && cfg.Node != "" && cfg.LFSStore == "":
+		// Every node must serve every object: a node's own disk cannot.
+		s.lfsOff = lfs.ClusterNeedsStore(cfg.Node)
+		cfg.Log.Warn(s.lfsOff)
+	case cfg.LFS:
+		sharedIndex := "" // a cluster's nodes share the index in PostgreSQL
+		if cfg.Node != "" {
+			sharedIndex = cfg.Database
+		}
+		if s.LFS, err = lfs.OpenStore(ctx, data.Dir, cfg.LFSStore, sharedIndex); err != nil {
 			return nil, err
 		}
+		s.LFS.Database = sharedIndex
 		s.LFS.Repos, s.LFS.Access, s.LFS.Governor, s.LFS.Log = data.Repos, data.Access, gov, cfg.Log
 		s.LFS.MaxObjectBytes = cfg.MaxLFSObjectBytes
 		s.Pipeline.LFSBytes = func(ctx context.Context, repoName string) (int64, error) {
@@ -688,6 +704,9 @@ func (s *Server) Start() error {
 			if cfg.TLSCert != "" {
 				s.Pipeline.ListenerURL = "https://" + reachableAddr(httpL.Addr())
 			}
+		}
+		if s.lfsOff != "" {
+			git.LFS = lfs.Refuse(s.lfsOff)
 		}
 		if s.LFS != nil {
 			git.LFS = s.LFS
