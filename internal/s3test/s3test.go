@@ -25,7 +25,6 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-
 )
 
 // The server's only identity (an admin: it may create buckets).
