@@ -62,3 +62,30 @@ func TestFullRunWritesCloneBundle(t *testing.T) {
 		t.Fatalf("bundle of a repository without refs: %v", err)
 	}
 }
+
+// TestNoBundleWritesNone: with bundle URIs off (serve --bundle-uris=false)
+// a full run keeps no second copy of the preferred pack, and removes the
+// bundle an earlier run wrote.
+func TestNoBundleWritesNone(t *testing.T) {
+	t.Parallel()
+	_, r := newRepo(t)
+	ctx := context.Background()
+	bundle := filepath.Join(r.Path, BundleFile)
+	if _, err := quietMaintainer().Maintain(ctx, r, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bundle); err != nil {
+		t.Fatalf("the first run wrote no bundle: %v", err)
+	}
+	m := quietMaintainer()
+	m.NoBundle = true
+	if _, err := m.Maintain(ctx, r, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bundle); !os.IsNotExist(err) {
+		t.Fatalf("NoBundle left the clone bundle: %v", err)
+	}
+	if st, err := ReadState(r.Path); err != nil || st == nil {
+		t.Fatalf("state %v %v: the preferred pack must still be recorded", st, err)
+	}
+}

@@ -80,7 +80,11 @@ type Options struct {
 	// QuarantineAge: a push quarantine unwritten for this long is removed
 	// (default DefaultQuarantineAge; see QuarantineAge).
 	QuarantineAge time.Duration
-	Log           *slog.Logger
+	// NoBundle: a full run writes no clone bundle (and removes an old one):
+	// the bundle is a second copy of the preferred pack's bytes on disk,
+	// worth it only where bundle URIs are served (serve --bundle-uris).
+	NoBundle bool
+	Log      *slog.Logger
 	// Record, if set, gets every run (the governor's RecordMaintenance).
 	Record func(context.Context, governor.MaintenanceRun) error
 }
@@ -582,7 +586,9 @@ func (s *session) full(ctx context.Context) error {
 		}
 		// 5. The clone bundle: the pack just built under a header of the
 		// refs it closes (bundle URIs, docs/clone-fast-path.md).
-		if err := writeBundle(s.dir, filepath.Join(packDir, st.Preferred), refs.Named); err != nil {
+		if s.m.NoBundle {
+			removeBundle(s.dir)
+		} else if err := writeBundle(s.dir, filepath.Join(packDir, st.Preferred), refs.Named); err != nil {
 			return err
 		}
 	} else {

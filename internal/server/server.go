@@ -509,7 +509,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err = pushguard.InstallHook(s.Pipeline.HooksDir, exe); err != nil {
 		return nil, fmt.Errorf("hooks directory: %w", err)
 	}
-	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance,
+	s.Maintainer = maintain.New(maintain.Options{Log: cfg.Log, Record: gov.RecordMaintenance, NoBundle: !cfg.BundleURIs,
 		QuarantineAge: maintain.QuarantineAge(cfg.IdleTimeout)})
 	s.openOutgoing()
 	switch {
