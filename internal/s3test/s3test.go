@@ -19,9 +19,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"packwire/internal/procgroup"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -181,8 +182,7 @@ func (s *Server) start(bin string, port int) error {
 	s.cmd.Dir = s.dir
 	s.cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+AccessKey, "AWS_SECRET_ACCESS_KEY="+SecretKey)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
+	if err := procgroup.Start(s.cmd); err != nil {
 		return err
 	}
 	go func() { s.cmd.Wait(); close(s.done) }()
@@ -227,11 +227,11 @@ func (s *Server) stopProcess() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
-	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+	procgroup.Terminate(s.cmd)
 	select {
 	case <-s.done:
 	case <-time.After(20 * time.Second):
-		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		procgroup.Kill(s.cmd)
 		<-s.done
 	}
 }
