@@ -48,12 +48,15 @@ func check(ctx context.Context, c *testCluster, h *history, repos []string, sett
 		var first map[string]string
 		for _, n := range c.nodes {
 			bare := filepath.Join(n.dir, "repos", repo+".git")
-			out, err := c.git.run(ctx, time.Minute, bare, "for-each-ref", "--format=%(objectname)\t%(refname)")
+			out, err := c.git.output(ctx, time.Minute, bare, "for-each-ref", "--format=%(objectname)\t%(refname)")
+			var refs map[string]string
+			if err == nil {
+				refs, err = parseRefs(out)
+			}
 			if err != nil {
 				v.copies = append(v.copies, fmt.Sprintf("%s on %s: for-each-ref: %v %s", repo, n.name, err, lastLines(out, 2)))
 				continue
 			}
-			refs := parseRefs(out)
 			for ref := range refs {
 				if strings.HasPrefix(ref, cluster.LocalRefs) {
 					delete(refs, ref)

@@ -50,6 +50,28 @@ func (g *gitEnv) run(ctx context.Context, timeout time.Duration, dir string, arg
 	return string(out), err
 }
 
+// output is run for a command whose standard output is data (ls-remote,
+// for-each-ref): stdout apart, and on failure stdout and stderr for the
+// message. Combined, a line of ssh's stderr written between two of git's
+// buffered writes split a ref line of ls-remote's: the long run's only
+// "stale read" was such a line, its object name cut after 11 digits.
+func (g *gitEnv) output(ctx context.Context, timeout time.Duration, dir string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = g.vars
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
 // runStalling is run for a client behind a load balancer: git is also
 // killed (with its group) once it has written nothing for stall, as a
 // client that gives up on a server making no progress (a paused or cut
@@ -368,11 +390,11 @@ func (w *workload) read(stopping, ctx context.Context, reader int) {
 			clone := filepath.Join(w.dir, fmt.Sprintf("clone-%d", reader))
 			os.RemoveAll(clone)
 			if out, err = g.run(ctx, time.Minute, "", "clone", "-q", "--mirror", url, clone); err == nil {
-				out, err = g.run(ctx, time.Minute, clone, "for-each-ref", "--format=%(objectname)\t%(refname)")
+				out, err = g.output(ctx, time.Minute, clone, "for-each-ref", "--format=%(objectname)\t%(refname)")
 			}
 			os.RemoveAll(clone)
 		} else {
-			out, err = g.run(ctx, time.Minute, "", "ls-remote", url)
+			out, err = g.output(ctx, time.Minute, "", "ls-remote", url)
 		}
 		rec.end = time.Now()
 		if ctx.Err() != nil && err != nil {
@@ -380,8 +402,11 @@ func (w *workload) read(stopping, ctx context.Context, reader int) {
 		}
 		rec.ok = err == nil
 		if rec.ok {
-			rec.refs = parseRefs(out)
-		} else {
+			if rec.refs, err = parseRefs(out); err != nil {
+				rec.ok, rec.out = false, err.Error()
+			}
+		}
+		if !rec.ok {
 			rec.out = lastLines(out, 3)
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -389,16 +414,36 @@ func (w *workload) read(stopping, ctx context.Context, reader int) {
 	}
 }
 
-// parseRefs reads "<oid>\t<ref>" lines (ls-remote, for-each-ref).
-func parseRefs(out string) map[string]string {
+// parseRefs reads "<oid>\t<ref>" lines (ls-remote, for-each-ref); a
+// line that is neither such a line nor blank is an error (output the
+// checker cannot trust), not a ref missing.
+func parseRefs(out string) (map[string]string, error) {
 	refs := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {
+		if line == "" {
+			continue
+		}
 		oid, ref, ok := strings.Cut(line, "\t")
-		if ok && strings.HasPrefix(ref, "refs/") && !strings.HasSuffix(ref, "^{}") {
+		if !ok || !validOID(oid) || ref == "" {
+			return nil, fmt.Errorf("malformed ref line %q", line)
+		}
+		if strings.HasPrefix(ref, "refs/") && !strings.HasSuffix(ref, "^{}") {
 			refs[ref] = oid
 		}
 	}
-	return refs
+	return refs, nil
+}
+
+func validOID(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // lastLines is the last n non-blank lines of s, joined with " | ".
