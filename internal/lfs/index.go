@@ -73,6 +73,12 @@ func OpenIndex(ctx context.Context, path string) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newIndex(ctx, st)
+}
+
+// newIndex prepares the index's queries on st (SQLite or PostgreSQL: the
+// store rewrites the placeholders), closing st if that fails.
+func newIndex(ctx context.Context, st *store.Store) (*Index, error) {
 	size, err := st.DB.PrepareContext(ctx, "SELECT size FROM lfs_objects WHERE repo = ? AND oid = ?")
 	if err != nil {
 		st.Close()
@@ -88,7 +94,7 @@ func OpenIndexPostgres(ctx context.Context, databaseURL string) (*Index, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Index{st: st}, nil
+	return newIndex(ctx, st)
 }
 
 // Close closes the index.
