@@ -35,17 +35,24 @@ func newGitEnv(home string) (*gitEnv, error) {
 		"GIT_SSH_COMMAND=ssh -F /dev/null -i " + key + " -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes -o ConnectTimeout=10"}}, nil
 }
 
-// run runs git in dir within timeout; on the timeout (or ctx's end) git
-// and whatever it started (ssh, remote helpers) are killed as a group.
-func (g *gitEnv) run(ctx context.Context, timeout time.Duration, dir string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// command is git in dir, killed with whatever it started (ssh, remote
+// helpers) as a group when ctx ends.
+func (g *gitEnv) command(ctx context.Context, dir string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
 	cmd.Env = g.vars
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// run runs git in dir within timeout; on the timeout (or ctx's end) git
+// and whatever it started (ssh, remote helpers) are killed as a group.
+func (g *gitEnv) run(ctx context.Context, timeout time.Duration, dir string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := g.command(ctx, dir, args...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -58,12 +65,7 @@ func (g *gitEnv) run(ctx context.Context, timeout time.Duration, dir string, arg
 func (g *gitEnv) output(ctx context.Context, timeout time.Duration, dir string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir = dir
-	cmd.Env = g.vars
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
+	cmd := g.command(ctx, dir, args...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -83,12 +85,7 @@ func (g *gitEnv) runStalling(ctx context.Context, stall, timeout time.Duration, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir = dir
-	cmd.Env = g.vars
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
+	cmd := g.command(ctx, dir, args...)
 	w := &progressWriter{}
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
