@@ -141,9 +141,30 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Launch starts weed mini with only what S3 needs, and waits until its
-// gateway answers. The S3 port is chosen here; weed moves its other
-// services off their default ports by itself when those are taken.
+// freePorts is n distinct loopback ports nothing listens on now.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close() // held until all are chosen: n distinct ports
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// weedPortFlags are weed mini's listeners besides the S3 gateway's. Each
+// gets a port chosen here: left to their defaults, two test binaries'
+// weeds started at once (scripts/test runs packages in parallel) met on
+// the same master and filer, and one's gateway died under the other's
+// tests ("connection refused" mid-test).
+var weedPortFlags = []string{"-master.port", "-master.port.grpc", "-volume.port", "-volume.port.grpc",
+	"-filer.port", "-filer.port.grpc", "-s3.port.grpc", "-admin.port", "-admin.port.grpc"}
+
+// Launch starts weed mini with only what S3 needs, every listener on a
+// port chosen here, and waits until its gateway answers.
 func Launch(bin string) (*Server, error) {
 	dir, err := os.MkdirTemp("", "packwire-weed-")
 	if err != nil {
@@ -176,9 +197,17 @@ func (s *Server) start(bin string, port int) error {
 		return err
 	}
 	defer log.Close()
-	s.cmd = exec.Command(bin, "mini", "-dir="+data, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-		"-s3.port="+strconv.Itoa(port), "-s3.port.iceberg=0", "-s3.port.lance=0",
-		"-webdav=false", "-admin.ui=false", "-master.telemetry=false")
+	args := []string{"mini", "-dir=" + data, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+		"-s3.port=" + strconv.Itoa(port), "-s3.port.iceberg=0", "-s3.port.lance=0",
+		"-webdav=false", "-admin.ui=false", "-admin.port.legacy=0", "-master.telemetry=false"}
+	ports, err := freePorts(len(weedPortFlags))
+	if err != nil {
+		return err
+	}
+	for i, flag := range weedPortFlags {
+		args = append(args, flag+"="+strconv.Itoa(ports[i]))
+	}
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Dir = s.dir
 	s.cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+AccessKey, "AWS_SECRET_ACCESS_KEY="+SecretKey)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
