@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -33,43 +32,8 @@ func TestClusterPrimaryCutOffFromReplicasStepsDown(t *testing.T) {
 	url := pgtest.Shared(t).NewDatabase(t)
 	base := t.TempDir()
 	names := []string{"a", "b", "c"}
-	nodes := map[string]*nodeProc{}
-	proxies := map[string]*testProxy{} // the other nodes -> this one
-	for _, name := range names {
-		proxies[name] = newTestProxy(t, "")
-		nodes[name] = startNode(t, name, filepath.Join(base, name), url, "--node-url", "http://"+proxies[name].addr())
-		proxies[name].upstream.Store(nodes[name].httpAddr)
-	}
-	defer func() {
-		if t.Failed() {
-			for _, name := range names {
-				b, _ := os.ReadFile(filepath.Join(base, name+".log"))
-				t.Logf("node %s's log:\n%s", name, lastLines(string(b)))
-			}
-		}
-	}()
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	placement := func() (primary string, gen int64, current int) {
-		db.QueryRow("SELECT primary_node, generation FROM cluster_repos WHERE name = 'team/app'").Scan(&primary, &gen)
-		db.QueryRow("SELECT count(*) FROM replicas WHERE repo = 'team/app' AND generation = $1", gen).Scan(&current)
-		return
-	}
-	settled := func(gen int64) string {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			p, g, n := placement()
-			if g == gen && n == 3 {
-				return p
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the cluster did not settle at generation %d: primary %s, generation %d, %d copies current", gen, p, g, n)
-			}
-		}
-	}
+	nodes, proxies := proxiedNodes(t, base, url)
+	placement, settled := appPlacement(t, url, 30*time.Second)
 	admin := storeAdmin(t, url, filepath.Join(base, "none"))
 	admin("repo", "create", "team/app", "--replicas", "3")
 	token := aliceWrites(admin)
@@ -146,6 +110,11 @@ func TestClusterPrimaryCutOffFromReplicasStepsDown(t *testing.T) {
 	if _, gen, _ := placement(); gen != 2 {
 		t.Fatalf("generation %d after the push, want 2", gen)
 	}
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	var oldGen int64
 	db.QueryRow("SELECT generation FROM replicas WHERE repo = 'team/app' AND node = $1", primary).Scan(&oldGen)
 	if oldGen != 1 {

@@ -4,7 +4,6 @@ package main
 
 import (
 	"bytes"
-	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,45 +50,8 @@ func TestClusterPrimaryPausedMidPush(t *testing.T) {
 	}
 	url := pgtest.Shared(t).NewDatabase(t)
 	base := t.TempDir()
-	nodes := map[string]*nodeProc{}
-	// Each node reached by the others through a proxy that sees the
-	// primary's replication requests.
-	proxies := map[string]*testProxy{}
-	for _, name := range []string{"a", "b", "c"} {
-		proxies[name] = newTestProxy(t, "")
-		nodes[name] = startNode(t, name, filepath.Join(base, name), url, "--node-url", "http://"+proxies[name].addr())
-		proxies[name].upstream.Store(nodes[name].httpAddr)
-	}
-	defer func() {
-		if t.Failed() {
-			for _, name := range []string{"a", "b", "c"} {
-				b, _ := os.ReadFile(filepath.Join(base, name+".log"))
-				t.Logf("node %s's log:\n%s", name, lastLines(string(b)))
-			}
-		}
-	}()
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	placement := func() (primary string, gen int64, current int) {
-		db.QueryRow("SELECT primary_node, generation FROM cluster_repos WHERE name = 'team/app'").Scan(&primary, &gen)
-		db.QueryRow("SELECT count(*) FROM replicas WHERE repo = 'team/app' AND generation = $1", gen).Scan(&current)
-		return
-	}
-	settled := func(gen int64) string {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			p, g, n := placement()
-			if g == gen && n == 3 {
-				return p
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the cluster did not settle at generation %d: primary %s, generation %d, %d copies current", gen, p, g, n)
-			}
-		}
-	}
+	nodes, proxies := proxiedNodes(t, base, url)
+	placement, settled := appPlacement(t, url, 20*time.Second)
 	admin := storeAdmin(t, url, filepath.Join(base, "none"))
 	admin("repo", "create", "team/app", "--replicas", "3")
 	token := aliceWrites(admin)

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"database/sql"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // testProxy forwards TCP connections to upstream (settable once the
@@ -138,4 +142,59 @@ func (p *testProxy) forward(c net.Conn) {
 	}
 	go pipe(up, c, true)
 	pipe(c, up, false)
+}
+
+// proxiedNodes starts nodes a, b and c on the cluster database url, each
+// reached by its peers through a testProxy of its own (its --node-url), so
+// a test can watch or cut what the others send it. The nodes' logs are
+// printed if the test fails.
+func proxiedNodes(t *testing.T, base, url string) (map[string]*nodeProc, map[string]*testProxy) {
+	t.Helper()
+	nodes := map[string]*nodeProc{}
+	proxies := map[string]*testProxy{}
+	names := []string{"a", "b", "c"}
+	for _, name := range names {
+		proxies[name] = newTestProxy(t, "")
+		nodes[name] = startNode(t, name, filepath.Join(base, name), url, "--node-url", "http://"+proxies[name].addr())
+		proxies[name].upstream.Store(nodes[name].httpAddr)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range names {
+				b, _ := os.ReadFile(filepath.Join(base, name+".log"))
+				t.Logf("node %s's log:\n%s", name, lastLines(string(b)))
+			}
+		}
+	})
+	return nodes, proxies
+}
+
+// appPlacement reads team/app's placement from the cluster database:
+// placement is its primary, generation and the copies current at it;
+// settled waits (within, a safety net) until all three copies are at gen
+// and returns the primary.
+func appPlacement(t *testing.T, url string, within time.Duration) (placement func() (string, int64, int), settled func(gen int64) string) {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	placement = func() (primary string, gen int64, current int) {
+		db.QueryRow("SELECT primary_node, generation FROM cluster_repos WHERE name = 'team/app'").Scan(&primary, &gen)
+		db.QueryRow("SELECT count(*) FROM replicas WHERE repo = 'team/app' AND generation = $1", gen).Scan(&current)
+		return
+	}
+	settled = func(gen int64) string {
+		t.Helper()
+		for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+			p, g, n := placement()
+			if g == gen && n == 3 {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the cluster did not settle at generation %d: primary %s, generation %d, %d copies current", gen, p, g, n)
+			}
+		}
+	}
+	return placement, settled
 }
