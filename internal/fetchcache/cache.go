@@ -47,7 +47,8 @@ var ErrStandAside = errors.New("fetch cache standing aside")
 var ErrGenerationFailed = errors.New("the shared git run failed")
 
 // Cache holds stored responses and the runs in progress. Its exported
-// fields are its configuration; call Open before use.
+// fields are its configuration; call Open before use, and change the
+// bounds of a cache in use with SetBounds.
 type Cache struct {
 	Dir          string        // where responses are written (emptied at Open)
 	MaxBytes     int64         // total size of stored responses; 0: share runs in progress only
@@ -300,6 +301,23 @@ func (c *Cache) finish(g *generation, size int64, err error) {
 		err = fmt.Errorf("%w: %v", ErrGenerationFailed, err)
 	}
 	g.End(size, err)
+}
+
+// Bounds are the limits of a Cache that SetBounds changes while it serves.
+type Bounds struct {
+	MaxBytes, MinFreeBytes int64
+	MaxAge, SightingWindow time.Duration
+}
+
+// SetBounds changes the cache's limits while it serves (a configuration
+// reload). What no longer fits a lower MaxBytes or MaxAge is dropped at
+// once, least recently used first; every other stored response is kept.
+// Runs in progress go on, and are kept or not by the new bounds.
+func (c *Cache) SetBounds(b Bounds) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.MaxBytes, c.MinFreeBytes, c.MaxAge, c.SightingWindow = b.MaxBytes, b.MinFreeBytes, b.MaxAge, b.SightingWindow
+	c.storedLocked().Evict()
 }
 
 // Expire drops responses past MaxAge; the server calls it now and then.

@@ -218,29 +218,37 @@ func TestAbandonBeforeProducerStarts(t *testing.T) {
 
 // TestBounds: responses over MaxBytes are shared but not kept, the least
 // recently used goes first, and MaxAge ends a response's life.
+// storeResponse runs key's response, size bytes, through c.
+func storeResponse(t *testing.T, c *Cache, key string, size int) {
+	t.Helper()
+	r, w := join(t, c, key)
+	if w == nil {
+		t.Fatalf("%s: not a new run", key)
+	}
+	w.Write([]byte(strings.Repeat("x", size-4) + "0000"))
+	w.Finish(nil)
+	r.Close()
+}
+
+// isStored reports whether c replays key (which makes it the most
+// recently used).
+func isStored(t *testing.T, c *Cache, key string) bool {
+	t.Helper()
+	r, w, err := c.Join(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w != nil {
+		w.Finish(errors.New("only looking"))
+	}
+	r.Close()
+	return w == nil
+}
+
 func TestBounds(t *testing.T) {
 	c := newCache(t, 100)
-	store := func(key string, size int) {
-		t.Helper()
-		r, w := join(t, c, key)
-		if w == nil {
-			t.Fatalf("%s: not a new run", key)
-		}
-		w.Write([]byte(strings.Repeat("x", size-4) + "0000"))
-		w.Finish(nil)
-		r.Close()
-	}
-	stored := func(key string) bool {
-		r, w, err := c.Join(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if w != nil {
-			w.Finish(errors.New("only looking"))
-		}
-		r.Close()
-		return w == nil
-	}
+	store := func(key string, size int) { t.Helper(); storeResponse(t, c, key, size) }
+	stored := func(key string) bool { t.Helper(); return isStored(t, c, key) }
 	store("big", 101)
 	if stored("big") {
 		t.Fatal("a response over MaxBytes was kept")
@@ -267,6 +275,30 @@ func TestBounds(t *testing.T) {
 	}
 	files, _ := filepath.Glob(filepath.Join(c.Dir, "*"))
 	if len(files) != 1 {
+		t.Fatalf("files on disk: %v", files)
+	}
+}
+
+// TestSetBounds: a larger bound keeps every stored response and takes
+// more; a smaller one drops the least recently used down to it at once.
+func TestSetBounds(t *testing.T) {
+	c := newCache(t, 100)
+	storeResponse(t, c, "a", 40)
+	storeResponse(t, c, "b", 40)
+	c.SetBounds(Bounds{MaxBytes: 200, MaxAge: time.Hour})
+	storeResponse(t, c, "c", 40) // 120: over the old bound, under the new one
+	if s := c.Stats(); s.Entries != 3 || s.Bytes != 120 {
+		t.Fatalf("after a larger bound: %+v, want a, b and c kept", s)
+	}
+	isStored(t, c, "a") // a is now the most recently used, b the least
+	c.SetBounds(Bounds{MaxBytes: 90, MaxAge: time.Hour})
+	if s := c.Stats(); s.Entries != 2 || s.Bytes != 80 {
+		t.Fatalf("after a smaller bound: %+v, want 2 responses", s)
+	}
+	if isStored(t, c, "b") || !isStored(t, c, "a") || !isStored(t, c, "c") {
+		t.Fatal("the smaller bound did not drop the least recently used")
+	}
+	if files, _ := filepath.Glob(filepath.Join(c.Dir, "*.response")); len(files) != 2 {
 		t.Fatalf("files on disk: %v", files)
 	}
 }

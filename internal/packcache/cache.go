@@ -51,7 +51,8 @@ type Request struct {
 }
 
 // Cache is the shared-generation service. Its exported fields are its
-// configuration; Open prepares the directory.
+// configuration; Open prepares the directory, and SetBounds changes the
+// bounds of a cache in use.
 type Cache struct {
 	Dir          string        // where packs are written (wiped at Open)
 	MaxBytes     int64         // total size of finished packs kept; 0: keep none
@@ -167,11 +168,12 @@ func (c *Cache) Serve(ctx context.Context, req Request, stdin []byte, out io.Wri
 	// below replaces it).
 	c.setOutcomeLocked(req.RequestID, outcome)
 	if !joined {
-		enough, changed := c.disk.Check(c.Dir, c.MinFreeBytes)
+		minFree := c.MinFreeBytes
+		enough, changed := c.disk.Check(c.Dir, minFree)
 		if !enough {
 			c.mu.Unlock()
 			if changed {
-				c.Log.Warn("pack cache: disk nearly full, running pack-objects directly until there is room", "dir", c.Dir, "min_free_bytes", c.MinFreeBytes)
+				c.Log.Warn("pack cache: disk nearly full, running pack-objects directly until there is room", "dir", c.Dir, "min_free_bytes", minFree)
 			}
 			return c.standAside(req)
 		}
@@ -245,6 +247,24 @@ func (c *Cache) generate(key string, g *generation, f *os.File, req Request, std
 	}
 	c.mu.Unlock()
 	g.End(size, err)
+}
+
+// Bounds are the limits of a Cache that SetBounds changes while it serves.
+type Bounds struct {
+	MaxBytes, MinFreeBytes int64
+	MaxAge                 time.Duration
+	MinUses                int
+}
+
+// SetBounds changes the cache's limits while it serves (a configuration
+// reload). What no longer fits a lower MaxBytes or MaxAge is dropped at
+// once, least recently used first; every other finished pack is kept.
+// Runs in progress go on, and are kept or not by the new bounds.
+func (c *Cache) SetBounds(b Bounds) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.MaxBytes, c.MinFreeBytes, c.MaxAge, c.MinUses = b.MaxBytes, b.MinFreeBytes, b.MaxAge, max(b.MinUses, 1)
+	c.doneLocked().Evict()
 }
 
 // Expire drops packs past MaxAge; the server calls it now and then.

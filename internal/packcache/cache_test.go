@@ -164,3 +164,38 @@ func TestExpiredPackIsReplacedNotLeaked(t *testing.T) {
 		t.Fatalf("after replacing an expired pack: %d packs, %d bytes, files %v", packs, bytes, files)
 	}
 }
+
+// TestSetBounds: a larger bound keeps every finished pack; a smaller one
+// drops the least recently used down to it at once, file and all.
+func TestSetBounds(t *testing.T) {
+	c := newCache(t)
+	start, tick := time.Now(), 0
+	c.done.Now = func() time.Time { tick++; return start.Add(time.Duration(tick) * time.Millisecond) } // each add later than the last
+	add := func(key string, size int) {
+		path := filepath.Join(c.Dir, key+".pack")
+		if err := os.WriteFile(path, make([]byte, size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		c.doneLocked().Add(key, path, int64(size))
+		c.mu.Unlock()
+	}
+	add("old", 40)
+	add("new", 40)
+	c.SetBounds(Bounds{MaxBytes: 200, MaxAge: time.Hour})
+	add("newest", 40)
+	if packs, bytes, _ := c.Stats(); packs != 3 || bytes != 120 {
+		t.Fatalf("after a larger bound: %d packs, %d bytes; want all 3 kept", packs, bytes)
+	}
+	c.SetBounds(Bounds{MaxBytes: 90, MaxAge: time.Hour})
+	files, _ := filepath.Glob(filepath.Join(c.Dir, "*.pack"))
+	if packs, bytes, _ := c.Stats(); packs != 2 || bytes != 80 || len(files) != 2 {
+		t.Fatalf("after a smaller bound: %d packs, %d bytes, files %v", packs, bytes, files)
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir, "old.pack")); !os.IsNotExist(err) {
+		t.Fatalf("the least recently used pack is still there: %v", err)
+	}
+	if c.MinUses != 1 {
+		t.Fatalf("MinUses 0 became %d, want 1", c.MinUses)
+	}
+}
