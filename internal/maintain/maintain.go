@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"packwire/internal/governor"
@@ -92,6 +93,7 @@ type Options struct {
 // Maintainer runs maintenance on repositories.
 type Maintainer struct {
 	Options
+	quarantineAge atomic.Int64 // Options.QuarantineAge, or SetQuarantineAge's
 }
 
 // New returns a Maintainer with defaults filled in.
@@ -117,7 +119,18 @@ func New(o Options) *Maintainer {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Maintainer{Options: o}
+	m := &Maintainer{Options: o}
+	m.quarantineAge.Store(int64(o.QuarantineAge))
+	return m
+}
+
+// SetQuarantineAge changes QuarantineAge while the server runs (a reload
+// of --timeout, which it follows).
+func (m *Maintainer) SetQuarantineAge(d time.Duration) {
+	if d <= 0 {
+		d = DefaultQuarantineAge
+	}
+	m.quarantineAge.Store(int64(d))
 }
 
 // config is passed with -c to every maintenance git.

@@ -86,7 +86,7 @@ func (m *Maintainer) StaleQuarantines(dir string) ([]Quarantine, error) {
 	qs, err := Quarantines(dir)
 	var stale []Quarantine
 	for _, q := range qs {
-		if time.Since(q.LastWrite) > m.QuarantineAge {
+		if time.Since(q.LastWrite) > time.Duration(m.quarantineAge.Load()) {
 			stale = append(stale, q)
 		}
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"packwire/internal/store"
@@ -73,10 +75,19 @@ type Loop struct {
 	Retention time.Duration
 	Log       *slog.Logger
 
-	once sync.Once
-	wake chan struct{}
-	mu   sync.Mutex
-	busy map[string]bool // targets with an attempt in flight
+	once     sync.Once
+	wake     chan struct{}
+	mu       sync.Mutex
+	busy     map[string]bool                          // targets with an attempt in flight
+	timeouts atomic.Pointer[map[string]time.Duration] // SetTimeouts': by kind, over Kind.Timeout
+}
+
+// SetTimeouts changes the per-attempt timeout of the kinds named, for
+// attempts that start from now on (a configuration reload); an attempt
+// in flight keeps its deadline.
+func (l *Loop) SetTimeouts(byKind map[string]time.Duration) {
+	set := maps.Clone(byKind)
+	l.timeouts.Store(&set)
 }
 
 func (l *Loop) init() {
@@ -204,6 +215,11 @@ func (l *Loop) attempt(ctx context.Context, d store.Delivery) bool {
 		})}
 	}
 	timeout := kind.Timeout
+	if set := l.timeouts.Load(); set != nil {
+		if t, ok := (*set)[d.Kind]; ok {
+			timeout = t
+		}
+	}
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}

@@ -130,7 +130,7 @@ func (c *Call) cachedAnswer(ctx context.Context, kind string, spec gitexec.Spec,
 		if c.Request.StatelessRPC {
 			c.setOutcome(fetchcache.Replayed) // one request, one answer: it was replayed
 		}
-		return writeAnswer(ctx, body, stdout, spec.Progress, int64(len(request)), p.Runner.IdleTimeout)
+		return writeAnswer(ctx, body, stdout, spec.Progress, int64(len(request)), c.timeouts.Idle)
 	}
 	if wait != nil {
 		// The run waited for gave nothing to keep: run git as without the cache.
@@ -153,7 +153,7 @@ func (c *Call) cachedAnswer(ctx context.Context, kind string, spec gitexec.Spec,
 	if len(out) == 0 {
 		return res, err
 	}
-	wres, werr := writeAnswer(ctx, out, stdout, nil, 0, p.Runner.IdleTimeout)
+	wres, werr := writeAnswer(ctx, out, stdout, nil, 0, c.timeouts.Idle)
 	if err == nil {
 		err = werr
 	}

@@ -84,7 +84,7 @@ func (c *Call) cachedFetch(ctx context.Context, spec gitexec.Spec, body []byte, 
 		spec.Progress.BytesIn.Add(int64(len(body)))
 	}
 	if writer == nil {
-		written, err := reader.Replay(ctx, out, p.Runner.IdleTimeout)
+		written, err := reader.Replay(ctx, out, c.timeouts.Idle)
 		tapHead(reader, written, spec.OutputTap)
 		reader.Close()
 		if errors.Is(err, fetchcache.ErrGenerationFailed) && written == 0 {
@@ -169,7 +169,7 @@ func (c *Call) sendPack(ctx context.Context, spec gitexec.Spec, body []byte, clo
 	if spec.Progress != nil {
 		spec.Progress.BytesIn.Add(int64(len(body)))
 	}
-	out := &deadlineWriter{w: newProgressWriter(stdout, spec.Progress), idle: c.p.Runner.IdleTimeout}
+	out := &deadlineWriter{w: newProgressWriter(stdout, spec.Progress), idle: c.timeouts.Idle}
 	if d, ok := stdout.(gitexec.WriteDeadliner); ok {
 		out.d = d
 		defer gitexec.DeadlineOnCancel(ctx, d.SetWriteDeadline)()
@@ -230,7 +230,7 @@ func (c *Call) leadFromPack(ctx context.Context, body []byte, ans packAnswer, re
 		writer.Finish(err)
 		done <- err
 	}()
-	written, replayErr := reader.Replay(ctx, out, c.p.Runner.IdleTimeout)
+	written, replayErr := reader.Replay(ctx, out, c.timeouts.Idle)
 	tapHead(reader, written, tap)
 	reader.Close()
 	runErr := <-done
@@ -395,7 +395,7 @@ func (c *Call) lead(ctx context.Context, spec gitexec.Spec, body []byte, reader 
 		writer.Finish(failed)
 		done <- outcome{res, err}
 	}()
-	written, replayErr := reader.Replay(ctx, out, p.Runner.IdleTimeout)
+	written, replayErr := reader.Replay(ctx, out, c.timeouts.Idle)
 	tapHead(reader, written, tap)
 	reader.Close()
 	run := <-done

@@ -31,7 +31,9 @@ func (c *Call) startGit(ctx context.Context, spec gitexec.Spec, stdin io.Reader,
 	if p.spawn != nil {
 		return p.spawn(ctx, spec, stdin, stdout, stderr)
 	}
-	return p.Runner.Run(ctx, spec, stdin, stdout, stderr)
+	runner := *p.Runner
+	runner.IdleTimeout = c.timeouts.Idle // the request's, from Prepare
+	return runner.Run(ctx, spec, stdin, stdout, stderr)
 }
 
 // ErrGitWithoutInput is the cause of a git start refused by startGit.

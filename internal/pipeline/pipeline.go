@@ -178,6 +178,8 @@ type Pipeline struct {
 
 	answers answerCache // advertisements and ls-refs answers by repository state
 
+	timeouts atomic.Pointer[Timeouts] // set by SetTimeouts; nil: Runner.IdleTimeout and RequestPace
+
 	gitStarts atomic.Int64 // git processes requests started (startGit)
 	// spawn, if set, runs git in startGit's stead (tests: a git in process).
 	spawn func(ctx context.Context, spec gitexec.Spec, stdin io.Reader, stdout, stderr io.Writer) (gitexec.Result, error)
@@ -237,7 +239,8 @@ type Call struct {
 	RecordID  string // the governor record's id, known up front for the pack hook
 	started   time.Time
 	releaseWG func()
-	gated     bool // admitted at the first pack request of the session (admissionGate), not at Prepare
+	gated     bool     // admitted at the first pack request of the session (admissionGate), not at Prepare
+	timeouts  Timeouts // taken at Prepare: a reload does not change a running request's
 
 	// The limiter slot, set by the request's goroutine or by the client
 	// stream's (the admission gate), read at the end and by Active.
@@ -287,7 +290,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req Request) (*Call, error) {
 	p.mu.Unlock()
 	req.Protocol = CleanProtocol(req.Protocol)
 	now := time.Now()
-	call := &Call{p: p, Request: req, ID: p.ids.Add(1), RecordID: governor.NewID(now), started: now}
+	call := &Call{p: p, Request: req, ID: p.ids.Add(1), RecordID: governor.NewID(now), started: now, timeouts: p.Timeouts()}
 	var once sync.Once
 	call.releaseWG = func() {
 		once.Do(func() {
@@ -551,15 +554,15 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 	c.input = &clientInput{r: stdin}
 	stdin = c.input
 	var negotiation *negotiationPace
-	if c.pacesNegotiation() && (p.RequestPace.MinRate > 0 || p.RequestPace.Max > 0) {
-		negotiation = newNegotiationPace(stdin, p.RequestPace, stdout, cancel)
+	if c.pacesNegotiation() && (c.timeouts.Pace.MinRate > 0 || c.timeouts.Pace.Max > 0) {
+		negotiation = newNegotiationPace(stdin, c.timeouts.Pace, stdout, cancel)
 		stdin = negotiation
 	}
 	if req.Service == gitexec.UploadPack && !req.StatelessRPC && c.route.Relay == nil {
 		// A git:// or SSH session: it ends once nothing moved for the idle
 		// timeout, whatever it is doing.
 		moved := func() int64 { return c.input.Reads() + rc.progress.BytesOut.Load() }
-		defer idleWatch(p.Runner.IdleTimeout, moved, cancel)()
+		defer idleWatch(c.timeouts.Idle, moved, cancel)()
 	}
 	switch {
 	case recorded:
@@ -576,7 +579,7 @@ func (c *Call) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Write
 			watch = classifier
 		}
 		gate = newAdmissionGate(c.haveFiltered(ctx, stdin), watch, v2, func() error { return c.admitNow(ctx, p.Limiter) },
-			func(lines []string) error { return c.checkWants(ctx, lines) }, stdout, p.RequestPace, cancel)
+			func(lines []string) error { return c.checkWants(ctx, lines) }, stdout, c.timeouts.Pace, cancel)
 		gate.refuseCommand = p.refusedCommand
 		if p.FetchCache != nil && req.Service == gitexec.UploadPack {
 			// Stamped before git starts: a v0 advertisement is git's view

@@ -89,14 +89,14 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 	in := push.BufferedReader(activity)
 	var preq *push.Request
 	commandsStart := time.Now()
-	stopCommandsPace := paceWatch(p.RequestPace, commandsStart, &sent.n, cancel)
-	err := watched(ctx, p.Runner.IdleTimeout, activity, func() error {
+	stopCommandsPace := paceWatch(c.timeouts.Pace, commandsStart, &sent.n, cancel)
+	err := watched(ctx, c.timeouts.Idle, activity, func() error {
 		var err error
 		preq, err = push.ReadRequest(in, p.maxPushRefs())
 		return err
 	})
 	if stopCommandsPace() {
-		return total, c.refusePush(p.RequestPace.slowError(sent.n.Load()-int64(in.Buffered()), time.Since(commandsStart)), stderr)
+		return total, c.refusePush(c.timeouts.Pace.slowError(sent.n.Load()-int64(in.Buffered()), time.Since(commandsStart)), stderr)
 	}
 	if ctx.Err() != nil || errors.Is(err, gitexec.ErrIdle) {
 		return total, err
@@ -148,14 +148,14 @@ func (c *Call) runPush(ctx context.Context, spec gitexec.Spec, stdin io.Reader, 
 	if preq.NeedsPack() {
 		// Nothing is held for the pack before it comes: git may count and
 		// compress objects for a while first. From its first byte it is paced.
-		err := watched(ctx, p.Runner.IdleTimeout, activity, func() error {
+		err := watched(ctx, c.timeouts.Idle, activity, func() error {
 			_, err := in.Peek(1)
 			return err
 		})
 		if ctx.Err() != nil || errors.Is(err, gitexec.ErrIdle) {
 			return total, err
 		}
-		pack = sent.pacePack(p.RequestPace, in.Buffered(), cancel)
+		pack = sent.pacePack(c.timeouts.Pace, in.Buffered(), cancel)
 	}
 	slowPack := func(res gitexec.Result, err error) (gitexec.Result, error) {
 		if pack.cutOff() {
@@ -378,12 +378,11 @@ func movesTag(cmd push.Command) bool {
 // EOF: some clients keep their side open until they have the report) and
 // dropped, then packwire sends the report itself.
 func (c *Call) refuseWholePush(ctx context.Context, preq *push.Request, in *bufio.Reader, activity *activityReader, rewrite *push.Rewrite, sideband int, stdout io.Writer) (gitexec.Result, error) {
-	p := c.p
 	var res gitexec.Result
 	var report []string
 	if preq.NeedsPack() {
 		var n int64
-		err := watched(ctx, p.Runner.IdleTimeout, activity, func() error {
+		err := watched(ctx, c.timeouts.Idle, activity, func() error {
 			var err error
 			n, err = push.SkipPack(in, len(preq.Commands[0].Old)/2, maxSkippedInflate)
 			return err

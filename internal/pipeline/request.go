@@ -166,14 +166,14 @@ func (c *Call) readRequest(ctx context.Context, stdin io.Reader, stdout io.Write
 	if d, ok := stdout.(ReadDeadliner); ok {
 		// Reads blocked on the client end with the request (the pace watch
 		// cancels it), and in any case within the idle timeout.
-		if idle := p.Runner.IdleTimeout; idle > 0 {
+		if idle := c.timeouts.Idle; idle > 0 {
 			d.SetReadDeadline(time.Now().Add(idle))
 		}
 		defer gitexec.DeadlineOnCancel(ctx, d.SetReadDeadline)()
 	}
 	counted := &countingReader{r: stdin}
 	start := time.Now()
-	stopPace := paceWatch(p.RequestPace, start, &counted.n, cancel)
+	stopPace := paceWatch(c.timeouts.Pace, start, &counted.n, cancel)
 	head, err := io.ReadAll(io.LimitReader(counted, MaxCachedBody+1))
 	b := &requestBody{mem: head, size: int64(len(head))}
 	if err == nil && len(head) > MaxCachedBody {
@@ -190,7 +190,7 @@ func (c *Call) readRequest(ctx context.Context, stdin io.Reader, stdout io.Write
 	}
 	if stopPace() {
 		b.close()
-		return nil, p.RequestPace.slowError(counted.n.Load(), time.Since(start))
+		return nil, c.timeouts.Pace.slowError(counted.n.Load(), time.Since(start))
 	}
 	if err != nil {
 		b.close()

@@ -151,7 +151,7 @@ func FuzzSessionGitStarts(f *testing.F) {
 			req.Transport = "ssh"
 			in, out, stderr = client, discardOutput{}, io.Discard
 		}
-		c := &Call{p: p, Request: req, Repo: repo.Repo{Name: "app", Path: path}, ID: 1, started: time.Now(), releaseWG: func() {}, gated: true}
+		c := &Call{p: p, Request: req, Repo: repo.Repo{Name: "app", Path: path}, ID: 1, started: time.Now(), releaseWG: func() {}, gated: true, timeouts: p.Timeouts()}
 		ended := make(chan struct{})
 		go func() {
 			defer close(ended)

@@ -82,11 +82,11 @@ func (c *Call) runV0Session(ctx context.Context, cancel context.CancelCauseFunc,
 		return c.leadV0Session(ctx, cancel, spec, key, stamp, in, stdout, stderr)
 	}
 
-	res, err := writeAnswer(ctx, adv, stdout, spec.Progress, 0, p.Runner.IdleTimeout)
+	res, err := writeAnswer(ctx, adv, stdout, spec.Progress, 0, c.timeouts.Idle)
 	if err != nil {
 		return res, nil, err
 	}
-	opening, status := in.waitOpening(ctx, p.Runner.IdleTimeout)
+	opening, status := in.waitOpening(ctx, c.timeouts.Idle)
 	in.release() // a git that takes over is fed the buffer, which holds the opening
 	sent := &sentOutput{adv: adv, n: int64(len(adv))}
 	switch status {
@@ -165,10 +165,9 @@ func (c *Call) leadV0Session(ctx context.Context, cancel context.CancelCauseFunc
 // the client's input matches the recording's up to where git wrote it.
 // When the input departs, git takes over (sessionGit).
 func (c *Call) followV0Session(ctx context.Context, cancel context.CancelCauseFunc, spec gitexec.Spec, in *clientBuffer, stamp repostate.Stamp, replay *fetchcache.SessionReplay, adv []byte, stdout, stderr io.Writer) (gitexec.Result, *admissionGate, error) {
-	p := c.p
 	sent := int64(len(adv))
 	out := newProgressWriter(stdout, spec.Progress)
-	idle := p.Runner.IdleTimeout
+	idle := c.timeouts.Idle
 	var timeout <-chan time.Time
 	var timer *time.Timer
 	if idle > 0 {
@@ -269,7 +268,7 @@ func (c *Call) sessionGit(ctx context.Context, cancel context.CancelCauseFunc, s
 		out = recording
 	}
 	gate := newAdmissionGate(c.haveFiltered(ctx, in.reader()), io.Discard, false, func() error { return c.admitNow(ctx, p.Limiter) },
-		func(lines []string) error { return c.checkWants(ctx, lines) }, stdout, p.RequestPace, cancel)
+		func(lines []string) error { return c.checkWants(ctx, lines) }, stdout, c.timeouts.Pace, cancel)
 	if stamp.Digest != "" && !stamp.Racy {
 		gate.intercept = func(request []byte) (bool, error) {
 			// The answer follows git's advertisement, which git may still

@@ -696,7 +696,6 @@ func (s *Server) Start() error {
 			Pipeline:       s.Pipeline,
 			Access:         s.Data.Access,
 			MaxRequestBody: cfg.MaxRequestBody,
-			IdleTimeout:    cfg.IdleTimeout,
 			Log:            cfg.Log,
 		}
 		if s.Pipeline.PublicURL == "" && cfg.BundleURIs {

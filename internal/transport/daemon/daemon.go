@@ -27,7 +27,7 @@ import (
 // mean no limit.
 type Server struct {
 	Pipeline       *pipeline.Pipeline
-	InitTimeout    time.Duration // time allowed for the request line
+	InitTimeout    time.Duration // time allowed for the request line (at start; see SetInitTimeout)
 	MaxConnections int
 	Startups       *accept.Startups // per address, connections before their request line; nil: no bound
 	// Penalties refuse at accept the addresses that keep sending malformed
@@ -35,17 +35,29 @@ type Server struct {
 	Penalties *accept.Penalties
 	Log       *slog.Logger
 
-	refusals accept.RefusalLog
-	conns    atomic.Int64
-	mu       sync.Mutex
-	listener net.Listener
-	closed   bool
+	refusals    accept.RefusalLog
+	initTimeout atomic.Pointer[time.Duration] // SetInitTimeout's; nil: InitTimeout
+	conns       atomic.Int64
+	mu          sync.Mutex
+	listener    net.Listener
+	closed      bool
 	// stopping: StopAccepting ended the accept loop (loopDone closed) but
 	// the connections accepted go on.
 	stopping bool
 	loopDone chan struct{}
 	waiting  map[net.Conn]bool // connections still sending their request line
 	wg       sync.WaitGroup
+}
+
+// SetInitTimeout changes InitTimeout for the connections accepted from
+// now on (a configuration reload); those reading their request keep theirs.
+func (s *Server) SetInitTimeout(d time.Duration) { s.initTimeout.Store(&d) }
+
+func (s *Server) initTimeoutNow() time.Duration {
+	if d := s.initTimeout.Load(); d != nil {
+		return *d
+	}
+	return s.InitTimeout
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -216,8 +228,8 @@ func (s *Server) handle(conn net.Conn) {
 	if !s.track(conn, true) {
 		return
 	}
-	if s.InitTimeout > 0 {
-		conn.SetReadDeadline(time.Now().Add(s.InitTimeout))
+	if d := s.initTimeoutNow(); d > 0 {
+		conn.SetReadDeadline(time.Now().Add(d))
 	}
 	kind, line, err := pktline.NewReader(conn).Read()
 	started()
@@ -266,10 +278,7 @@ func (s *Server) handle(conn net.Conn) {
 		return
 	}
 	// git's stderr is not part of the git:// protocol: it goes to the log only.
-	out := fileConn{Conn: conn}
-	if s.Pipeline.Runner != nil {
-		out.idle = s.Pipeline.Runner.IdleTimeout
-	}
+	out := fileConn{Conn: conn, idle: call.IdleTimeout()}
 	if _, err := call.Run(ctx, conn, out, nil); pipeline.IsProtocolError(err) {
 		s.Penalties.Offend(conn.RemoteAddr(), accept.CostProtocol, "malformed packet")
 	}

@@ -37,9 +37,6 @@ type Handler struct {
 	Access         *access.Controller
 	MaxRequestBody int64 // bound on a decoded fetch request; 0: DefaultMaxRequestBody
 	MaxPushBody    int64 // bound on a decoded push; 0: none
-	// IdleTimeout bounds how long sending one piece of a file the pipeline
-	// hands over whole (ServeFile) may block on a client; 0: no bound.
-	IdleTimeout time.Duration
 	// LFS serves the Git LFS API, /NAME(.git)/info/lfs/...; nil: not served.
 	LFS http.Handler
 	Log *slog.Logger
@@ -176,7 +173,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	out := &streamWriter{w: w, contentType: "application/x-" + string(service) + resultSuffix(advertise), idle: h.IdleTimeout,
+	out := &streamWriter{w: w, contentType: "application/x-" + string(service) + resultSuffix(advertise), idle: call.IdleTimeout(),
 		closeDelimitedOK: r.ProtoMajor == 1 && r.ProtoMinor >= 1}
 	if advertise && !(service == gitexec.UploadPack && protocol.Version(req.Protocol) == 2) {
 		// git-http-backend's preamble for protocol v0/v1 advertisements.

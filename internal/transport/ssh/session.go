@@ -174,9 +174,7 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 		c.log.Info("connection closed", "reason", "the client answered neither its data nor the channel's close", "grace", closeGrace.String())
 		c.ssh.Close()
 	}}
-	if r := c.srv.Pipeline.Runner; r != nil {
-		out.idle = r.IdleTimeout
-	}
+	out.idle = call.IdleTimeout()
 	defer out.SetWriteDeadline(time.Time{})
 	res, err := call.Run(c.ctx, ch, out, ch.Stderr())
 	stopRTT()

@@ -26,10 +26,11 @@ import (
 
 // Server accepts SSH connections and serves git exec requests on them.
 type Server struct {
-	Pipeline       *pipeline.Pipeline
-	Access         *access.Controller
-	HostKeys       []gossh.Signer    // one per key type; see offeredHostKey for RSA
-	Ciphers        []string          // preference order offered; nil: DefaultCiphers
+	Pipeline *pipeline.Pipeline
+	Access   *access.Controller
+	HostKeys []gossh.Signer // one per key type; see offeredHostKey for RSA
+	Ciphers  []string       // preference order offered; nil: DefaultCiphers
+	// The timeouts at start (SetTimeouts changes them for later connections):
 	InitTimeout    time.Duration     // handshake + first exec must finish within this
 	KeepAlive      time.Duration     // interval of keepalive@openssh.com probes; 0: off
 	IdleTimeout    time.Duration     // close a connection once no command ran for this long after its last; 0: never
@@ -43,6 +44,7 @@ type Server struct {
 	Log            *slog.Logger
 
 	refusals accept.RefusalLog
+	timeouts atomic.Pointer[Timeouts] // SetTimeouts'; nil: the fields'
 	mu       sync.Mutex
 	listener net.Listener
 	closed   bool
@@ -310,6 +312,24 @@ func principalOf(perms *gossh.Permissions) access.Principal {
 	return access.Principal{User: perms.Extensions[extUser], Via: perms.Extensions[extVia]}
 }
 
+// Timeouts are an SSH connection's deadlines, taken when it is accepted.
+type Timeouts struct {
+	Init      time.Duration // handshake and first command (0: none)
+	KeepAlive time.Duration // between keepalive probes (0: off)
+	Idle      time.Duration // after the last command ends (0: never)
+}
+
+// SetTimeouts changes the timeouts of the connections accepted from now
+// on (a configuration reload); open connections keep theirs.
+func (s *Server) SetTimeouts(t Timeouts) { s.timeouts.Store(&t) }
+
+func (s *Server) timeoutsNow() Timeouts {
+	if t := s.timeouts.Load(); t != nil {
+		return *t
+	}
+	return Timeouts{Init: s.InitTimeout, KeepAlive: s.KeepAlive, Idle: s.IdleTimeout}
+}
+
 // handleConn runs one connection from accept to close. near: the round
 // trip is short enough to wait for the client's cipher list (see
 // preferCiphers).
@@ -335,9 +355,10 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool) 
 		return
 	}
 
+	t := s.timeoutsNow() // this connection's, whatever a reload does meanwhile
 	var deadline time.Time
-	if s.InitTimeout > 0 {
-		deadline = start.Add(s.InitTimeout)
+	if t.Init > 0 {
+		deadline = start.Add(t.Init)
 		nc.SetDeadline(deadline)
 	}
 	if near && len(config.Ciphers) > 1 {
@@ -364,7 +385,7 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool) 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log, started: started}
+	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log, started: started, timeouts: t}
 	if perms := sconn.Permissions; perms != nil {
 		c.keyFingerprint = perms.Extensions[extKey]
 		c.unavailable = perms.Extensions[extUnavailable]
@@ -377,8 +398,8 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool) 
 
 	// The rest of InitTimeout is for the first command: a connection that
 	// authenticates and then sits there holds a slot for nothing.
-	if s.InitTimeout > 0 {
-		c.initTimer = time.AfterFunc(time.Until(start.Add(s.InitTimeout)), c.expireInit)
+	if t.Init > 0 {
+		c.initTimer = time.AfterFunc(time.Until(start.Add(t.Init)), c.expireInit)
 		defer c.initTimer.Stop()
 	}
 	c.wg.Add(1)
@@ -392,11 +413,11 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool) 
 		defer c.wg.Done()
 		c.serveGlobalRequests(globalReqs)
 	}()
-	if s.KeepAlive > 0 {
+	if t.KeepAlive > 0 {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			c.keepAlive(s.KeepAlive)
+			c.keepAlive(t.KeepAlive)
 		}()
 	}
 	for newCh := range chans {
@@ -441,6 +462,7 @@ type conn struct {
 	// answer); "": known. Every command is refused, to retry later.
 	unavailable string
 	log         *slog.Logger
+	timeouts    Timeouts // the server's when the connection was accepted
 	initTimer   *time.Timer
 	started     func()         // the first command is here: no longer among its address's startups
 	wg          sync.WaitGroup // everything started for this connection
@@ -480,7 +502,7 @@ func (c *conn) expireInit() {
 	expired := !c.sawCommand
 	c.mu.Unlock()
 	if expired {
-		c.log.Info("connection closed", "reason", "no command within the init timeout", "timeout", c.srv.InitTimeout.String())
+		c.log.Info("connection closed", "reason", "no command within the init timeout", "timeout", c.timeouts.Init.String())
 		c.srv.Penalties.Offend(c.ssh.RemoteAddr(), accept.CostTimeout, "no command within --init-timeout")
 		c.ssh.Close()
 	}
@@ -505,7 +527,7 @@ func (c *conn) beginCommand() {
 func (c *conn) endCommand() {
 	c.mu.Lock()
 	c.running--
-	if timeout := c.srv.IdleTimeout; c.running == 0 && timeout > 0 {
+	if timeout := c.timeouts.Idle; c.running == 0 && timeout > 0 {
 		// Before the first command InitTimeout applies: a client may be
 		// slow between authentication and its first channel.
 		c.lastActive = time.Now()
@@ -579,13 +601,13 @@ func (c *conn) expireIdle() {
 		c.mu.Unlock()
 		return // endCommand starts the timer again, or the connection is gone
 	}
-	if left := c.srv.IdleTimeout - time.Since(c.lastActive); left > 0 {
+	if left := c.timeouts.Idle - time.Since(c.lastActive); left > 0 {
 		c.idleTimer.Reset(left) // a channel opened since the timer was set
 		c.mu.Unlock()
 		return
 	}
 	c.mu.Unlock()
-	c.log.Info("connection closed", "reason", "idle: no command running", "timeout", c.srv.IdleTimeout.String())
+	c.log.Info("connection closed", "reason", "idle: no command running", "timeout", c.timeouts.Idle.String())
 	c.ssh.Close()
 }
 
