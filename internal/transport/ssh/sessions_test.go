@@ -99,6 +99,54 @@ func TestMaxSessionsPerConnection(t *testing.T) {
 	}
 }
 
+// TestTimeoutsTakenAtAccept: SetTimeouts (a configuration reload) applies
+// to connections accepted after it; an open connection keeps the idle
+// timeout it was accepted with. A, accepted under 500ms, is closed once
+// its command ends; B, accepted after the timeout was turned off, stays
+// open though its command ended first, and runs another.
+func TestTimeoutsTakenAtAccept(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.repo("team/app", gittest.Shape{Commits: 2})
+	h.srv.SetTimeouts(Timeouts{Init: 10 * time.Second, Idle: 500 * time.Millisecond})
+	a := h.dial(h.signer(h.aliceKey))
+	h.srv.SetTimeouts(Timeouts{Init: 10 * time.Second})
+	b := h.dial(h.signer(h.aliceKey))
+	defer b.Close()
+	command := func(c *gossh.Client, which string) {
+		t.Helper()
+		sess, err := c.NewSession()
+		if err != nil {
+			t.Fatalf("%s: %v", which, err)
+		}
+		stdin, _ := sess.StdinPipe()
+		stdout, _ := sess.StdoutPipe()
+		if err := sess.Start("git-upload-pack '/team/app.git'"); err != nil {
+			t.Fatalf("%s: %v", which, err)
+		}
+		advert := pktline.NewReader(stdout)
+		for kind := pktline.Data; kind != pktline.Flush; {
+			if kind, _, err = advert.Read(); err != nil {
+				t.Fatalf("%s: %v", which, err)
+			}
+		}
+		pktline.WriteFlush(stdin)
+		if err := sess.Wait(); err != nil {
+			t.Fatalf("%s: command: %v", which, err)
+		}
+	}
+	command(b, "B")
+	command(a, "A")
+	closed := make(chan struct{})
+	go func() { a.Wait(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("A, accepted under a 500ms idle timeout, still open 30s after its command")
+	}
+	command(b, "B again") // B took "never": SetTimeouts did not reach back
+}
+
 // TestIdleTimeout: a connection is closed once no command ran on it for
 // IdleTimeout, never while a command runs however quiet; an OpenSSH
 // ControlMaster whose connection was closed is replaced by a new one.
