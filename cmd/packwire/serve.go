@@ -31,11 +31,12 @@ The data directory is created on first start, with its SQLite store and SSH
 host keys that persist (ed25519, ECDSA P-256, RSA 3072; an older data
 directory gains the keys it lacks). An empty address turns a transport off.
 SIGINT or SIGTERM stops accepting, lets running requests finish within --grace,
-then exits 0. SIGHUP re-reads --config and the flags: limits apply at once; a
-replaced binary or other changed settings hand the listening sockets over to a
-new process, as SIGUSR2 (packwire upgrade) always does, refusing and cutting
-no connection. Sockets passed by systemd (LISTEN_FDS) are used, matched by
-name (git, http, ssh, metrics) or port. See docs/restarts.md.
+then exits 0. SIGHUP re-reads --config and the flags: limits, timeouts and
+cache bounds apply at once, in this process; a replaced binary or other changed
+settings hand the listening sockets over to a new process, as SIGUSR2 (packwire
+upgrade) always does, refusing and cutting no connection. Sockets passed by
+systemd (LISTEN_FDS) are used, matched by name (git, http, ssh, metrics) or
+port. See docs/restarts.md.
 
 --config FILE (default $PACKWIRE_CONFIG) reads flags from a TOML file whose
 keys are the flag names without "--": max-pack-jobs = 8, http = ":8080",
@@ -279,8 +280,9 @@ func handOver(srv *server.Server, exe string, grace time.Duration, stdout io.Wri
 	return nil
 }
 
-// reloadServe re-reads serve's flags and --config file (SIGHUP): limits
-// apply at once; other changed settings, or a binary replaced on disk,
+// reloadServe re-reads serve's flags and --config file (SIGHUP): limits,
+// timeouts and cache bounds apply at once (server.Reload); other changed
+// settings, or a binary replaced on disk,
 // ask for a new process (next); settings only a stop and start can change
 // refuse the whole reload.
 func reloadServe(srv *server.Server, args []string, grace time.Duration, exe string, exeInfo os.FileInfo, stderr io.Writer) (next bool, _ time.Duration, _ error) {

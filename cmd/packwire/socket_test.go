@@ -3,10 +3,12 @@
 package main
 
 import (
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,8 +22,12 @@ import (
 // activation does (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES; descriptors from
 // 3): a named socket (git) and an unnamed one matched by its port (http)
 // serve, though nothing else listens there. Then SIGHUP after the config
-// file changed: a limit is applied in place (same pid); a listen address
-// is refused, and the server goes on serving.
+// file changed: a limit, --init-timeout and a larger --fetch-cache-max-bytes
+// are applied in place (same pid): a git:// connection that sends nothing
+// is now closed after the new 1s, and the response the fetch cache stored
+// before is still there (the same file); a smaller bound then evicts it,
+// still in place. A listen address is refused, and the server goes on
+// serving.
 func TestSocketActivationAndReload(t *testing.T) {
 	env := gittest.New(t)
 	work := t.TempDir()
@@ -44,7 +50,7 @@ func TestSocketActivationAndReload(t *testing.T) {
 		files, addrs = append(files, f), append(addrs, l.Addr().String())
 	}
 	config := filepath.Join(work, "packwire.toml")
-	os.WriteFile(config, []byte("max-pack-jobs = 8\n"), 0o644)
+	os.WriteFile(config, []byte("max-pack-jobs = 8\ninit-timeout = \"1h\"\nfetch-cache-max-bytes = 10_000_000\n"), 0o644)
 	logFile := filepath.Join(work, "serve.out")
 	out, _ := os.Create(logFile)
 	defer out.Close()
@@ -89,15 +95,51 @@ func TestSocketActivationAndReload(t *testing.T) {
 		}
 	}
 	waitLog("from=systemd sockets=2")
+	// A clone over HTTP leaves its response in this process's fetch cache.
+	if _, err := env.Run("", nil, "clone", "--bare", "http://"+addrs[1]+"/r", filepath.Join(work, "clone.git")); err != nil {
+		t.Fatal(err)
+	}
+	responses := filepath.Join(data, "cache", "fetch", strconv.Itoa(cmd.Process.Pid), "*.response")
+	var stored os.FileInfo
+	waitUntil(t, time.Minute, "the clone's response in the fetch cache", func() bool {
+		names, _ := filepath.Glob(responses)
+		if len(names) == 1 {
+			stored, _ = os.Stat(names[0])
+		}
+		return stored != nil
+	})
 
-	os.WriteFile(config, []byte("max-pack-jobs = 3\n"), 0o644)
+	os.WriteFile(config, []byte("max-pack-jobs = 3\ninit-timeout = \"1s\"\nfetch-cache-max-bytes = 20_000_000\n"), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitLog("applied=max-pack-jobs")
+	waitLog("applied=fetch-cache-max-bytes,init-timeout,max-pack-jobs")
+	silent, err := net.Dial("tcp", addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent.SetDeadline(time.Now().Add(time.Minute)) // a safety net: the server closes it after 1s
+	_, err = io.ReadAll(silent)
+	silent.Close()
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a git:// connection that sent nothing was not closed after the reloaded --init-timeout of 1s")
+	}
+	names, _ := filepath.Glob(responses)
+	if len(names) != 1 {
+		t.Fatalf("the fetch cache after a larger bound: %v, want the response stored before the reload", names)
+	}
+	if now, err := os.Stat(names[0]); err != nil || !os.SameFile(now, stored) {
+		t.Fatalf("the fetch cache's response was replaced by the reload: %v", err)
+	}
+	os.WriteFile(config, []byte("max-pack-jobs = 3\ninit-timeout = \"1s\"\nfetch-cache-max-bytes = 1\n"), 0o644)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog("applied=fetch-cache-max-bytes\n")
+	if names, _ := filepath.Glob(responses); len(names) != 0 {
+		t.Fatalf("the fetch cache kept %v past a bound of 1 byte", names)
+	}
 	os.WriteFile(config, []byte("max-pack-jobs = 3\nmetrics = \"127.0.0.1:0\"\n"), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitLog("--metrics: a new value needs packwire stopped and started")
 	if pid, err := handover.ReadPID(handover.PIDFile(data)); err != nil || pid != cmd.Process.Pid {
-		t.Fatalf("a reload of limits changed the serving process: %d %v", pid, err)
+		t.Fatalf("a reload of limits, timeouts and cache bounds changed the serving process: %d %v", pid, err)
 	}
 	if _, err := env.Run("", nil, "ls-remote", "git://"+addrs[0]+"/r"); err != nil {
 		t.Fatalf("after the reloads: %v", err)

@@ -4,12 +4,8 @@ import (
 	"context"
 	"net"
 	"os"
-	"reflect"
-	"slices"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	"packwire/internal/handover"
 )
@@ -104,74 +100,4 @@ func (s *Server) HandOver(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	return s.Shutdown(ctx)
-}
-
-// liveSettings are the Config fields Reload applies to a running server,
-// with their flag names; stopSettings need a stop and a start (a next
-// process inherits the sockets and the data directory as they are).
-// Every other field is applied by handing over to a next process.
-var (
-	liveSettings = map[string]string{
-		"MaxPackJobs": "max-pack-jobs", "MaxPackJobsPerRepo": "max-pack-jobs-per-repo",
-		"MaxQueue": "max-queue", "MaxQueueWait": "max-queue-wait",
-		"MaxPushJobs": "max-push-jobs", "MaxPushesPerUser": "max-pushes-per-user",
-		"MaxRequestsPerClient": "max-requests-per-client",
-	}
-	stopSettings = map[string]string{
-		"DataDir": "data", "Database": "database", "Node": "node",
-		"GitAddr": "git", "HTTPAddr": "http", "SSHAddr": "ssh", "MetricsAddr": "metrics",
-	}
-)
-
-// Changes compares a re-read configuration with the running one: the
-// settings (flag names) Reload applies in place, those a next process
-// must apply (a hand over), and those only a stop and start can.
-func (s *Server) Changes(next Config) (live, handOver, stop []string) {
-	cur, nv := reflect.ValueOf(s.Config), reflect.ValueOf(next)
-	for i := range cur.NumField() {
-		f := cur.Type().Field(i)
-		switch f.Name {
-		case "Log", "Listeners", "HandedOver":
-			continue
-		}
-		if reflect.DeepEqual(cur.Field(i).Interface(), nv.Field(i).Interface()) {
-			continue
-		}
-		if name, ok := liveSettings[f.Name]; ok {
-			live = append(live, name)
-		} else if name, ok := stopSettings[f.Name]; ok {
-			stop = append(stop, name)
-		} else {
-			handOver = append(handOver, flagName(f.Name))
-		}
-	}
-	slices.Sort(live)
-	slices.Sort(handOver)
-	slices.Sort(stop)
-	return live, handOver, stop
-}
-
-// flagName turns a Config field name into serve's flag spelling as best
-// it can (MaxPushBytes: max-push-bytes), for log lines.
-func flagName(field string) string {
-	var b strings.Builder
-	for i, r := range field {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte('-')
-		}
-		b.WriteRune(unicode.ToLower(r))
-	}
-	return b.String()
-}
-
-// Reload applies next's live settings (see Changes) to the running
-// server: requests running keep their slots; waiting ones are admitted
-// at once if the new limits allow.
-func (s *Server) Reload(next Config) {
-	s.Pipeline.Limiter.SetLimits(next.MaxPackJobs, next.MaxPackJobsPerRepo, s.Pipeline.Limiter.PerClientLimit(), next.MaxQueue, next.MaxQueueWait)
-	s.Pipeline.Pushes.SetLimits(next.MaxPushJobs, 0, next.MaxPushesPerUser, next.MaxQueue, next.MaxQueueWait)
-	s.Pipeline.SetMaxPerClient(next.MaxRequestsPerClient)
-	for field := range liveSettings {
-		reflect.ValueOf(&s.Config).Elem().FieldByName(field).Set(reflect.ValueOf(next).FieldByName(field))
-	}
 }

@@ -471,7 +471,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		HooksDir:     filepath.Join(data.Dir, "run", "hooks"),
 		TempDir:      filepath.Join(data.Dir, "tmp"),
 		Spool:        &pipeline.Spool{Max: cfg.MaxSpooledBytes, MaxPerAddr: cfg.MaxSpooledBytesPerAddr},
-		RequestPace:  pipeline.Pace{Grace: cfg.InitTimeout, MinRate: cfg.RequestMinRate, Max: cfg.RequestTimeout},
+		RequestPace:  requestPace(cfg),
 
 		MaxPerClient: cfg.MaxRequestsPerClient,
 		ObjectInfo:   cfg.ObjectInfo,
