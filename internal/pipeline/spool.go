@@ -25,6 +25,15 @@ type Spool struct {
 	byAddr map[string]int64
 }
 
+// SetBounds changes Max and MaxPerAddr while requests run (a
+// configuration reload): the bodies on disk stay, and the next body is
+// held to the new bounds.
+func (s *Spool) SetBounds(max, maxPerAddr int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.Max, s.MaxPerAddr = max, maxPerAddr
+}
+
 // spoolRetry is the Retry-After of a body refused for a Spool bound:
 // bodies are paced, so room comes back within minutes at most.
 const spoolRetry = 10 * time.Second

@@ -26,6 +26,7 @@ var (
 		"MaxPackJobs": "max-pack-jobs", "MaxPackJobsPerRepo": "max-pack-jobs-per-repo",
 		"MaxQueue": "max-queue", "MaxQueueWait": "max-queue-wait",
 		"MaxPushJobs": "max-push-jobs", "MaxPushesPerUser": "max-pushes-per-user",
+		"MaxSpooledBytes": "max-spooled-bytes", "MaxSpooledBytesPerAddr": "max-spooled-bytes-per-address",
 		"MaxRequestsPerClient": "max-requests-per-client",
 		// Timeouts: taken by each connection and request as it starts.
 		"InitTimeout": "init-timeout", "IdleTimeout": "timeout",
@@ -101,6 +102,9 @@ func (s *Server) Reload(next Config) {
 	p.Limiter.SetLimits(next.MaxPackJobs, next.MaxPackJobsPerRepo, p.Limiter.PerClientLimit(), next.MaxQueue, next.MaxQueueWait)
 	p.Pushes.SetLimits(next.MaxPushJobs, 0, next.MaxPushesPerUser, next.MaxQueue, next.MaxQueueWait)
 	p.SetMaxPerClient(next.MaxRequestsPerClient)
+	if p.Spool != nil {
+		p.Spool.SetBounds(next.MaxSpooledBytes, next.MaxSpooledBytesPerAddr)
+	}
 
 	p.SetTimeouts(pipeline.Timeouts{Idle: next.IdleTimeout, Pace: requestPace(next)})
 	if s.daemon != nil {
