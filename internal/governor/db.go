@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"packwire/internal/store"
@@ -112,6 +113,28 @@ type Governor struct {
 	closeMu sync.Once
 
 	clock func() time.Time // nil: time.Now; tests fix it
+
+	retention atomic.Pointer[retention] // SetRetention's; nil: opts.MaxAge and opts.MaxRows
+}
+
+// retention is what Trim keeps: records newer than maxAge (0: any age),
+// at most maxRows of them (0: no bound).
+type retention struct {
+	maxAge  time.Duration
+	maxRows int
+}
+
+// SetRetention changes MaxAge and MaxRows while the governor runs (a
+// configuration reload): the next Trim keeps to them.
+func (g *Governor) SetRetention(maxAge time.Duration, maxRows int) {
+	g.retention.Store(&retention{maxAge, maxRows})
+}
+
+func (g *Governor) retentionNow() retention {
+	if r := g.retention.Load(); r != nil {
+		return *r
+	}
+	return retention{g.opts.MaxAge, g.opts.MaxRows}
 }
 
 // now is the time windows and the rollups' minute horizon are reckoned from.
@@ -386,16 +409,17 @@ func (g *Governor) Trim(ctx context.Context, now time.Time) (int64, error) {
 		return 0, err
 	}
 	var total int64
-	if g.opts.MaxAge > 0 {
-		res, err := tx.ExecContext(ctx, "DELETE FROM requests WHERE start_ns < ?", now.Add(-g.opts.MaxAge).UnixNano())
+	keep := g.retentionNow()
+	if keep.maxAge > 0 {
+		res, err := tx.ExecContext(ctx, "DELETE FROM requests WHERE start_ns < ?", now.Add(-keep.maxAge).UnixNano())
 		if err != nil {
 			return 0, err
 		}
 		n, _ := res.RowsAffected()
 		total += n
 	}
-	if g.opts.MaxRows > 0 {
-		res, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE seq <= (SELECT seq FROM requests ORDER BY seq DESC LIMIT 1 OFFSET ?)`, g.opts.MaxRows)
+	if keep.maxRows > 0 {
+		res, err := tx.ExecContext(ctx, `DELETE FROM requests WHERE seq <= (SELECT seq FROM requests ORDER BY seq DESC LIMIT 1 OFFSET ?)`, keep.maxRows)
 		if err != nil {
 			return 0, err
 		}

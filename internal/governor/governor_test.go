@@ -66,6 +66,21 @@ func TestRetentionByAgeAndRows(t *testing.T) {
 	}
 }
 
+// TestSetRetention: bounds set while the governor runs are the next
+// trim's.
+func TestSetRetention(t *testing.T) {
+	g := openTest(t, Options{})
+	now := time.Now()
+	for i := 0; i < 4; i++ {
+		g.Record(record(now.Add(time.Duration(i)*time.Millisecond), "no-op", time.Millisecond, 0))
+	}
+	waitCount(t, g, 4)
+	g.SetRetention(0, 2)
+	if n, err := g.Trim(context.Background(), now); err != nil || n != 2 {
+		t.Fatalf("trimmed %d (%v), want 2 past the new bound of 2 records", n, err)
+	}
+}
+
 func TestSummarize(t *testing.T) {
 	g := openTest(t, Options{})
 	now := time.Now()

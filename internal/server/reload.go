@@ -38,6 +38,8 @@ var (
 		"PackCacheMinUses": "pack-cache-min-uses", "PackCacheMinFreeBytes": "pack-cache-min-free-bytes",
 		"FetchCacheMaxBytes": "fetch-cache-max-bytes", "FetchCacheMaxAge": "fetch-cache-max-age",
 		"FetchCacheMinFreeBytes": "fetch-cache-min-free-bytes", "FetchCacheSightingWindow": "fetch-cache-sighting-window",
+		// Request records: the next trim keeps to them.
+		"RecordsMaxAge": "records-max-age", "RecordsMaxCount": "records-max-count",
 	}
 	stopSettings = map[string]string{
 		"DataDir": "data", "Database": "database", "Node": "node",
@@ -92,6 +94,7 @@ func flagName(field string) string {
 // requests that start from now on take the new ones; those already open
 // keep the ones they started with. Cache bounds: a cache keeps what it
 // holds, but what no longer fits a lower bound, least recently used first.
+// Record retention: the next trim keeps to it.
 //
 // Not changed in place: net/http's own header-read and kept-alive idle
 // deadlines on the HTTP listener (ReadHeaderTimeout, IdleTimeout), which
@@ -126,6 +129,8 @@ func (s *Server) Reload(next Config) {
 		p.FetchCache.SetBounds(fetchcache.Bounds{MaxBytes: next.FetchCacheMaxBytes, MaxAge: next.FetchCacheMaxAge,
 			MinFreeBytes: next.FetchCacheMinFreeBytes, SightingWindow: next.FetchCacheSightingWindow})
 	}
+
+	s.Governor.SetRetention(next.RecordsMaxAge, next.RecordsMaxCount)
 
 	for field := range liveSettings {
 		reflect.ValueOf(&s.Config).Elem().FieldByName(field).Set(reflect.ValueOf(next).FieldByName(field))
