@@ -163,8 +163,10 @@ func (c *Checker) UnreachableHaves(ctx context.Context, repoPath string, haves [
 			others = append(others, h)
 		}
 	}
-	if bundle := c.servedBundle(repoPath); bundle != nil && len(others) > 0 {
-		others = slices.DeleteFunc(others, bundle.has)
+	if len(others) > 0 {
+		if bundle := c.servedBundle(repoPath); bundle != nil {
+			others = slices.DeleteFunc(others, bundle.has)
+		}
 	}
 	if len(others) == 0 {
 		return nil, u, nil
