@@ -24,8 +24,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"packwire/internal/gitexec"
@@ -40,10 +42,21 @@ const Hidden = "refs/packwire/"
 // Checker answers for one repository.
 type Checker struct {
 	GitPath string // default "git"
+	// Bundle is the file name, in each repository, of the clone bundle
+	// served to every reader of it (maintain.BundleFile), "" when none
+	// is served: haves of its tips and of its pack's objects are then
+	// passed without git (bundle.go).
+	Bundle string
 
-	mu   sync.Mutex
-	tips map[string]keptTips // by repository path
+	mu          sync.Mutex
+	tips        map[string]keptTips       // by repository path
+	bundles     map[string]*bundleObjects // by repository path
+	bundleBytes int64                     // of the kept bundles' indexes
+	gitRuns     atomic.Int64
 }
+
+// GitRuns is how many git processes the checker has started.
+func (c *Checker) GitRuns() int64 { return c.gitRuns.Load() }
 
 // keptTips are a repository's tips, read after its refs had the stamp digest.
 type keptTips struct {
@@ -129,7 +142,8 @@ func (c *Checker) Unreachable(ctx context.Context, repoPath string, wants []stri
 // may be shown to reach, for dropping before git sees them: upload-pack
 // ACKs any object it has, which would confirm that an unreachable object
 // (a deleted branch's commit, a secret's blob) exists. Haves that are ref
-// tips are decided from the ref files; the others in one rev-list. A have
+// tips are decided from the ref files, haves the served clone bundle holds
+// from its file and its pack's .idx (Bundle); the others in one rev-list. A have
 // is only a hint (git sends more of the pack without it), so an error the
 // other way is harmless: without a bitmap, a tree or blob deep in history
 // counts as unreachable. Ids the repository lacks are left in: git ACKs
@@ -147,6 +161,11 @@ func (c *Checker) UnreachableHaves(ctx context.Context, repoPath string, haves [
 	for _, h := range haves {
 		if !tips[h] {
 			others = append(others, h)
+		}
+	}
+	if len(others) > 0 {
+		if bundle := c.servedBundle(repoPath); bundle != nil {
+			others = slices.DeleteFunc(others, bundle.has)
 		}
 	}
 	if len(others) == 0 {
@@ -173,6 +192,7 @@ func (c *Checker) UnreachableHaves(ctx context.Context, repoPath string, haves [
 	if err != nil {
 		return nil, u, err
 	}
+	c.gitRuns.Add(1)
 	if err := cmd.Start(); err != nil {
 		return nil, u, err
 	}
@@ -235,6 +255,7 @@ func (c *Checker) revList(ctx context.Context, repoPath string, ids []string, u 
 	if err != nil {
 		return nil, err
 	}
+	c.gitRuns.Add(1)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -278,6 +299,7 @@ func (c *Checker) missingOrUnreachable(ctx context.Context, git, repoPath string
 	cmd.Dir = repoPath
 	cmd.Env = append(gitexec.Environ(), "GIT_DIR="+repoPath)
 	cmd.Stdin = strings.NewReader(strings.Join(ids, "\n") + "\n")
+	c.gitRuns.Add(1)
 	out, err := cmd.Output()
 	u.add(cmd.ProcessState)
 	if err != nil {

@@ -44,7 +44,9 @@ func (s *testServer) maintainedWithPush(t *testing.T, name string) (string, stri
 // governor records the bundle's download (kind bundle, every byte of the
 // file) and a fetch that was incremental (haves: the bundle's refs), not
 // a full clone. Over v2 every transport advertises bundle-uri, which
-// this client ignores.
+// this client ignores. The have check passed the bundle's haves without
+// git (reach.Checker.Bundle) and git ACKed them; a later fetch whose have
+// is outside the bundle still has it checked by git.
 func TestCloneWithBundleURIEveryTransport(t *testing.T) {
 	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
@@ -63,8 +65,21 @@ func TestCloneWithBundleURIEveryTransport(t *testing.T) {
 			}
 			settle(t, bare)
 			seq := s.lastSeq(t)
+			// Both branches deleted since: their tips are in the bundle
+			// (given to every reader) but no ref reaches them.
+			bundleTip := s.env.RevParse(bare, "branch0")
+			s.env.Git("", "push", "-q", s.pushURL(name), ":refs/heads/branch0", ":refs/heads/branch1")
+			checks := s.Pipeline.Reach.GitRuns()
 			dir := filepath.Join(t.TempDir(), "c")
 			out := tc.run(t, s, "", "clone", "--bundle-uri="+s.httpURL(name+".git/bundle"), tc.url(name), dir)
+			// The bundle's haves (its tip is no ref's any more) passed
+			// the have check without git, and git ACKed them.
+			if n := s.Pipeline.Reach.GitRuns() - checks; n != 0 {
+				t.Errorf("the have check ran git %d times for haves the bundle holds", n)
+			}
+			if tc.version == 0 && !strings.Contains(out, "ACK "+bundleTip) { // v2 sends done at once: no ACKs
+				t.Errorf("the bundle's tip %s was not ACKed:\n%s", bundleTip, lastLines(out, 40))
+			}
 			if tc.version == 2 && !strings.Contains(out, "< bundle-uri") {
 				t.Fatalf("v2 advertisement without bundle-uri:\n%s", lastLines(out, 40))
 			}
@@ -94,7 +109,25 @@ func TestCloneWithBundleURIEveryTransport(t *testing.T) {
 					if r.Haves == 0 {
 						t.Fatalf("fetch after the bundle without haves: %+v", r)
 					}
+					// Only what the bundle lacks: its haves were common.
+					if r.BytesOut > fi.Size()/4 {
+						t.Fatalf("fetch after the bundle sent %d bytes, the bundle has %d: %+v", r.BytesOut, fi.Size(), r)
+					}
 				}
+			}
+			// A have outside the bundle (the commit pushed after it, no
+			// longer a tip) still goes to git, and is ACKed.
+			next := pushCommit(t, s, name, "after-clone.txt")
+			checks = s.Pipeline.Reach.GitRuns()
+			out = tc.run(t, s, dir, "fetch", "origin")
+			if s.Pipeline.Reach.GitRuns() == checks {
+				t.Errorf("a have outside the bundle passed without git")
+			}
+			if !strings.Contains(out, "ACK "+head) {
+				t.Errorf("the fetch's have %s was not ACKed:\n%s", head, lastLines(out, 40))
+			}
+			if got := s.env.RevParse(dir, "origin/main"); got != next {
+				t.Fatalf("fetch has main at %s, want %s", got, next)
 			}
 		})
 	}

@@ -480,6 +480,11 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if !cfg.AllowUnreachableWants {
 		s.Pipeline.Reach = &reach.Checker{}
+		if cfg.BundleURIs && (cfg.HTTPAddr != "" || cfg.BundleBaseURL != "") {
+			// Every reader may download the bundle (served over HTTP, or
+			// published at the base URL): haves of its objects need no git.
+			s.Pipeline.Reach.Bundle = maintain.BundleFile
+		}
 	}
 	// Ref locks left by a git killed with the server (kill -9 mid-push)
 	// would make every later update of those refs fail. After a hand
