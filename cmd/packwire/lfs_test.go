@@ -74,6 +74,20 @@ func TestRepoShowLFS(t *testing.T) {
 	if out, _ := packwire(t, "repo", "show", "renamed", "--data", data); !strings.Contains(out, "LFS objects: 1,") {
 		t.Fatalf("repo show after restore:\n%s", out)
 	}
+
+	// maintain removing the deleted repository from the trash for good lets
+	// go of its objects (the sweep then removes the content).
+	packwire(t, "repo", "delete", "renamed", "--data", data)
+	if out, code := packwire(t, "maintain", "--trash-retention", "1ns", "--data", data); code != 0 || !strings.Contains(out, "removed deleted version") {
+		t.Fatalf("maintain --trash-retention: %d\n%s", code, out)
+	}
+	if s, err = lfs.Open(ctx, data); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if held, err := s.Index.Held(ctx, oid); err != nil || held {
+		t.Fatalf("after maintain expired the trash, the index still holds the object (%v)", err)
+	}
 }
 
 // firstStamp is the oldest deletion in the trash, as repo trash lists it.
