@@ -114,6 +114,9 @@ func TestClusterLFS(t *testing.T) {
 	if !served("team/lfs") {
 		t.Fatal("the pushed object is not served through the batch API")
 	}
+	if out, code := packwire(t, "repo", "show", "team/lfs", "--data", nodes[holder].Data.Dir, "--database", url); code != 0 || !strings.Contains(out, "LFS objects: 1, 150.0 KiB") {
+		t.Fatalf("repo show on %s: %d\n%s", holder, code, out)
+	}
 	admin("repo", "rename", "team/lfs", "team/renamed")
 	if !served("team/renamed") || served("team/lfs") {
 		t.Fatalf("after the rename: served under the new name %v, under the old %v", served("team/renamed"), served("team/lfs"))

@@ -224,7 +224,7 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := printUsage(stdout, r); err != nil {
 		return err
 	}
-	lfsObjects, lfsBytes, err := lfs.RepoUsage(ctx, data.Dir, r.Name)
+	lfsObjects, lfsBytes, err := lfsUsage(ctx, data, r.Name)
 	if err != nil {
 		return fmt.Errorf("repo show %s: LFS: %w", r.Name, err)
 	}
@@ -300,4 +300,22 @@ func keepNote(s string) string {
 		}
 	}
 	return s
+}
+
+// lfsUsage is how many LFS objects a repository holds and their bytes: in
+// the index of the data directory, or a cluster's shared one.
+func lfsUsage(ctx context.Context, data *datadir.Data, name string) (objects, bytes int64, err error) {
+	clustered, err := inCluster(ctx, data)
+	if err != nil || !clustered {
+		if err != nil {
+			return 0, 0, err
+		}
+		return lfs.RepoUsage(ctx, data.Dir, name)
+	}
+	x, err := lfs.OpenIndexPostgres(ctx, data.Database)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer x.Close()
+	return x.Usage(ctx, name)
 }
