@@ -20,7 +20,10 @@ backed up with pg_dump or the provider's backups instead.
     SQLite's VACUUM INTO; governor.db (request records) only with --governor;
   - the SSH host keys, so that clients' pinned fingerprints stay valid;
   - Git LFS: lfs/lfs.db (which repository holds which object, locks) by
-    VACUUM INTO, then the objects it names;
+    VACUUM INTO, then the objects it names; objects in an S3 store
+    (--lfs-store) are not copied: the store is checked to hold every one
+    and recorded in the manifest (back the bucket up by its own means). A
+    backup whose index names an object it cannot bring back fails;
   - every repository: its refs read first (written as the copy's
     packed-refs), then its objects, so every object those refs reach is in
     the copy; each one under a lock that keeps maintenance, repo delete and
@@ -36,11 +39,12 @@ NEWDIR" rebuilds a server from the backup.`
 
 func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var opts backup.Options
-	fs := newFlagSet("backup", "backup [--data DIR] [--governor] [--copy] [--verify] OUT", backupHelp, stderr)
+	fs := newFlagSet("backup", "backup [--data DIR] [--governor] [--copy] [--verify] [--lfs-store URL] OUT", backupHelp, stderr)
 	dir := dataFlag(fs)
 	fs.BoolVar(&opts.Governor, "governor", false, "include the request records (governor.db; can be large)")
 	fs.BoolVar(&opts.Copy, "copy", false, "copy object files even where a hard link would do (a backup that shares no inode with the data)")
 	fs.BoolVar(&opts.Verify, "verify", false, "check each repository copy: every object its refs reach is there (git fsck --connectivity-only)")
+	fs.StringVar(&opts.LFSStore, "lfs-store", "", "the S3 store serve's --lfs-store names, if LFS objects are kept there: checked to hold every\nobject the index names and recorded, not copied")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -51,7 +55,7 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	data.Close()
-	if err := wantArgs(args, pos, 1, 1, "backup [--data DIR] [--governor] [--copy] [--verify] OUT"); err != nil {
+	if err := wantArgs(args, pos, 1, 1, "backup [--data DIR] [--governor] [--copy] [--verify] [--lfs-store URL] OUT"); err != nil {
 		return err
 	}
 	opts.Version = buildinfo.Get().Version
@@ -68,22 +72,26 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var opts backup.Options
-	fs := newFlagSet("restore", "restore BACKUP --data NEWDIR [--copy]", `Rebuild a data directory from a backup written by packwire backup. NEWDIR
+	fs := newFlagSet("restore", "restore BACKUP --data NEWDIR [--copy] [--lfs-store URL]", `Rebuild a data directory from a backup written by packwire backup. NEWDIR
 must not exist or be empty (it is written beside and renamed into place, so
 a failed restore leaves nothing). Then "packwire serve --data NEWDIR" serves
 the repositories, users, keys, tokens and access rules of the backup, with
 the same SSH host keys. Object files are hard-linked from the backup where
-they can be (--copy: never); everything else is copied.`, stderr)
+they can be (--copy: never); everything else is copied. A backup whose LFS
+objects are in an S3 store is restored only if that store (or --lfs-store)
+holds every object its index names.`, stderr)
 	dir := fs.String("data", datadir.Dir(), "the new data directory; $"+datadir.EnvDir+" sets the default")
 	fs.BoolVar(&opts.Copy, "copy", false, "copy object files even where a hard link would do")
+	fs.StringVar(&opts.LFSStore, "lfs-store", "", "the S3 store to check for the backup's LFS objects (default: the one the backup records)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(args, pos, 1, 1, "restore BACKUP --data NEWDIR [--copy]"); err != nil {
+	if err := wantArgs(args, pos, 1, 1, "restore BACKUP --data NEWDIR [--copy] [--lfs-store URL]"); err != nil {
 		return err
 	}
 	start := time.Now()
+	opts.Log = func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }
 	m, stats, err := backup.Restore(ctx, pos[0], *dir, opts)
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"packwire/internal/datadir"
+	"packwire/internal/lfs"
 	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
 	"packwire/internal/store"
@@ -150,7 +151,7 @@ func deleteInCluster(ctx context.Context, data *datadir.Data, raw string, stdout
 	if err != nil || !clustered {
 		return clustered, err
 	}
-	nodes, err := cluster.Delete(ctx, data.Store.DB, name)
+	nodes, err := cluster.DeleteWith(ctx, data.Store.DB, name, lfs.ClusterRows{})
 	if err != nil {
 		return true, placedOnly(err)
 	}
@@ -171,7 +172,7 @@ func renameInCluster(ctx context.Context, data *datadir.Data, rawFrom, rawTo str
 	if to, err = repo.CleanName(rawTo); err != nil {
 		return "", "", true, fmt.Errorf("%q: %w", rawTo, err)
 	}
-	nodes, err := cluster.Rename(ctx, data.Store.DB, from, to)
+	nodes, err := cluster.RenameWith(ctx, data.Store.DB, from, to, lfs.ClusterRows{})
 	if errors.Is(err, cluster.ErrNotPlaced) {
 		// On this machine's disk only (made before it joined): renamed
 		// there, as on one server.
@@ -194,7 +195,7 @@ func restoreInCluster(ctx context.Context, data *datadir.Data, raw, at string, s
 	if err != nil || !clustered {
 		return clustered, err
 	}
-	p, err := cluster.Restore(ctx, data.Store.DB, name, at)
+	p, err := cluster.RestoreWith(ctx, data.Store.DB, name, at, lfs.ClusterRows{})
 	if err != nil {
 		return true, err
 	}

@@ -101,7 +101,7 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	var failed error
 	if len(pos) == 0 && trashRetention > 0 {
-		failed = expireTrash(data.Repos, trashRetention, dryRun, stdout)
+		failed = expireTrash(ctx, data.Dir, data.Repos, trashRetention, dryRun, stdout)
 	}
 	for _, r := range repos {
 		sweepQuarantines(m, r, dryRun, stdout)
@@ -131,8 +131,9 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 // expireTrash removes (with dryRun, lists) the deleted repositories past
-// retention.
-func expireTrash(root repo.Root, retention time.Duration, dryRun bool, w io.Writer) error {
+// retention, and lets go of their LFS objects (the server's sweep removes
+// the content no repository holds any more).
+func expireTrash(ctx context.Context, dataDir string, root repo.Root, retention time.Duration, dryRun bool, w io.Writer) error {
 	if dryRun {
 		list, err := root.ListTrash()
 		for _, t := range list {
@@ -145,6 +146,9 @@ func expireTrash(root repo.Root, retention time.Duration, dryRun bool, w io.Writ
 	removed, err := lifecycle.ExpireTrash(root, retention, time.Now())
 	for _, t := range removed {
 		fmt.Fprintf(w, "%s: removed deleted version %s from the trash\n", t.Name, t.Stamp())
+		if lerr := lfs.Expired(ctx, dataDir, t.Name, t.Stamp()); lerr != nil {
+			err = errors.Join(err, fmt.Errorf("%s: LFS objects of deleted version %s: %w", t.Name, t.Stamp(), lerr))
+		}
 	}
 	return err
 }
@@ -220,7 +224,7 @@ func cmdRepoShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := printUsage(stdout, r); err != nil {
 		return err
 	}
-	lfsObjects, lfsBytes, err := lfs.RepoUsage(ctx, data.Dir, r.Name)
+	lfsObjects, lfsBytes, err := lfsUsage(ctx, data, r.Name)
 	if err != nil {
 		return fmt.Errorf("repo show %s: LFS: %w", r.Name, err)
 	}
@@ -296,4 +300,22 @@ func keepNote(s string) string {
 		}
 	}
 	return s
+}
+
+// lfsUsage is how many LFS objects a repository holds and their bytes: in
+// the index of the data directory, or a cluster's shared one.
+func lfsUsage(ctx context.Context, data *datadir.Data, name string) (objects, bytes int64, err error) {
+	clustered, err := inCluster(ctx, data)
+	if err != nil || !clustered {
+		if err != nil {
+			return 0, 0, err
+		}
+		return lfs.RepoUsage(ctx, data.Dir, name)
+	}
+	x, err := lfs.OpenIndexPostgres(ctx, data.Database)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer x.Close()
+	return x.Usage(ctx, name)
 }

@@ -54,6 +54,12 @@ type Manifest struct {
 	Source       string    `json:"source"` // the data directory backed up
 	Files        []string  `json:"files"`  // databases and host keys
 	Repositories []Repo    `json:"repositories"`
+	// LFSStore is the S3 store holding the LFS objects the backup's index
+	// names, which a backup lists (the index) and checks but does not
+	// copy; "": the objects are in the backup.
+	LFSStore string `json:"lfs_store,omitempty"`
+	// LFSObjects is how many objects the backup's LFS index names.
+	LFSObjects int `json:"lfs_objects,omitempty"`
 }
 
 // Repo is one repository in a backup.
@@ -71,6 +77,11 @@ type Options struct {
 	Governor bool   // include the request records (governor.db)
 	Copy     bool   // copy object files even where a hard link would do
 	Verify   bool   // check each repository copy's connectivity (git fsck --connectivity-only)
+	// LFSStore is the S3 store (serve's --lfs-store) holding the LFS
+	// objects: Create checks it holds every object the index names and
+	// records it instead of copying them; Restore checks it (default: the
+	// one the backup records) holds them all.
+	LFSStore string
 	// Log, if set, is told what happens (a repository done, a wait).
 	Log func(format string, args ...any)
 }
@@ -166,10 +177,16 @@ func Create(ctx context.Context, dataDir, out string, opts Options) (*Manifest, 
 // copyLFS copies the LFS index (VACUUM INTO), then the objects it names
 // (hard links where possible: an object file never changes): an index row
 // is written only after its file is in place, so every object the copied
-// index names is there to copy.
+// index names is there to copy. Objects kept in an S3 store
+// (opts.LFSStore) are not copied: the store is checked to hold every one
+// and recorded in the manifest. Either way a backup whose index names an
+// object it cannot bring back is refused, not written.
 func copyLFS(ctx context.Context, src, tmp string, ln *linker, m *Manifest, opts Options) error {
-	index := filepath.Join(lfs.Dir(src), lfs.IndexFile)
+	index := lfs.IndexPath(src)
 	if _, err := os.Stat(index); errors.Is(err, fs.ErrNotExist) {
+		if opts.LFSStore != "" {
+			return fmt.Errorf("--lfs-store given, but %s has no LFS index (LFS never ran)", src)
+		}
 		return nil // LFS never ran
 	}
 	rel := filepath.Join(filepath.Base(lfs.Dir(src)), lfs.IndexFile)
@@ -180,15 +197,41 @@ func copyLFS(ctx context.Context, src, tmp string, ln *linker, m *Manifest, opts
 		return err
 	}
 	m.Files = append(m.Files, filepath.ToSlash(rel))
-	objects := filepath.Join(lfs.Dir(src), "objects")
-	if _, err := os.Stat(objects); err != nil {
-		return nil
+	var held lfs.Store
+	where := "the backup"
+	if opts.LFSStore != "" {
+		s3, err := lfs.OpenS3(ctx, opts.LFSStore)
+		if err != nil {
+			return err
+		}
+		held, where, m.LFSStore = s3, opts.LFSStore, opts.LFSStore
+	} else {
+		objects := filepath.Join(lfs.Dir(src), "objects")
+		if _, err := os.Stat(objects); err == nil {
+			before := ln.stats.Linked + ln.stats.Copied
+			if err := copyTree(objects, filepath.Join(tmp, filepath.Dir(rel), "objects"), ln, true); err != nil {
+				return err
+			}
+			opts.logf("LFS: %s of objects", units.Bytes(ln.stats.Linked+ln.stats.Copied-before))
+		}
+		held = &lfs.Disk{Dir: lfs.Dir(tmp)}
 	}
-	before := ln.stats.Linked + ln.stats.Copied
-	if err := copyTree(objects, filepath.Join(tmp, filepath.Dir(rel), "objects"), ln, true); err != nil {
+	named, missing, listed, err := lfs.Missing(ctx, lfs.IndexPath(tmp), held, 3)
+	if err != nil {
 		return err
 	}
-	opts.logf("LFS: %s of objects", units.Bytes(ln.stats.Linked+ln.stats.Copied-before))
+	m.LFSObjects = named
+	if missing > 0 {
+		hint := ""
+		if opts.LFSStore == "" {
+			hint = "; if the server keeps LFS objects in an S3 store, pass its --lfs-store to backup"
+		}
+		return fmt.Errorf("the LFS index names %d objects, and %d of them are not in %s (%s)%s",
+			named, missing, where, strings.Join(listed, ", "), hint)
+	}
+	if opts.LFSStore != "" {
+		opts.logf("LFS: %d objects, all in %s (not copied)", named, opts.LFSStore)
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"packwire/internal/lfs"
 	"packwire/internal/repo"
 	"packwire/internal/store"
 )
@@ -70,10 +71,44 @@ func Restore(ctx context.Context, dir, dataDir string, opts Options) (*Manifest,
 	if err := st.Close(); err != nil {
 		return nil, stats, err
 	}
+	if err := checkLFSStore(ctx, m, tmp, opts); err != nil {
+		return nil, stats, err
+	}
 	if err := moveIntoPlace(tmp, dataDir, 0o700); err != nil { // as datadir.Create makes it: it holds the store and host keys
 		return nil, stats, err
 	}
 	return m, stats, nil
+}
+
+// checkLFSStore checks, for a backup whose LFS objects are in an S3 store,
+// that the store (opts.LFSStore, else the one the backup records) holds
+// every object the backup's index names: the restored server would
+// otherwise serve an index of objects that are not there.
+func checkLFSStore(ctx context.Context, m *Manifest, tmp string, opts Options) error {
+	url := opts.LFSStore
+	if url == "" {
+		url = m.LFSStore
+	}
+	if url == "" {
+		return nil
+	}
+	if _, err := os.Stat(lfs.IndexPath(tmp)); err != nil {
+		return fmt.Errorf("the backup records LFS objects in %s but has no LFS index: %w", url, err)
+	}
+	s3, err := lfs.OpenS3(ctx, url)
+	if err != nil {
+		return fmt.Errorf("the backup's LFS objects are in an S3 store: %w", err)
+	}
+	named, missing, listed, err := lfs.Missing(ctx, lfs.IndexPath(tmp), s3, 3)
+	if err != nil {
+		return fmt.Errorf("checking the LFS objects in %s: %w", url, err)
+	}
+	if missing > 0 {
+		return fmt.Errorf("the backup's LFS index names %d objects, and %d of them are not in %s (%s): restore the bucket from its own backup first (or pass --lfs-store naming one that holds them)",
+			named, missing, url, strings.Join(listed, ", "))
+	}
+	opts.logf("LFS: %d objects, all in %s: serve with --lfs-store %s", named, url, url)
+	return nil
 }
 
 // isObjectFile is true for files under a repository's objects directory.

@@ -246,6 +246,25 @@ func (x *Index) RenameRepo(ctx context.Context, from, to string) error {
 	return err
 }
 
+// trashNames lists the trash names (trashName) that rows are kept under.
+func (x *Index) trashNames(ctx context.Context) ([]string, error) {
+	rows, err := x.st.DB.QueryContext(ctx, "SELECT DISTINCT repo FROM lfs_objects WHERE repo LIKE ? UNION SELECT DISTINCT repo FROM lfs_locks WHERE repo LIKE ?",
+		trashPrefix+"%", trashPrefix+"%")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		out = append(out, name)
+	}
+	return out, rows.Err()
+}
+
 // Held reports whether any repository (or trash entry) holds oid.
 func (x *Index) Held(ctx context.Context, oid string) (bool, error) {
 	var one int

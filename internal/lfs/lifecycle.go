@@ -3,6 +3,7 @@ package lfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,7 +17,9 @@ import (
 
 // trashName is the index's name for a deleted repository's objects.
 // Repository names never start with '-' (repo.CleanName).
-func trashName(name, stamp string) string { return "-trash/" + stamp + "/" + name }
+func trashName(name, stamp string) string { return trashPrefix + stamp + "/" + name }
+
+const trashPrefix = "-trash/"
 
 // withIndex opens the data directory's index for fn; without one (LFS
 // never ran) there is nothing to change.
@@ -62,7 +65,18 @@ const SweepGrace = 24 * time.Hour
 // Sweep removes stored objects that no repository (nor trash entry) holds
 // and that were stored more than grace ago: an upload's row is written
 // just after its file, so a younger file may be one on its way in.
+//
+// On a cluster node it first forgets the rows of deletions that can no
+// longer be restored (their trash entries expired on every node, or no
+// node held a copy; on one server, expiring the trash does it).
 func (s *Service) Sweep(ctx context.Context, grace time.Duration) (removed int, bytes int64, err error) {
+	if s.Cluster != nil {
+		if _, err := s.Index.ForgetDeleted(ctx, func(name, stamp string) (bool, error) {
+			return s.Cluster.Restorable(ctx, name, stamp)
+		}); err != nil {
+			return 0, 0, fmt.Errorf("forgetting expired deletions: %w", err)
+		}
+	}
 	cutoff := time.Now().Add(-grace)
 	err = s.Objects.Walk(ctx, func(oid string, size int64, stored time.Time) error {
 		if stored.After(cutoff) {

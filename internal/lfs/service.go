@@ -34,7 +34,29 @@ type Service struct {
 	HTTPURL  string
 	Governor *governor.Governor
 	Log      *slog.Logger
+	// Cluster, on a cluster node, names the repositories it serves LFS
+	// for (nil: those on this node's disk).
+	Cluster Cluster
 }
+
+// Cluster is a cluster node's view of the repositories it serves LFS for:
+// every repository of the cluster, whether this node holds a copy of it
+// or not, since the objects are in the shared store and the index in the
+// shared database (access is decided by the shared access data, as for
+// git).
+type Cluster interface {
+	// Placed tells whether the cluster places the repository name, and
+	// its quota in bytes (0: none); repo.ErrNotFound for a repository
+	// deleted from the cluster or renamed whose copy here is not moved
+	// yet; neither: a repository on this node's disk only.
+	Placed(ctx context.Context, name string) (quota int64, placed bool, err error)
+	// Restorable tells whether repo restore can still bring back the
+	// deletion of name at stamp; once not, Sweep forgets its objects.
+	Restorable(ctx context.Context, name, stamp string) (bool, error)
+}
+
+// errUnavailable wraps a failure of the store behind a resolution.
+var errUnavailable = errors.New("the store did not answer")
 
 // Dir is the LFS directory of a data directory.
 func Dir(dataDir string) string { return filepath.Join(dataDir, "lfs") }
@@ -115,14 +137,17 @@ func (s *Service) authorize(ctx context.Context, p access.Principal, repoPath st
 		}
 		return &apiError{http.StatusNotFound, fmt.Sprintf("repository '%s' not found", name)}
 	}
-	r, err := s.Repos.Resolve(repoPath)
+	r, err := s.resolve(ctx, repoPath)
 	if err != nil {
 		name, cerr := repo.CleanName(repoPath)
 		if cerr != nil {
 			name = "?"
 		}
-		if errors.Is(err, repo.ErrNotFound) || errors.Is(err, repo.ErrInvalidName) {
+		switch {
+		case errors.Is(err, repo.ErrNotFound) || errors.Is(err, repo.ErrInvalidName):
 			return repo.Repo{}, notFound(name)
+		case errors.Is(err, errUnavailable):
+			return repo.Repo{}, &apiError{http.StatusServiceUnavailable, "temporarily unavailable: the store did not answer, retry shortly"}
 		}
 		return repo.Repo{}, &apiError{http.StatusInternalServerError, "internal error resolving repository"}
 	}
@@ -145,16 +170,54 @@ func (s *Service) authorize(ctx context.Context, p access.Principal, repoPath st
 	return r, nil
 }
 
+// resolve finds the repository repoPath names: on a cluster node, any
+// the cluster places, with the path of this node's copy if it holds one
+// (else Path ""); otherwise, and for a repository on this node's disk
+// only, the one on disk.
+func (s *Service) resolve(ctx context.Context, repoPath string) (repo.Repo, error) {
+	if s.Cluster == nil {
+		return s.Repos.Resolve(repoPath)
+	}
+	name, err := repo.CleanName(repoPath)
+	if err != nil {
+		return repo.Repo{}, err
+	}
+	_, placed, err := s.Cluster.Placed(ctx, name)
+	if err != nil {
+		if errors.Is(err, repo.ErrNotFound) {
+			return repo.Repo{}, err
+		}
+		return repo.Repo{}, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	r, err := s.Repos.Resolve(name)
+	if !placed {
+		return r, err
+	}
+	if err != nil || r.Name != name {
+		return repo.Repo{Name: name}, nil // no copy here (or not moved here yet)
+	}
+	return r, nil
+}
+
 // quotaRoom is how many more bytes repo may take (LFS objects count with
-// git's), or -1 without a quota.
+// git's), or -1 without a quota. On a cluster node without a copy of the
+// repository only its LFS objects count: its git objects are not here to
+// measure.
 func (s *Service) quotaRoom(ctx context.Context, r repo.Repo) (int64, error) {
-	quota, err := repo.Quota(r)
+	var quota, used int64
+	var err error
+	if r.Path == "" && s.Cluster != nil {
+		quota, _, err = s.Cluster.Placed(ctx, r.Name)
+	} else {
+		quota, err = repo.Quota(r)
+	}
 	if err != nil || quota <= 0 {
 		return -1, err
 	}
-	used, err := repo.Usage(r)
-	if err != nil {
-		return 0, err
+	if r.Path != "" {
+		if used, err = repo.Usage(r); err != nil {
+			return 0, err
+		}
 	}
 	_, lfsBytes, err := s.Index.Usage(ctx, r.Name)
 	if err != nil {

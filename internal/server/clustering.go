@@ -49,6 +49,9 @@ func (s *Server) openCluster(ctx context.Context) error {
 		Reach: route.Ping}
 	s.Router = &route.Router{Node: s.Node, Secret: secret, HooksDir: hooks, Repos: s.Data.Repos}
 	s.Pipeline.Cluster = s.Router
+	if s.LFS != nil {
+		s.LFS.Cluster = s.Router // every node serves every repository's objects
+	}
 	// Mirrors: only a repository's primary syncs it (its ref transaction
 	// replicated as a push's) or pushes it to a push mirror; other nodes
 	// ask it (route.MirrorPath).

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,12 @@ import (
 // copy is left a deletion to carry out, moving its copy into its own trash
 // when it next reconciles (Deletions, Deleted). It returns those nodes.
 func Delete(ctx context.Context, db *store.DB, repo string) ([]string, error) {
+	return DeleteWith(ctx, db, repo, nil)
+}
+
+// DeleteWith is Delete, with f (nil: none) putting aside what else is
+// kept under the repository's name in the same transaction.
+func DeleteWith(ctx context.Context, db *store.DB, repo string, f Follower) ([]string, error) {
 	if db.Engine != store.Postgres {
 		return nil, ErrNotClustered
 	}
@@ -46,7 +53,45 @@ func Delete(ctx context.Context, db *store.DB, repo string) ([]string, error) {
 	if _, err := tx.ExecContext(ctx, "DELETE FROM cluster_repos WHERE name = ?", repo); err != nil {
 		return nil, err
 	}
+	if f != nil {
+		if err := f.Deleted(ctx, tx, repo, TrashedRepo{Deleted: time.UnixMilli(now)}.Stamp()); err != nil {
+			return nil, err
+		}
+	}
 	return nodes, tx.Commit()
+}
+
+// A Follower moves what is kept under a repository's name outside the
+// cluster's own tables, in the cluster's database (Git LFS's index:
+// lfs.ClusterRows), in the transaction in which the cluster renames,
+// deletes or restores the repository: it follows the name at the moment
+// every node does. stamp names a deletion as TrashedRepo.Stamp does.
+type Follower interface {
+	Renamed(ctx context.Context, tx *store.Tx, from, to string) error
+	Deleted(ctx context.Context, tx *store.Tx, name, stamp string) error
+	Restored(ctx context.Context, tx *store.Tx, name, stamp string) error
+}
+
+// Restorable tells whether repo restore can still bring back the deletion
+// of name at stamp (TrashedRepo.Stamp): a node of the cluster holds its
+// copy in its trash, or has still to move it there. Once not, what was put
+// aside with it (Follower.Deleted) may go.
+func Restorable(ctx context.Context, db *store.DB, name, stamp string) (bool, error) {
+	times, err := queryStrings(ctx, db, `SELECT CAST(t.deleted_ms AS TEXT) FROM cluster_trash t JOIN nodes n ON n.name = t.node WHERE t.repo = ?
+		UNION SELECT CAST(d.deleted_ms AS TEXT) FROM cluster_deletions d JOIN nodes n ON n.name = d.node WHERE d.repo = ?`, name, name)
+	if err != nil {
+		return false, err
+	}
+	for _, v := range times {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return false, err
+		}
+		if (TrashedRepo{Deleted: time.UnixMilli(ms)}).Stamp() == stamp {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // lockRepo begins a transaction holding repo's row lock and its push

@@ -15,6 +15,12 @@ import (
 // carry out on its disk (Renames, Renamed): before it serves the new
 // name, or when it next reconciles. It returns those nodes.
 func Rename(ctx context.Context, db *store.DB, from, to string) ([]string, error) {
+	return RenameWith(ctx, db, from, to, nil)
+}
+
+// RenameWith is Rename, with f (nil: none) moving what else is kept under
+// the repository's name in the same transaction.
+func RenameWith(ctx context.Context, db *store.DB, from, to string, f Follower) ([]string, error) {
 	if db.Engine != store.Postgres {
 		return nil, ErrNotClustered
 	}
@@ -50,6 +56,11 @@ func Rename(ctx context.Context, db *store.DB, from, to string) ([]string, error
 	}
 	if _, err := tx.ExecContext(ctx, "DELETE FROM cluster_repos WHERE name = ?", from); err != nil {
 		return nil, err
+	}
+	if f != nil {
+		if err := f.Renamed(ctx, tx, from, to); err != nil {
+			return nil, err
+		}
 	}
 	return nodes, tx.Commit()
 }

@@ -68,6 +68,12 @@ func Trash(ctx context.Context, db *store.DB) ([]TrashedRepo, error) {
 // serves the repository (Restores, Restored); copies that were behind
 // catch up as usual. It returns the placement.
 func Restore(ctx context.Context, db *store.DB, name, stamp string) (Placement, error) {
+	return RestoreWith(ctx, db, name, stamp, nil)
+}
+
+// RestoreWith is Restore, with f (nil: none) bringing back what else was
+// put aside with the deletion (Follower.Deleted) in the same transaction.
+func RestoreWith(ctx context.Context, db *store.DB, name, stamp string, f Follower) (Placement, error) {
 	if db.Engine != store.Postgres {
 		return Placement{}, ErrNotClustered
 	}
@@ -149,6 +155,11 @@ func Restore(ctx context.Context, db *store.DB, name, stamp string) (Placement, 
 			return Placement{}, err
 		}
 		p.Replicas = append(p.Replicas, Replica{Node: c.node, Generation: c.generation})
+	}
+	if f != nil {
+		if err := f.Restored(ctx, tx, name, TrashedRepo{Deleted: time.UnixMilli(primary.deletedMS)}.Stamp()); err != nil {
+			return Placement{}, err
+		}
 	}
 	return p, tx.Commit()
 }

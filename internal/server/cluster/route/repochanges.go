@@ -33,6 +33,15 @@ func (rt *Router) carryOutDeletions(ctx context.Context) error {
 		case !errors.Is(err, repo.ErrNotFound):
 			errs = append(errs, fmt.Errorf("deleting %s: %w", name, err))
 			continue
+		default:
+			// No copy under the name yet: one renamed to it (or restored)
+			// and not moved here yet is still to come, and must go to the
+			// trash, not be recorded as never made.
+			arriving, err := cluster.Arriving(ctx, rt.Node.DB, name, rt.Node.Name)
+			if err != nil || arriving {
+				errs = append(errs, err)
+				continue
+			}
 		}
 		if err := cluster.Deleted(ctx, rt.Node.DB, name, rt.Node.Name, stamp); err != nil {
 			errs = append(errs, err)

@@ -100,8 +100,8 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 		if leaving {
 			go func() {
 				ctx := context.WithoutCancel(ctx)
+				rt.carryOutRenames(ctx) // first: a copy renamed, then deleted, goes to the trash
 				rt.carryOutDeletions(ctx)
-				rt.carryOutRenames(ctx)
 			}()
 			return pipeline.Route{}, notFound
 		}
@@ -257,7 +257,9 @@ func (rt *Router) clientURL(pl cluster.Placement, node string) string {
 // fetched from the primary) and catches up stale ones. Run by the
 // node's loop and before a read of a stale copy.
 func (rt *Router) Reconcile(ctx context.Context) error {
-	deletions := errors.Join(rt.carryOutDeletions(ctx), rt.carryOutRenames(ctx), rt.carryOutRestores(ctx), rt.carryOutDrops(ctx))
+	// Renames first: a copy renamed, then deleted, is moved to its new
+	// name and then into the trash (carryOutDeletions waits for it).
+	deletions := errors.Join(rt.carryOutRenames(ctx), rt.carryOutDeletions(ctx), rt.carryOutRestores(ctx), rt.carryOutDrops(ctx))
 	rows, err := rt.Node.DB.QueryContext(ctx, `SELECT rp.repo FROM replicas rp JOIN cluster_repos c ON c.name = rp.repo
 		WHERE rp.node = ? AND rp.generation <> c.generation ORDER BY rp.repo`, rt.Node.Name)
 	if err != nil {
