@@ -97,6 +97,7 @@ func TestSpliceRandomPushes(t *testing.T) {
 	e := gittest.New(t)
 	bare := filepath.Join(t.TempDir(), "app.git")
 	e.Build(bare, gittest.Shape{Commits: 20, Files: 10, BlobBytes: 3000, Branches: 2, Tags: 2, Seed: 3})
+	e.Git(bare, "branch", "merged", "main~2") // deleted later: its tip stays in main
 	ctx := context.Background()
 	if _, err := maintain.New(maintain.Options{Nice: -1}).Run(ctx, repo.Repo{Name: "app", Path: bare}, maintain.Full, "test"); err != nil {
 		t.Fatal(err)
@@ -127,12 +128,33 @@ func TestSpliceRandomPushes(t *testing.T) {
 		t.Fatalf("spliced with a tag object no longer wanted: %v", err)
 	}
 	e.Git(bare, "update-ref", "refs/tags/v0", tag)
+	// A branch deleted whose tip another want reaches: git proves it
+	// (a second run), and the pack is still all wanted.
+	merged := e.RevParse(bare, "merged")
+	e.Git(bare, "branch", "-D", "merged")
+	tips := servedTips(e, bare)
+	clone := Clone{Wants: tips, V2: true, Band: pktline.MaxLength}
+	sp, err := OpenSplice(ctx, bare, clone, none)
+	if err != nil {
+		t.Fatalf("no splice with a merged branch deleted: %v", err)
+	}
+	var answer bytes.Buffer
+	if _, err := sp.WriteResponse(&answer, clone); err != nil {
+		t.Fatal(err)
+	}
+	sp.Close()
+	if sp.GitRuns != 2 {
+		t.Fatalf("a merged branch deleted: %d git runs, want 2 (the thin pack, the walk)", sp.GitRuns)
+	}
+	checkPack(t, e, bare, tips, unframe(t, answer.Bytes()))
+	e.Git(bare, "branch", "merged", merged)
 	work := filepath.Join(t.TempDir(), "work")
 	e.Git("", "clone", "-q", bare, work)
 	rng := rand.New(rand.NewPCG(32, 1))
 	branches := []string{"main"}
 	for i := range 50 {
-		switch op := rng.IntN(10); {
+		op := rng.IntN(10)
+		switch {
 		case op < 5: // a commit on a branch
 			b := branches[rng.IntN(len(branches))]
 			e.Git(work, "checkout", "-q", "-B", b, "origin/"+b)
@@ -176,6 +198,11 @@ func TestSpliceRandomPushes(t *testing.T) {
 		sp.Close()
 		if sp.UserCPU+sp.SysCPU == 0 {
 			t.Fatalf("push %d: the splice's git cost nothing", i)
+		}
+		// Each old tip is still wanted or a parent of a commit the thin
+		// pack carries: one git run, no walk of the old tips.
+		if sp.GitRuns != 1 {
+			t.Fatalf("push %d (op %d): %d git runs, want 1", i, op, sp.GitRuns)
 		}
 		checkPack(t, e, bare, tips, unframe(t, answer.Bytes()))
 	}
