@@ -215,3 +215,50 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestThinParentsThroughDeltas: pack-objects stores most of a push's
+// commits as deltas against each other; thinParents rebuilds them and
+// finds every parent, the old tip's included, as git lists them.
+func TestThinParentsThroughDeltas(t *testing.T) {
+	e := gittest.New(t)
+	work := filepath.Join(t.TempDir(), "work")
+	e.Git("", "init", "-q", work)
+	body := strings.Repeat("a long message body that every commit of this push shares\n", 20)
+	for i := range 9 {
+		writeFile(t, filepath.Join(work, "f.txt"), fmt.Sprintf("version %d\n", i))
+		e.Git(work, "add", "f.txt")
+		e.Git(work, "commit", "-qm", fmt.Sprintf("commit %d\n\n%s", i, body))
+	}
+	cmd := exec.Command("git", "pack-objects", "--stdout", "--thin", "--revs", "--delta-base-offset", "-q")
+	cmd.Dir, cmd.Env, cmd.Stdin = work, e.Vars, strings.NewReader("HEAD\n^HEAD~8\n")
+	pack, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The commits must be deltas, or this tests nothing.
+	idx := filepath.Join(t.TempDir(), "p.pack")
+	writeFile(t, idx, string(pack))
+	e.Git(work, "index-pack", idx)
+	deltas := 0
+	for _, line := range strings.Split(e.Git(work, "verify-pack", "-v", idx), "\n") {
+		if f := strings.Fields(line); len(f) > 6 && f[1] == "commit" {
+			deltas++
+		}
+	}
+	if deltas == 0 {
+		t.Fatal("pack-objects stored no commit as a delta")
+	}
+	var want []string
+	for _, line := range strings.Split(strings.TrimSpace(e.Git(work, "rev-list", "--parents", "HEAD~8..HEAD")), "\n") {
+		want = append(want, strings.Fields(line)[1:]...)
+	}
+	got := thinParents(pack)
+	if len(got) != len(want) {
+		t.Fatalf("found %d parents, want %d (%d commits stored as deltas)", len(got), len(want), deltas)
+	}
+	for _, p := range want {
+		if !got[p] {
+			t.Fatalf("parent %s not found", p)
+		}
+	}
+}
