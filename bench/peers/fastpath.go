@@ -140,7 +140,8 @@ func (s *setup) spliceWorkload(r *report) {
 		"`git clone --bare` of the maintained repository after a push: before each round one commit (three files changed) is pushed into it (as a push "+
 			"through packwire lands, a small pack; no maintenance, so the preferred pack stays and the pushes accumulate) and into the gc copy, then "+
 			"`git gc --prune=now` there. packwire (storing no fetch answers) answers with the preferred pack's entries and a thin pack of the pushes "+
-			"(`git rev-list` to prove nothing was rewound, `git pack-objects --thin`, a SHA-1 over the whole stream). Each target's first clone is checked "+
+			"(`git pack-objects --thin`; the old tips proved still wanted from the wants and the thin pack's commits, `git rev-list` only for what is left; "+
+			"a SHA-1 over the whole stream). Each target's first clone is checked "+
 			"with `git fsck --full`. Server CPU is the cgroup delta of each server's whole process tree. %d rounds after one warm-up, targets in a fresh "+
 			"random order; ratios: median of per-round ratios with a 95%% bootstrap interval.", s.nRounds))
 	r.table("| server | clone wall | server CPU |", "|---|---:|---:|")

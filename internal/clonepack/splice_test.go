@@ -97,6 +97,7 @@ func TestSpliceRandomPushes(t *testing.T) {
 	e := gittest.New(t)
 	bare := filepath.Join(t.TempDir(), "app.git")
 	e.Build(bare, gittest.Shape{Commits: 20, Files: 10, BlobBytes: 3000, Branches: 2, Tags: 2, Seed: 3})
+	e.Git(bare, "branch", "merged", "main~2") // deleted later: its tip stays in main
 	ctx := context.Background()
 	if _, err := maintain.New(maintain.Options{Nice: -1}).Run(ctx, repo.Repo{Name: "app", Path: bare}, maintain.Full, "test"); err != nil {
 		t.Fatal(err)
@@ -127,12 +128,33 @@ func TestSpliceRandomPushes(t *testing.T) {
 		t.Fatalf("spliced with a tag object no longer wanted: %v", err)
 	}
 	e.Git(bare, "update-ref", "refs/tags/v0", tag)
+	// A branch deleted whose tip another want reaches: git proves it
+	// (a second run), and the pack is still all wanted.
+	merged := e.RevParse(bare, "merged")
+	e.Git(bare, "branch", "-D", "merged")
+	tips := servedTips(e, bare)
+	clone := Clone{Wants: tips, V2: true, Band: pktline.MaxLength}
+	sp, err := OpenSplice(ctx, bare, clone, none)
+	if err != nil {
+		t.Fatalf("no splice with a merged branch deleted: %v", err)
+	}
+	var answer bytes.Buffer
+	if _, err := sp.WriteResponse(&answer, clone); err != nil {
+		t.Fatal(err)
+	}
+	sp.Close()
+	if sp.GitRuns != 2 {
+		t.Fatalf("a merged branch deleted: %d git runs, want 2 (the thin pack, the walk)", sp.GitRuns)
+	}
+	checkPack(t, e, bare, tips, unframe(t, answer.Bytes()))
+	e.Git(bare, "branch", "merged", merged)
 	work := filepath.Join(t.TempDir(), "work")
 	e.Git("", "clone", "-q", bare, work)
 	rng := rand.New(rand.NewPCG(32, 1))
 	branches := []string{"main"}
 	for i := range 50 {
-		switch op := rng.IntN(10); {
+		op := rng.IntN(10)
+		switch {
 		case op < 5: // a commit on a branch
 			b := branches[rng.IntN(len(branches))]
 			e.Git(work, "checkout", "-q", "-B", b, "origin/"+b)
@@ -177,6 +199,11 @@ func TestSpliceRandomPushes(t *testing.T) {
 		if sp.UserCPU+sp.SysCPU == 0 {
 			t.Fatalf("push %d: the splice's git cost nothing", i)
 		}
+		// Each old tip is still wanted or a parent of a commit the thin
+		// pack carries: one git run, no walk of the old tips.
+		if sp.GitRuns != 1 {
+			t.Fatalf("push %d (op %d): %d git runs, want 1", i, op, sp.GitRuns)
+		}
 		checkPack(t, e, bare, tips, unframe(t, answer.Bytes()))
 	}
 
@@ -186,5 +213,52 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestThinParentsThroughDeltas: pack-objects stores most of a push's
+// commits as deltas against each other; thinParents rebuilds them and
+// finds every parent, the old tip's included, as git lists them.
+func TestThinParentsThroughDeltas(t *testing.T) {
+	e := gittest.New(t)
+	work := filepath.Join(t.TempDir(), "work")
+	e.Git("", "init", "-q", work)
+	body := strings.Repeat("a long message body that every commit of this push shares\n", 20)
+	for i := range 9 {
+		writeFile(t, filepath.Join(work, "f.txt"), fmt.Sprintf("version %d\n", i))
+		e.Git(work, "add", "f.txt")
+		e.Git(work, "commit", "-qm", fmt.Sprintf("commit %d\n\n%s", i, body))
+	}
+	cmd := exec.Command("git", "pack-objects", "--stdout", "--thin", "--revs", "--delta-base-offset", "-q")
+	cmd.Dir, cmd.Env, cmd.Stdin = work, e.Vars, strings.NewReader("HEAD\n^HEAD~8\n")
+	pack, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The commits must be deltas, or this tests nothing.
+	idx := filepath.Join(t.TempDir(), "p.pack")
+	writeFile(t, idx, string(pack))
+	e.Git(work, "index-pack", idx)
+	deltas := 0
+	for _, line := range strings.Split(e.Git(work, "verify-pack", "-v", idx), "\n") {
+		if f := strings.Fields(line); len(f) > 6 && f[1] == "commit" {
+			deltas++
+		}
+	}
+	if deltas == 0 {
+		t.Fatal("pack-objects stored no commit as a delta")
+	}
+	var want []string
+	for _, line := range strings.Split(strings.TrimSpace(e.Git(work, "rev-list", "--parents", "HEAD~8..HEAD")), "\n") {
+		want = append(want, strings.Fields(line)[1:]...)
+	}
+	got := thinParents(pack)
+	if len(got) != len(want) {
+		t.Fatalf("found %d parents, want %d (%d commits stored as deltas)", len(got), len(want), deltas)
+	}
+	for _, p := range want {
+		if !got[p] {
+			t.Fatalf("parent %s not found", p)
+		}
 	}
 }
