@@ -82,7 +82,25 @@ func (rt *Router) SetAfterCommit(f func(repo string)) {
 // caught up meanwhile). A request another node relayed is served here or
 // refused, never relayed again; another node's own requests (replication,
 // catch-up) are served from what is here.
+//
+// A relay whose serving node the cluster gives up on before it answers
+// (relayWatch), or a push that finds its primary's heartbeat stale, is
+// routed again, from a fresh placement: to the new primary once the
+// failover is recorded.
 func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeline.Request) (pipeline.Route, error) {
+	for routes := 1; ; routes++ {
+		route, err := rt.route(ctx, r, write, req)
+		if routes == maxRoutes || !errors.Is(err, errServingLost) || ctx.Err() != nil {
+			return route, err
+		}
+		rt.Node.Log.Info("cluster: request routed again", "repo", r.Name, "service", req.Service, "why", errors.Unwrap(err))
+	}
+}
+
+// maxRoutes bounds how many times one request is routed (Route).
+const maxRoutes = 3
+
+func (rt *Router) route(ctx context.Context, r repo.Repo, write bool, req pipeline.Request) (pipeline.Route, error) {
 	name := r.Name
 	if req.Principal.IsCluster() {
 		return pipeline.Route{}, nil
@@ -163,8 +181,12 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 		}
 		primary, ok := pl.Replica(pl.Primary)
 		if req.Relayed || !ok || !primary.Healthy {
-			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+			noPrimary := &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
 				Message: fmt.Sprintf("'%s' has no reachable primary right now (node %s), retry shortly", name, pl.Primary)}
+			if ok && !req.Relayed && rt.awaitFailover(ctx, name, pl.Primary) {
+				noPrimary.Err = fmt.Errorf("%w: node %s failed over", errServingLost, pl.Primary)
+			}
+			return pipeline.Route{}, noPrimary
 		}
 		relay, err := rt.relayTo(ctx, primary, req, name, pl)
 		return pipeline.Route{Relay: relay}, err
@@ -190,6 +212,34 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 		return pipeline.Route{}, err
 	}
 	return pipeline.Route{}, nil
+}
+
+// awaitFailover waits, up to the node timeout, for PostgreSQL to record
+// another primary of name than old, whose heartbeat is stale: it tells
+// whether it did (or old answers the cluster again), so that a push that
+// came in the seconds between the two goes to the new primary instead of
+// failing.
+func (rt *Router) awaitFailover(ctx context.Context, name, old string) bool {
+	deadline := time.Now().Add(rt.Node.NodeTimeout())
+	t := time.NewTicker(relayCheck)
+	defer t.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		lctx, cancel := store.RequestContext(ctx)
+		pl, err := cluster.Locate(lctx, rt.Node.DB, name, rt.Node.NodeTimeout())
+		cancel()
+		if err != nil {
+			return false
+		}
+		if p, ok := pl.Replica(pl.Primary); pl.Primary != old || ok && p.Healthy {
+			return true
+		}
+	}
+	return false
 }
 
 // locate reads the repository's placement for a request. A request
