@@ -174,7 +174,8 @@ func TestClusterPrimaryPausedMidPush(t *testing.T) {
 // primary stops, its relay has sent the old primary nothing of the pack:
 // it is routed again and acknowledged by the new primary. Relayed while
 // the primary replicates it, then paused, it is refused with git's HTTP
-// 503 (retry), and never committed by the old primary once it resumes.
+// 503 (retry), and not committed by the old primary once it resumes
+// after the failover.
 // Both relays waited for the old primary, before, until the pause ended.
 func TestClusterPushRelayedToPausedPrimary(t *testing.T) {
 	t.Parallel()
@@ -217,10 +218,9 @@ func TestClusterPushRelayedToPausedPrimary(t *testing.T) {
 	}
 	// pushPaused pushes through a replica of paused, which is stopped (or
 	// stops once stopped is closed), and returns the push's answer if it
-	// came within the pause; paused is resumed after.
+	// came within the pause (paused stays stopped; resumed otherwise).
 	pushPaused := func(paused *os.Process, via string, stopped <-chan struct{}) (result, bool) {
 		t.Helper()
-		defer paused.Signal(syscall.SIGCONT)
 		pushed := make(chan result, 1)
 		go func() {
 			start := time.Now()
@@ -246,12 +246,12 @@ func TestClusterPushRelayedToPausedPrimary(t *testing.T) {
 
 	// 1. The primary paused first, then a push through a replica.
 	p1 := nodes[first].cmd.Process
+	defer p1.Signal(syscall.SIGCONT)
 	p1.Signal(syscall.SIGSTOP)
 	waitStopped(t, p1.Pid)
 	now := make(chan struct{})
 	close(now)
 	env.Git(work, "commit", "-q", "--allow-empty", "-m", "two")
-	two := env.RevParse(work, "HEAD")
 	r, ok := pushPaused(p1, replicaOf(first), now)
 	if !ok {
 		t.Fatalf("a push through a replica of the paused primary was answered only once the pause (%s) ended", pause)
@@ -259,6 +259,7 @@ func TestClusterPushRelayedToPausedPrimary(t *testing.T) {
 	if r.err != nil || r.took > within {
 		t.Fatalf("push through a replica of the paused primary: %v after %s, want acknowledged within %s\n%s", r.err, r.took.Round(time.Millisecond), within, r.out)
 	}
+	p1.Signal(syscall.SIGCONT)
 	second := settled(2)
 	if second == first {
 		t.Fatalf("the push was acknowledged with %s, paused, still the primary", first)
@@ -267,6 +268,7 @@ func TestClusterPushRelayedToPausedPrimary(t *testing.T) {
 
 	// 2. A push relayed to the primary, which is paused as it replicates.
 	p2 := nodes[second].cmd.Process
+	defer p2.Signal(syscall.SIGCONT)
 	var once sync.Once
 	stopped := make(chan struct{})
 	for _, p := range proxies {
@@ -292,15 +294,38 @@ func TestClusterPushRelayedToPausedPrimary(t *testing.T) {
 		t.Fatalf("push relayed to a primary paused mid-push: %v after %s, want HTTP 503 within %s\n%s", r.err, r.took.Round(time.Millisecond), within, r.out)
 	}
 	t.Logf("push relayed to %s, paused mid-push: refused after %s:\n%s", second, r.took.Round(time.Millisecond), r.out)
-	// Once the old primary resumed, its push is not committed: the copies
-	// settle at the acknowledged push.
-	if p, _, _ := placement(); p == second {
-		t.Fatalf("%s is still the primary after its pause", second)
+	// The refusal may come before the failover is recorded (the node's
+	// heartbeat stale is enough); resumed before it, the old primary could
+	// still commit the push it was given (not acknowledged: allowed).
+	// Resumed after, its push is refused, and the copies settle at the
+	// acknowledged push.
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		if p, _, _ := placement(); p != second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s, paused, still the primary after %s", second, within)
+		}
 	}
-	settled(2)
+	p2.Signal(syscall.SIGCONT)
+	third := settled(2)
+	// The next push through the new primary is generation 3 (the old
+	// primary's was never committed), and every copy ends with it.
+	env.Git(work, "commit", "-q", "--allow-empty", "-m", "four")
+	four := env.RevParse(work, "HEAD")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err := pushTo(third)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("push to the new primary %s: %v\n%s", third, err, out)
+		}
+	}
+	settled(3)
 	for name, n := range nodes {
-		if got := env.RevParse(filepath.Join(n.dir, "repos", "team", "app.git"), "refs/heads/main"); got != two {
-			t.Errorf("node %s has main at %s, the last acknowledged push is %s", name, got, two)
+		if got := env.RevParse(filepath.Join(n.dir, "repos", "team", "app.git"), "refs/heads/main"); got != four {
+			t.Errorf("node %s has main at %s, the last acknowledged push is %s", name, got, four)
 		}
 	}
 }

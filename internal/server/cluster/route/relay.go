@@ -195,7 +195,6 @@ func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.
 	})
 	resp, err := (&http.Client{Transport: relayTransport(fail, &seen)}).Do(hreq)
 	answered.Store(true)
-	watch.started.Store(true)
 	if !stopRelay() {
 		// The wait was given up on as the answer came: the relay is over.
 		if err == nil {

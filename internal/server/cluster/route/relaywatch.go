@@ -26,30 +26,29 @@ var errServingLost = errors.New("the serving node was given up on")
 // relayWatch cuts a relay whose serving node the cluster no longer
 // trusts with it, as PostgreSQL records it.
 type relayWatch struct {
-	rt      *Router
-	repo    string
-	to      string
-	write   bool
-	quiet   func() time.Duration // since the serving node last sent something
-	started atomic.Bool          // the serving node answered: the relay streams
-	cause   atomic.Pointer[error]
+	rt    *Router
+	repo  string
+	to    string
+	write bool
+	quiet func() time.Duration // since the serving node last sent something
+	cause atomic.Pointer[error]
 }
 
-// watch checks the placement every relayCheck while the serving node is
-// quiet, until ctx ends, and calls lost once, with the cause, when:
+// watch checks, every relayCheck while the serving node is quiet, until
+// ctx ends, and calls lost once, with the cause, when:
 //   - a push's repository has another primary (a failover, or the old
 //     primary stepped down);
-//   - the serving node's heartbeat is stale (paused, killed, cut off from
-//     PostgreSQL): at once for a read, or a push streaming; a push not
-//     yet answered waits for the failover (it is routed again, to the new
-//     primary) up to the node timeout.
+//   - the serving node's heartbeat is stale in PostgreSQL (paused,
+//     killed, cut off from it), or this node's pings have not reached it
+//     for a node timeout (cut off from this node, or paused).
 //
-// A placement it cannot read (PostgreSQL not answering this node) cuts
-// nothing: the node may well be serving.
+// Before the serving node answered, Route then routes the request again
+// (and a push waits there for the failover); after, it is refused. A
+// placement it cannot read (PostgreSQL not answering this node) cuts
+// nothing on its own: the node may well be serving.
 func (w *relayWatch) watch(ctx context.Context, lost func()) {
 	t := time.NewTicker(relayCheck)
 	defer t.Stop()
-	var staleSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -57,28 +56,25 @@ func (w *relayWatch) watch(ctx context.Context, lost func()) {
 		case <-t.C:
 		}
 		if w.quiet() < relayCheck {
-			staleSince = time.Time{}
-			continue
-		}
-		lctx, cancel := store.RequestContext(ctx)
-		pl, err := cluster.Locate(lctx, w.rt.Node.DB, w.repo, w.rt.Node.NodeTimeout())
-		cancel()
-		if err != nil {
 			continue
 		}
 		var why error
-		r, ok := pl.Replica(w.to)
-		switch {
-		case w.write && pl.Primary != w.to:
-			why = fmt.Errorf("%w: node %s is no longer the primary of '%s' (node %s is)", errServingLost, w.to, w.repo, pl.Primary)
-		case ok && r.Healthy:
-			staleSince = time.Time{}
-		case !w.write || w.started.Load():
-			why = fmt.Errorf("%w: node %s stopped answering the cluster", errServingLost, w.to)
-		case staleSince.IsZero():
-			staleSince = time.Now()
-		case time.Since(staleSince) > w.rt.Node.NodeTimeout():
-			why = fmt.Errorf("%w: node %s stopped answering the cluster and '%s' has no other primary yet", errServingLost, w.to, w.repo)
+		if w.rt.Node.Unreached(w.to) {
+			why = fmt.Errorf("%w: node %s has not answered this node's pings for %v", errServingLost, w.to, w.rt.Node.NodeTimeout())
+		} else {
+			lctx, cancel := store.RequestContext(ctx)
+			pl, err := cluster.Locate(lctx, w.rt.Node.DB, w.repo, w.rt.Node.NodeTimeout())
+			cancel()
+			if err != nil {
+				continue
+			}
+			r, ok := pl.Replica(w.to)
+			switch {
+			case w.write && pl.Primary != w.to:
+				why = fmt.Errorf("%w: node %s is no longer the primary of '%s' (node %s is)", errServingLost, w.to, w.repo, pl.Primary)
+			case !ok || !r.Healthy:
+				why = fmt.Errorf("%w: node %s stopped answering the cluster", errServingLost, w.to)
+			}
 		}
 		if why != nil {
 			w.cause.Store(&why)

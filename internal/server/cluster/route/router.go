@@ -188,6 +188,18 @@ func (rt *Router) route(ctx context.Context, r repo.Repo, write bool, req pipeli
 			}
 			return pipeline.Route{}, noPrimary
 		}
+		if rt.Node.Unreached(primary.Node) {
+			// Healthy in PostgreSQL but not answering this node: paused (its
+			// failover follows), or the network between them cut. Refused
+			// at once if this node reaches none of the other copies (it is
+			// the one cut off: the client should try another node).
+			unreachable := &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+				Message: fmt.Sprintf("'%s''s primary (node %s) is unreachable from this node right now, retry shortly", name, pl.Primary)}
+			if !rt.cutOff(pl) && rt.awaitFailover(ctx, name, pl.Primary) {
+				unreachable.Err = fmt.Errorf("%w: node %s failed over or answers again", errServingLost, pl.Primary)
+			}
+			return pipeline.Route{}, unreachable
+		}
 		relay, err := rt.relayTo(ctx, primary, req, name, pl)
 		return pipeline.Route{Relay: relay}, err
 	}
@@ -195,7 +207,7 @@ func (rt *Router) route(ctx context.Context, r repo.Repo, write bool, req pipeli
 		return pipeline.Route{}, nil
 	}
 	if !req.Relayed {
-		if to, ok := upToDatePeer(pl, me); ok {
+		if to, ok := upToDatePeer(pl, me, rt.Node.Unreached); ok {
 			if pl.Has(me) {
 				go rt.catchUp(context.WithoutCancel(ctx), name) // for the next read
 			}
@@ -215,10 +227,10 @@ func (rt *Router) route(ctx context.Context, r repo.Repo, write bool, req pipeli
 }
 
 // awaitFailover waits, up to the node timeout, for PostgreSQL to record
-// another primary of name than old, whose heartbeat is stale: it tells
-// whether it did (or old answers the cluster again), so that a push that
-// came in the seconds between the two goes to the new primary instead of
-// failing.
+// another primary of name than old, whose heartbeat is stale or which
+// does not answer this node's pings: it tells whether it did (or old
+// answers again), so that a push that came in the seconds between the
+// two goes to the new primary instead of failing.
 func (rt *Router) awaitFailover(ctx context.Context, name, old string) bool {
 	deadline := time.Now().Add(rt.Node.NodeTimeout())
 	t := time.NewTicker(relayCheck)
@@ -235,11 +247,27 @@ func (rt *Router) awaitFailover(ctx context.Context, name, old string) bool {
 		if err != nil {
 			return false
 		}
-		if p, ok := pl.Replica(pl.Primary); pl.Primary != old || ok && p.Healthy {
+		if p, ok := pl.Replica(pl.Primary); pl.Primary != old || ok && p.Healthy && !rt.Node.Unreached(old) {
 			return true
 		}
 	}
 	return false
+}
+
+// cutOff tells whether this node's pings reach none of the repository's
+// other copies' nodes (a partition that isolates this node).
+func (rt *Router) cutOff(pl cluster.Placement) bool {
+	others := 0
+	for _, r := range pl.Replicas {
+		if r.Node == rt.Node.Name {
+			continue
+		}
+		if !rt.Node.Unreached(r.Node) {
+			return false
+		}
+		others++
+	}
+	return others > 0
 }
 
 // locate reads the repository's placement for a request. A request
@@ -280,12 +308,13 @@ func (rt *Router) catchUpFor(ctx context.Context, name string) error {
 
 // upToDatePeer picks a healthy replica at the repository's generation,
 // the primary first.
-func upToDatePeer(pl cluster.Placement, me string) (cluster.Replica, bool) {
-	if p, ok := pl.Replica(pl.Primary); ok && p.Node != me && p.Healthy && p.Generation == pl.Generation {
+// Nodes unreached skips (this node's pings do not reach them).
+func upToDatePeer(pl cluster.Placement, me string, unreached func(node string) bool) (cluster.Replica, bool) {
+	if p, ok := pl.Replica(pl.Primary); ok && p.Node != me && p.Healthy && p.Generation == pl.Generation && !unreached(p.Node) {
 		return p, true
 	}
 	for _, r := range pl.Replicas {
-		if r.Node != me && r.Healthy && r.Generation == pl.Generation {
+		if r.Node != me && r.Healthy && r.Generation == pl.Generation && !unreached(r.Node) {
 			return r, true
 		}
 	}
