@@ -189,10 +189,18 @@ func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.
 	seen.Store(time.Now().UnixNano())
 	watch := &relayWatch{rt: rt, repo: repoName, to: to.Node, write: req.Service == gitexec.ReceivePack,
 		quiet: func() time.Duration { return time.Since(time.Unix(0, seen.Load())) }}
-	go watch.watch(relayCtx, func() {
-		fail(watch.lost())
-		endRelay()
-	})
+	// The watch ends with the relay, or with the client's request (a
+	// call abandoned before Relay ran never ends the relay's context).
+	watchCtx, endWatch := context.WithCancel(relayCtx)
+	stopWatch := context.AfterFunc(ctx, endWatch)
+	go func() {
+		defer stopWatch()
+		defer endWatch()
+		watch.watch(watchCtx, func() {
+			fail(watch.lost())
+			endRelay()
+		})
+	}()
 	resp, err := (&http.Client{Transport: relayTransport(fail, &seen)}).Do(hreq)
 	answered.Store(true)
 	if !stopRelay() {
