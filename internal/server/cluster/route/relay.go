@@ -217,7 +217,7 @@ func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.
 			// Nothing of the client's request went to that node: Route
 			// routes it again (errServingLost).
 			return nil, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: time.Second,
-				Message: fmt.Sprintf("node %s, which served '%s', was given up on; retry shortly", to.Node, repoName), Err: lost}
+				Message: fmt.Sprintf("service temporarily unavailable: node %s, which serves '%s', stopped answering or is no longer its primary; retry shortly", to.Node, repoName), Err: lost}
 		}
 		return nil, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
 			Message: fmt.Sprintf("node %s, which serves '%s', is unreachable; retry shortly", to.Node, repoName), Err: err}
@@ -272,7 +272,7 @@ func (r *openRelay) Relay(ctx context.Context, req pipeline.Request, repoName st
 			// node (never acknowledged to the client); it fails, and the
 			// client's retry goes to the node serving now.
 			return res, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: time.Second,
-				Message: fmt.Sprintf("node %s, which served '%s', was given up on during the request; retry shortly", r.node, repoName),
+				Message: fmt.Sprintf("service temporarily unavailable: node %s, which served '%s', stopped answering or is no longer its primary during the request; retry shortly", r.node, repoName),
 				Err:     fmt.Errorf("relay from node %s: %w", r.node, lost)}
 		}
 		// The serving node failed mid-request (killed, cut off): the
