@@ -63,6 +63,7 @@ type options struct {
 	readers     int
 	stall       time.Duration // a push with no progress for this long is cut (0: never)
 	keep        bool
+	pushLog     string    // a file each phase's pushes and faults are appended to ("": none)
 	log         io.Writer // progress
 }
 
@@ -78,6 +79,7 @@ func main() {
 	flag.IntVar(&o.readers, "readers", 3, "concurrent readers (HTTP, SSH and git:// in turn)")
 	flag.DurationVar(&o.stall, "push-stall", defaultStall, "a push showing no progress for this long is cut and the pusher tries the next node, as a client behind a load balancer; 0: pushes wait for their node")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data directories and node logs after a failed run")
+	flag.StringVar(&o.pushLog, "push-log", "", "also append every push and fault, one a line in time order, to FILE (where a failover's seconds went)")
 	flag.Parse()
 	var err error
 	if o.nemeses, err = pick(names); err != nil {
@@ -241,6 +243,11 @@ func runPhase(ctx context.Context, c *testCluster, nm nemesis, i int, o options)
 		}
 	}
 	summarize(&r, h)
+	if o.pushLog != "" {
+		if err := appendPushLog(o.pushLog, nm.name, h); err != nil {
+			fmt.Fprintf(o.log, "chaos: -push-log: %v\n", err)
+		}
+	}
 	return r
 }
 

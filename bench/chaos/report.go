@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"runtime"
 	"sort"
@@ -190,4 +191,45 @@ func spread(ds []time.Duration) string {
 		s += fmt.Sprintf("none after %d of %d", none, len(ds))
 	}
 	return s
+}
+
+// appendPushLog appends a phase's pushes and faults to file, one a line
+// in time order, times in seconds from the phase's first fault: where a
+// failover's seconds went, push by push.
+func appendPushLog(file, phase string, h *history) error {
+	type line struct {
+		at   time.Time
+		text string
+	}
+	var lines []line
+	var zero time.Time
+	for _, e := range h.events {
+		if zero.IsZero() || e.at.Before(zero) {
+			zero = e.at
+		}
+	}
+	rel := func(t time.Time) string { return fmt.Sprintf("%+8.2f", t.Sub(zero).Seconds()) }
+	for _, e := range h.events {
+		lines = append(lines, line{e.at, fmt.Sprintf("%s fault %s on %s (primary %s), healed %s", rel(e.at), e.what, e.node, e.primary, rel(e.healed))})
+	}
+	for _, p := range h.primaries {
+		lines = append(lines, line{p.at, fmt.Sprintf("%s primary of the first repository recorded: %s", rel(p.at), p.primary)})
+	}
+	for _, p := range h.pushes {
+		verdict := "acked, primary after " + p.primaryAfter
+		if !p.acked {
+			verdict = "FAILED: " + strings.ReplaceAll(p.out, "\n", " | ")
+		}
+		lines = append(lines, line{p.start, fmt.Sprintf("%s push %s %s #%d to %s over %s, %.2f s: %s", rel(p.start), p.repo, p.kind, p.index, p.node, p.transport, p.end.Sub(p.start).Seconds(), verdict)})
+	}
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].at.Before(lines[j].at) })
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "== %s (time 0: its first fault, %s)\n", phase, zero.UTC().Format("15:04:05.000"))
+	for _, l := range lines {
+		fmt.Fprintln(f, l.text)
+	}
+	return f.Close()
 }

@@ -167,3 +167,165 @@ func TestClusterPrimaryPausedMidPush(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterPushRelayedToPausedPrimary: a push that reaches a replica
+// while the primary is paused (SIGSTOP) is answered within the node
+// timeout and a few seconds, not when the pause ends. Pushed as the
+// primary stops, its relay has sent the old primary nothing of the pack:
+// it is routed again and acknowledged by the new primary. Relayed while
+// the primary replicates it, then paused, it is refused with git's HTTP
+// 503 (retry), and not committed by the old primary once it resumes
+// after the failover.
+// Both relays waited for the old primary, before, until the pause ended.
+func TestClusterPushRelayedToPausedPrimary(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	url := pgtest.Shared(t).NewDatabase(t)
+	base := t.TempDir()
+	nodes, proxies := proxiedNodes(t, base, url)
+	placement, settled := appPlacement(t, url, 20*time.Second)
+	admin := storeAdmin(t, url, filepath.Join(base, "none"))
+	admin("repo", "create", "team/app", "--replicas", "3")
+	token := aliceWrites(admin)
+	first := settled(0)
+	env := gittest.New(t)
+	work := filepath.Join(base, "work")
+	env.Git("", "init", "-q", "-b", "main", work)
+	pushTo := func(node string) (string, error) {
+		return env.Run(work, nil, "push", "--porcelain", fmt.Sprintf("http://alice:%s@%s/team/app", token, nodes[node].httpAddr), "HEAD:refs/heads/main")
+	}
+	replicaOf := func(primary string) string {
+		for name := range nodes {
+			if name != primary {
+				return name
+			}
+		}
+		return ""
+	}
+	env.Git(work, "commit", "-q", "--allow-empty", "-m", "one")
+	if out, err := pushTo(first); err != nil {
+		t.Fatalf("first push: %v\n%s", err, out)
+	}
+	settled(1)
+	// The node timeout is 1 s; the pauses last 15 s, well past the bound.
+	const within, pause = 8 * time.Second, 15 * time.Second
+	type result struct {
+		out  string
+		err  error
+		took time.Duration
+	}
+	// pushPaused pushes through a replica of paused, which is stopped (or
+	// stops once stopped is closed), and returns the push's answer if it
+	// came within the pause (paused stays stopped; resumed otherwise).
+	pushPaused := func(paused *os.Process, via string, stopped <-chan struct{}) (result, bool) {
+		t.Helper()
+		pushed := make(chan result, 1)
+		go func() {
+			start := time.Now()
+			out, err := pushTo(via)
+			pushed <- result{out, err, time.Since(start)}
+		}()
+		select {
+		case <-stopped:
+		case r := <-pushed:
+			t.Fatalf("the push ended before the primary was paused: %v\n%s", r.err, r.out)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the primary was never paused")
+		}
+		select {
+		case r := <-pushed:
+			return r, true
+		case <-time.After(pause):
+			paused.Signal(syscall.SIGCONT)
+			<-pushed
+			return result{}, false
+		}
+	}
+
+	// 1. The primary paused first, then a push through a replica.
+	p1 := nodes[first].cmd.Process
+	defer p1.Signal(syscall.SIGCONT)
+	p1.Signal(syscall.SIGSTOP)
+	waitStopped(t, p1.Pid)
+	now := make(chan struct{})
+	close(now)
+	env.Git(work, "commit", "-q", "--allow-empty", "-m", "two")
+	r, ok := pushPaused(p1, replicaOf(first), now)
+	if !ok {
+		t.Fatalf("a push through a replica of the paused primary was answered only once the pause (%s) ended", pause)
+	}
+	if r.err != nil || r.took > within {
+		t.Fatalf("push through a replica of the paused primary: %v after %s, want acknowledged within %s\n%s", r.err, r.took.Round(time.Millisecond), within, r.out)
+	}
+	p1.Signal(syscall.SIGCONT)
+	second := settled(2)
+	if second == first {
+		t.Fatalf("the push was acknowledged with %s, paused, still the primary", first)
+	}
+	t.Logf("pushed through a replica of paused %s: acknowledged by %s after %s", first, second, r.took.Round(time.Millisecond))
+
+	// 2. A push relayed to the primary, which is paused as it replicates.
+	p2 := nodes[second].cmd.Process
+	defer p2.Signal(syscall.SIGCONT)
+	var once sync.Once
+	stopped := make(chan struct{})
+	for _, p := range proxies {
+		p.onUp.Store(func(b []byte) {
+			if bytes.Contains(b, []byte("/_packwire/replicate")) {
+				once.Do(func() {
+					p2.Signal(syscall.SIGSTOP)
+					waitStopped(t, p2.Pid)
+					close(stopped)
+				})
+			}
+		})
+	}
+	env.Git(work, "commit", "-q", "--allow-empty", "-m", "three")
+	r, ok = pushPaused(p2, replicaOf(second), stopped)
+	for _, p := range proxies {
+		p.onUp.Store(func([]byte) {})
+	}
+	if !ok {
+		t.Fatalf("a push relayed to a primary paused mid-push was answered only once the pause (%s) ended", pause)
+	}
+	if r.err == nil || r.took > within || !strings.Contains(r.out, "503") {
+		t.Fatalf("push relayed to a primary paused mid-push: %v after %s, want HTTP 503 within %s\n%s", r.err, r.took.Round(time.Millisecond), within, r.out)
+	}
+	t.Logf("push relayed to %s, paused mid-push: refused after %s:\n%s", second, r.took.Round(time.Millisecond), r.out)
+	// The refusal may come before the failover is recorded (the node's
+	// heartbeat stale is enough); resumed before it, the old primary could
+	// still commit the push it was given (not acknowledged: allowed).
+	// Resumed after, its push is refused, and the copies settle at the
+	// acknowledged push.
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		if p, _, _ := placement(); p != second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s, paused, still the primary after %s", second, within)
+		}
+	}
+	p2.Signal(syscall.SIGCONT)
+	third := settled(2)
+	// The next push through the new primary is generation 3 (the old
+	// primary's was never committed), and every copy ends with it.
+	env.Git(work, "commit", "-q", "--allow-empty", "-m", "four")
+	four := env.RevParse(work, "HEAD")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err := pushTo(third)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("push to the new primary %s: %v\n%s", third, err, out)
+		}
+	}
+	settled(3)
+	for name, n := range nodes {
+		if got := env.RevParse(filepath.Join(n.dir, "repos", "team", "app.git"), "refs/heads/main"); got != four {
+			t.Errorf("node %s has main at %s, the last acknowledged push is %s", name, got, four)
+		}
+	}
+}

@@ -22,7 +22,11 @@ type Conn struct {
 
 // Pin takes a connection from the pool for the caller alone, until Close.
 func (d *DB) Pin(ctx context.Context) (*Conn, error) {
-	c, err := d.DB.Conn(ctx)
+	var c *sql.Conn
+	err := d.reconnecting(ctx, func() (err error) {
+		c, err = d.DB.Conn(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

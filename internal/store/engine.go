@@ -48,12 +48,22 @@ type Tx struct {
 	engine Engine
 }
 
-func (d *DB) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return d.DB.ExecContext(ctx, d.Engine.rebind(q), d.Engine.args(args)...)
+// ExecContext and QueryContext wait for a PostgreSQL restarting, a few
+// seconds at most (reconnecting).
+func (d *DB) ExecContext(ctx context.Context, q string, args ...any) (res sql.Result, err error) {
+	err = d.reconnecting(ctx, func() error {
+		res, err = d.DB.ExecContext(ctx, d.Engine.rebind(q), d.Engine.args(args)...)
+		return err
+	})
+	return res, err
 }
 
-func (d *DB) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return d.DB.QueryContext(ctx, d.Engine.rebind(q), d.Engine.args(args)...)
+func (d *DB) QueryContext(ctx context.Context, q string, args ...any) (rows *sql.Rows, err error) {
+	err = d.reconnecting(ctx, func() error {
+		rows, err = d.DB.QueryContext(ctx, d.Engine.rebind(q), d.Engine.args(args)...)
+		return err
+	})
+	return rows, err
 }
 
 func (d *DB) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
@@ -76,7 +86,11 @@ func (d *DB) QueryRow(q string, args ...any) *sql.Row {
 // (the DSN's _txlock=immediate), so a transaction that reads then writes
 // never fails on another process's write.
 func (d *DB) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) {
-	tx, err := d.DB.BeginTx(ctx, opts)
+	var tx *sql.Tx
+	err := d.reconnecting(ctx, func() (err error) {
+		tx, err = d.DB.BeginTx(ctx, opts)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -226,6 +226,14 @@ func (n *Node) heartbeat() time.Duration {
 	return DefaultHeartbeat
 }
 
+// Unreached tells whether this node's pings have not reached peer for a
+// node timeout (peerReach): the network between them is cut, or peer is
+// paused, and a request relayed to it would wait. False when this node
+// does not ping (Reach nil) or has not lately.
+func (n *Node) Unreached(peer string) bool {
+	return n.Reach != nil && n.peers.lost(peer, n.NodeTimeout())
+}
+
 // NodeTimeout is how old a heartbeat may be before its node is unhealthy.
 func (n *Node) NodeTimeout() time.Duration {
 	if n.Timeout > 0 {

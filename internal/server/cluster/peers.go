@@ -85,6 +85,16 @@ func (r *peerReach) probe(ctx context.Context, peers []peer, timeout time.Durati
 	}
 }
 
+// lost tells whether peer has not answered for timeout (and was asked
+// lately: see round).
+func (r *peerReach) lost(peer string, timeout time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	at, ok := r.answered[peer]
+	return ok && now.Sub(r.round) <= timeout && now.Sub(at) > timeout
+}
+
 // unreached lists the peers that have not answered for timeout, as the
 // nodes table holds them: ",b,c," ("" for none).
 func (r *peerReach) unreached(timeout time.Duration) string {

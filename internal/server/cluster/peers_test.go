@@ -12,7 +12,8 @@ import (
 // timeout (a new one gets that long first), reached again at its next
 // answer; after a gap in this node's own asking longer than a timeout (it
 // was paused, or could not heartbeat) nothing is reported until the
-// peers have had a timeout to answer again.
+// peers have had a timeout to answer again. lost (Node.Unreached, which
+// relays check) says the same of one peer.
 func TestPeerReach(t *testing.T) {
 	const timeout = 3 * time.Second
 	var mu sync.Mutex
@@ -64,6 +65,9 @@ func TestPeerReach(t *testing.T) {
 	if got := r.unreached(timeout); got != ",c," {
 		t.Fatalf("unreached after 4 s without c: %q, want ,c,", got)
 	}
+	if !r.lost("c", timeout) || r.lost("b", timeout) || r.lost("d", timeout) {
+		t.Fatalf("lost after 4 s without c: c %v, b %v, d (never listed) %v; want only c", r.lost("c", timeout), r.lost("b", timeout), r.lost("d", timeout))
+	}
 	// This node stops for 10 s: nothing is known until the peers had a
 	// timeout to answer again.
 	mu.Lock()
@@ -71,6 +75,9 @@ func TestPeerReach(t *testing.T) {
 	mu.Unlock()
 	if got := r.unreached(timeout); got != "" {
 		t.Fatalf("unreached after a 10 s gap in asking: %q, want none", got)
+	}
+	if r.lost("c", timeout) {
+		t.Fatal("c lost after a 10 s gap in asking, want not known")
 	}
 	round(time.Second)
 	if got := r.unreached(timeout); got != "" {
@@ -88,5 +95,8 @@ func TestPeerReach(t *testing.T) {
 	round(time.Second)
 	if got := r.unreached(timeout); got != "" {
 		t.Fatalf("unreached once c answers again: %q", got)
+	}
+	if r.lost("c", timeout) {
+		t.Fatal("c lost once it answers again")
 	}
 }

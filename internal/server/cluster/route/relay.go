@@ -85,7 +85,7 @@ const relayHeaderWait = time.Minute
 // relayTransport carries one relay: no overall timeout (a clone streams
 // for as long as it takes), a bounded dial, and its connection watched:
 // failed is called when reading the serving node's side fails.
-func relayTransport(failed func(error)) *http.Transport {
+func relayTransport(failed func(error), seen *atomic.Int64) *http.Transport {
 	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -93,21 +93,26 @@ func relayTransport(failed func(error)) *http.Transport {
 			if err != nil {
 				return nil, err
 			}
-			return &watchedConn{Conn: c, failed: failed}, nil
+			return &watchedConn{Conn: c, failed: failed, seen: seen}, nil
 		},
 		DisableCompression: true,
 		DisableKeepAlives:  true, // the serving node closes each relay's connection
 	}
 }
 
-// watchedConn reports its first read error.
+// watchedConn reports its first read error, and when it last read
+// something (seen, Unix nanoseconds).
 type watchedConn struct {
 	net.Conn
 	failed func(error)
+	seen   *atomic.Int64
 }
 
 func (c *watchedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.seen.Store(time.Now().UnixNano())
+	}
 	if err != nil {
 		c.failed(err)
 	}
@@ -178,7 +183,25 @@ func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.
 		h.Set(hdrPlacement, encodePlacement(pl))
 	}
 	hreq.SetBasicAuth(access.ClusterUser, rt.Secret)
-	resp, err := (&http.Client{Transport: relayTransport(fail)}).Do(hreq)
+	// Watched while it waits and streams: a node the cluster gives up on
+	// (paused, cut off, no longer the primary) is given up on here too.
+	var seen atomic.Int64
+	seen.Store(time.Now().UnixNano())
+	watch := &relayWatch{rt: rt, repo: repoName, to: to.Node, write: req.Service == gitexec.ReceivePack,
+		quiet: func() time.Duration { return time.Since(time.Unix(0, seen.Load())) }}
+	// The watch ends with the relay, or with the client's request (a
+	// call abandoned before Relay ran never ends the relay's context).
+	watchCtx, endWatch := context.WithCancel(relayCtx)
+	stopWatch := context.AfterFunc(ctx, endWatch)
+	go func() {
+		defer stopWatch()
+		defer endWatch()
+		watch.watch(watchCtx, func() {
+			fail(watch.lost())
+			endRelay()
+		})
+	}()
+	resp, err := (&http.Client{Transport: relayTransport(fail, &seen)}).Do(hreq)
 	answered.Store(true)
 	if !stopRelay() {
 		// The wait was given up on as the answer came: the relay is over.
@@ -190,6 +213,12 @@ func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.
 	if err != nil {
 		endRelay()
 		bodyW.Close()
+		if lost := watch.lost(); lost != nil {
+			// Nothing of the client's request went to that node: Route
+			// routes it again (errServingLost).
+			return nil, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: time.Second,
+				Message: fmt.Sprintf("service temporarily unavailable: node %s, which serves '%s', stopped answering or is no longer its primary; retry shortly", to.Node, repoName), Err: lost}
+		}
 		return nil, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
 			Message: fmt.Sprintf("node %s, which serves '%s', is unreachable; retry shortly", to.Node, repoName), Err: err}
 	}
@@ -205,7 +234,7 @@ func (rt *Router) relayTo(ctx context.Context, to cluster.Replica, req pipeline.
 		}
 		return nil, &pipeline.Error{Code: ref.Code, Message: ref.Message, RetryAfter: ref.RetryAfter}
 	}
-	return &openRelay{node: to.Node, resp: resp, body: bodyW, end: endRelay}, nil
+	return &openRelay{node: to.Node, resp: resp, body: bodyW, end: endRelay, watch: watch}, nil
 }
 
 // openRelay is a relay the serving node accepted: its answer's body, and
@@ -215,6 +244,8 @@ type openRelay struct {
 	resp *http.Response
 	body *io.PipeWriter
 	end  context.CancelFunc // the relay call's context
+	// watch cuts the relay (end) when the cluster gives up on its node.
+	watch *relayWatch
 }
 
 // Relay streams stdin to the serving node and its answer to stdout, both
@@ -235,6 +266,14 @@ func (r *openRelay) Relay(ctx context.Context, req pipeline.Request, repoName st
 	if err != nil {
 		if ctx.Err() != nil || isWriteErr(err) {
 			return res, gitexec.ErrClientGone
+		}
+		if lost := r.watch.lost(); lost != nil {
+			// Cut here: a push may or may not have been committed by that
+			// node (never acknowledged to the client); it fails, and the
+			// client's retry goes to the node serving now.
+			return res, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: time.Second,
+				Message: fmt.Sprintf("service temporarily unavailable: node %s, which served '%s', stopped answering or is no longer its primary during the request; retry shortly", r.node, repoName),
+				Err:     fmt.Errorf("relay from node %s: %w", r.node, lost)}
 		}
 		// The serving node failed mid-request (killed, cut off): the
 		// client is told so and may retry, not that its request was bad.

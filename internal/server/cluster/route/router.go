@@ -82,7 +82,25 @@ func (rt *Router) SetAfterCommit(f func(repo string)) {
 // caught up meanwhile). A request another node relayed is served here or
 // refused, never relayed again; another node's own requests (replication,
 // catch-up) are served from what is here.
+//
+// A relay whose serving node the cluster gives up on before it answers
+// (relayWatch), or a push that finds its primary's heartbeat stale, is
+// routed again, from a fresh placement: to the new primary once the
+// failover is recorded.
 func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeline.Request) (pipeline.Route, error) {
+	for routes := 1; ; routes++ {
+		route, err := rt.route(ctx, r, write, req)
+		if routes == maxRoutes || !errors.Is(err, errServingLost) || ctx.Err() != nil {
+			return route, err
+		}
+		rt.Node.Log.Info("cluster: request routed again", "repo", r.Name, "service", req.Service, "why", errors.Unwrap(err))
+	}
+}
+
+// maxRoutes bounds how many times one request is routed (Route).
+const maxRoutes = 3
+
+func (rt *Router) route(ctx context.Context, r repo.Repo, write bool, req pipeline.Request) (pipeline.Route, error) {
 	name := r.Name
 	if req.Principal.IsCluster() {
 		return pipeline.Route{}, nil
@@ -163,8 +181,24 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 		}
 		primary, ok := pl.Replica(pl.Primary)
 		if req.Relayed || !ok || !primary.Healthy {
-			return pipeline.Route{}, &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+			noPrimary := &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
 				Message: fmt.Sprintf("'%s' has no reachable primary right now (node %s), retry shortly", name, pl.Primary)}
+			if ok && !req.Relayed && rt.awaitFailover(ctx, name, pl.Primary) {
+				noPrimary.Err = fmt.Errorf("%w: node %s failed over", errServingLost, pl.Primary)
+			}
+			return pipeline.Route{}, noPrimary
+		}
+		if rt.Node.Unreached(primary.Node) {
+			// Healthy in PostgreSQL but not answering this node: paused (its
+			// failover follows), or the network between them cut. Refused
+			// at once if this node reaches none of the other copies (it is
+			// the one cut off: the client should try another node).
+			unreachable := &pipeline.Error{Code: pipeline.CodeUnavailable, RetryAfter: 2 * time.Second,
+				Message: fmt.Sprintf("'%s''s primary (node %s) is unreachable from this node right now, retry shortly", name, pl.Primary)}
+			if !rt.cutOff(pl) && rt.awaitFailover(ctx, name, pl.Primary) {
+				unreachable.Err = fmt.Errorf("%w: node %s failed over or answers again", errServingLost, pl.Primary)
+			}
+			return pipeline.Route{}, unreachable
 		}
 		relay, err := rt.relayTo(ctx, primary, req, name, pl)
 		return pipeline.Route{Relay: relay}, err
@@ -173,7 +207,7 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 		return pipeline.Route{}, nil
 	}
 	if !req.Relayed {
-		if to, ok := upToDatePeer(pl, me); ok {
+		if to, ok := upToDatePeer(pl, me, rt.Node.Unreached); ok {
 			if pl.Has(me) {
 				go rt.catchUp(context.WithoutCancel(ctx), name) // for the next read
 			}
@@ -190,6 +224,50 @@ func (rt *Router) Route(ctx context.Context, r repo.Repo, write bool, req pipeli
 		return pipeline.Route{}, err
 	}
 	return pipeline.Route{}, nil
+}
+
+// awaitFailover waits, up to the node timeout, for PostgreSQL to record
+// another primary of name than old, whose heartbeat is stale or which
+// does not answer this node's pings: it tells whether it did (or old
+// answers again), so that a push that came in the seconds between the
+// two goes to the new primary instead of failing.
+func (rt *Router) awaitFailover(ctx context.Context, name, old string) bool {
+	deadline := time.Now().Add(rt.Node.NodeTimeout())
+	t := time.NewTicker(relayCheck)
+	defer t.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		lctx, cancel := store.RequestContext(ctx)
+		pl, err := cluster.Locate(lctx, rt.Node.DB, name, rt.Node.NodeTimeout())
+		cancel()
+		if err != nil {
+			return false
+		}
+		if p, ok := pl.Replica(pl.Primary); pl.Primary != old || ok && p.Healthy && !rt.Node.Unreached(old) {
+			return true
+		}
+	}
+	return false
+}
+
+// cutOff tells whether this node's pings reach none of the repository's
+// other copies' nodes (a partition that isolates this node).
+func (rt *Router) cutOff(pl cluster.Placement) bool {
+	others := 0
+	for _, r := range pl.Replicas {
+		if r.Node == rt.Node.Name {
+			continue
+		}
+		if !rt.Node.Unreached(r.Node) {
+			return false
+		}
+		others++
+	}
+	return others > 0
 }
 
 // locate reads the repository's placement for a request. A request
@@ -230,12 +308,13 @@ func (rt *Router) catchUpFor(ctx context.Context, name string) error {
 
 // upToDatePeer picks a healthy replica at the repository's generation,
 // the primary first.
-func upToDatePeer(pl cluster.Placement, me string) (cluster.Replica, bool) {
-	if p, ok := pl.Replica(pl.Primary); ok && p.Node != me && p.Healthy && p.Generation == pl.Generation {
+// Nodes unreached skips (this node's pings do not reach them).
+func upToDatePeer(pl cluster.Placement, me string, unreached func(node string) bool) (cluster.Replica, bool) {
+	if p, ok := pl.Replica(pl.Primary); ok && p.Node != me && p.Healthy && p.Generation == pl.Generation && !unreached(p.Node) {
 		return p, true
 	}
 	for _, r := range pl.Replicas {
-		if r.Node != me && r.Healthy && r.Generation == pl.Generation {
+		if r.Node != me && r.Healthy && r.Generation == pl.Generation && !unreached(r.Node) {
 			return r, true
 		}
 	}
