@@ -176,15 +176,14 @@ func rsaPEMKey(t *testing.T, s *testServer, user string) string {
 // unacknowledged, and libssh2 and jsch return window only once half their
 // window or so is used.
 func TestLibraryClientsOverSSH(t *testing.T) {
-	// Not in parallel with the package's other tests: JGit's 20 s read
-	// timeout and the JVM's start (73 s at a load average of 70) failed it
-	// beside them. Its two clients run beside each other only, each on a
-	// repository of its own, its records told apart by repository.
+	// Not in parallel: JGit's 20 s read timeout and the JVM's start (73 s
+	// at a load average of 70) failed it beside the parallel tests. Its two
+	// clients run one after the other: beside each other, libgit2's fetch
+	// missed its 30 s and a JGit clone its 2 min at a load average of 55.
 	s := startServer(t, func(c *Config) { c.SSHAddr = "127.0.0.1:0" })
 	key := rsaPEMKey(t, s, "alice")
 	for _, client := range interopClients(t, s, key) {
 		t.Run(client.name, func(t *testing.T) {
-			t.Parallel()
 			name := "interop/" + client.name
 			r, err := s.Data.Repos.Create(context.Background(), name)
 			if err != nil {
@@ -204,8 +203,8 @@ func TestLibraryClientsOverSSH(t *testing.T) {
 				s.env.Fsck(dir)
 				dirs = append(dirs, dir)
 			}
-			recs := s.recordsAfter(t, seq, func(r []governor.Record) bool { return len(sshRecords(r, name)) >= 3 })
-			if got := sshRecords(recs, name)[2].PackCache; got != fetchcache.Replayed {
+			recs := s.recordsAfter(t, seq, func(r []governor.Record) bool { return len(sshRecords(r)) >= 3 })
+			if got := sshRecords(recs)[2].PackCache; got != fetchcache.Replayed {
 				t.Errorf("the third identical clone was %q, want it replayed from the fetch cache", got)
 			}
 
@@ -239,11 +238,11 @@ func TestLibraryClientsOverSSH(t *testing.T) {
 	}
 }
 
-// sshRecords are the SSH fetches of repository repo among recs.
-func sshRecords(recs []governor.Record, repo string) []governor.Record {
+// sshRecords are the SSH fetches among recs.
+func sshRecords(recs []governor.Record) []governor.Record {
 	var out []governor.Record
 	for _, r := range recs {
-		if r.Transport == "ssh" && r.Kind != "no-op" && r.Kind != "push" && r.Repo == repo {
+		if r.Transport == "ssh" && r.Kind != "no-op" && r.Kind != "push" {
 			out = append(out, r)
 		}
 	}
