@@ -72,6 +72,7 @@ func (s *testServer) lsRemoteRuns(t *testing.T, tc transportCase, url string) (r
 // clone and a fetch from cached answers are whole. git:// and SSH v0 still
 // work (their sessions run git).
 func TestAnswersCachedEveryTransport(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	sshEnv := sshEnvFor(s)
@@ -152,6 +153,7 @@ func TestAnswersCachedEveryTransport(t *testing.T) {
 // token): alice's second ls-remote is answered from the cache, bob's first
 // runs git.
 func TestAnswersPerPrincipal(t *testing.T) {
+	t.Parallel()
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, enableSSH)
 	aliceSSH := sshEnvFor(s)

@@ -197,15 +197,17 @@ func TestHTTPBadInput(t *testing.T) {
 	}
 
 	// A gzip bomb: 1 GiB of valid want lines, which git would keep reading,
-	// in about 1 MiB.
-	var bomb bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestCompression)
+	// in about 3 MiB: 1024 gzip members of the same 1 MiB, which a gzip
+	// reader decodes one after the other (compressing the whole GiB at
+	// once took seconds of CPU for the same size).
+	var member, bomb bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&member, gzip.BestCompression)
 	line := mustPkt("want " + s.env.RevParse(filepath.Join(s.Data.Repos.Dir, "team/app.git"), "main") + "\n")
-	chunk := bytes.Repeat(line, (1<<20)/len(line))
-	for i := 0; i < 1024; i++ {
-		zw.Write(chunk)
-	}
+	zw.Write(bytes.Repeat(line, (1<<20)/len(line)))
 	zw.Close()
+	for i := 0; i < 1024; i++ {
+		bomb.Write(member.Bytes())
+	}
 	start := time.Now()
 	if code, body := post(bomb.Bytes(), map[string]string{"Content-Encoding": "gzip"}); code != 413 || !strings.Contains(body, "too large") {
 		t.Errorf("gzip bomb: %d %q", code, body)
@@ -249,9 +251,18 @@ type childProc struct {
 	cmdline string // arguments joined by spaces
 }
 
-// children lists this test binary's child processes (the server's
-// upload-pack/receive-pack) whose command line contains match.
-func children(match string) []childProc {
+// children lists this test binary's child processes whose command line
+// contains match and s's data directory: the server's own gits
+// (upload-pack/receive-pack name the repository they serve), not those of
+// the servers of the tests running beside it in parallel, each with a
+// data directory of its own.
+func (s *testServer) children(match string) []childProc {
+	return children(filepath.Clean(s.Config.DataDir)+string(filepath.Separator), match)
+}
+
+// children lists this test binary's child processes whose command line
+// contains both within and match.
+func children(within, match string) []childProc {
 	entries, _ := os.ReadDir("/proc")
 	self := strconv.Itoa(os.Getpid())
 	var found []childProc
@@ -269,29 +280,31 @@ func children(match string) []childProc {
 		if len(fields) < 2 || fields[1] != self {
 			continue
 		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.Contains(string(cmdline), match) {
-			found = append(found, childProc{pid, strings.ReplaceAll(string(cmdline), "\x00", " ")})
+		raw, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		cmdline := strings.ReplaceAll(string(raw), "\x00", " ")
+		if strings.Contains(cmdline, match) && strings.Contains(cmdline, within) {
+			found = append(found, childProc{pid, cmdline})
 		}
 	}
 	return found
 }
 
-// gitChildren lists the command lines of children(match).
-func gitChildren(t *testing.T, match string) []string {
-	t.Helper()
+// gitChildren lists the command lines of s.children(match).
+func (s *testServer) gitChildren(match string) []string {
 	var lines []string
-	for _, c := range children(match) {
+	for _, c := range s.children(match) {
 		lines = append(lines, c.cmdline)
 	}
 	return lines
 }
 
-func waitNoChildren(t *testing.T, match string, within time.Duration) {
+// waitNoChildren waits until none of s.children(match) is left, and fails
+// the test if some still run after within.
+func (s *testServer) waitNoChildren(t *testing.T, match string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		left := gitChildren(t, match)
+		left := s.gitChildren(match)
 		if len(left) == 0 {
 			return
 		}
@@ -306,6 +319,7 @@ func waitNoChildren(t *testing.T, match string, within time.Duration) {
 // and checks that the server's git is killed and reaped within a second,
 // on both transports, and that the server keeps serving.
 func TestClientVanishesMidClone(t *testing.T) {
+	t.Parallel() // it counts its own server's gits only (s.children)
 	// The relay's own behaviour; the fetch cache's is TestFetchCacheClientsLeave.
 	s := startServer(t, func(c *Config) { c.FetchCache = false })
 	s.bigRepo(t, "big")
@@ -321,12 +335,12 @@ func TestClientVanishesMidClone(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitProgress(stderr, "Receiving objects:")
-			if len(gitChildren(t, "upload-pack")) == 0 {
+			if len(s.gitChildren("upload-pack")) == 0 {
 				t.Fatal("no upload-pack running mid-clone: the repository is too small to test this")
 			}
 			cmd.Process.Kill()
 			cmd.Wait()
-			waitNoChildren(t, "upload-pack", time.Second)
+			s.waitNoChildren(t, "upload-pack", time.Second)
 			// The governor still has a record of it, with the reason.
 			recs := s.recordsAfter(t, seq, func(r []governor.Record) bool { _, ok := findKind(r, "full-clone"); return ok })
 			rec, _ := findKind(recs, "full-clone")
@@ -369,6 +383,7 @@ func scanCRLF(data []byte, atEOF bool) (int, []byte, error) {
 // TestClientVanishesMidPush kills a pushing client mid-pack: the server's
 // receive-pack is reaped, the refs are untouched and the repo is intact.
 func TestClientVanishesMidPush(t *testing.T) {
+	t.Parallel() // it counts its own server's gits only (s.children)
 	s := startServer(t, nil)
 	bare := s.seed(t, "team/app")
 	before := s.env.Git(bare, "show-ref")
@@ -391,14 +406,14 @@ func TestClientVanishesMidPush(t *testing.T) {
 	waitProgress(stderr, "Writing objects:")
 	// git reports progress as it packs; its HTTP request may start later
 	// (remote-http buffers the first MiB): kill once the server has it.
-	for deadline := time.Now().Add(time.Minute); len(gitChildren(t, "receive-pack")) == 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); len(s.gitChildren("receive-pack")) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the server never started receive-pack for the push")
 		}
 	}
 	procgroup.Kill(cmd)
 	cmd.Wait()
-	waitNoChildren(t, "receive-pack", 3*time.Second)
+	s.waitNoChildren(t, "receive-pack", 3*time.Second)
 	if after := s.env.Git(bare, "show-ref"); after != before {
 		t.Fatalf("refs changed by an interrupted push:\n%s", after)
 	}
@@ -447,7 +462,9 @@ func TestNoLeaks(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if left := gitChildren(t, "git"); len(left) > 0 {
+	// Every child, not only those naming the data directory: this test
+	// runs alone (it counts the whole process's goroutines and descriptors).
+	if left := children("", "git"); len(left) > 0 {
 		t.Fatalf("processes left: %v", left)
 	}
 }
@@ -493,7 +510,7 @@ func TestShutdownWithStuckReader(t *testing.T) {
 	}
 	// Let both relays fill the socket buffers and block.
 	deadline := time.Now().Add(5 * time.Second)
-	for len(gitChildren(t, "upload-pack")) < 2 && time.Now().Before(deadline) {
+	for len(s.gitChildren("upload-pack")) < 2 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -510,5 +527,5 @@ func TestShutdownWithStuckReader(t *testing.T) {
 		<-done
 		t.Fatal("shutdown still blocked 3s into a 500ms grace period by clients that stopped reading")
 	}
-	waitNoChildren(t, "upload-pack", time.Second)
+	s.waitNoChildren(t, "upload-pack", time.Second)
 }

@@ -19,6 +19,7 @@ import (
 // refuses a push to TEAM/SECRET's (before, the spelling got around it), and
 // records name team/secret.
 func TestAccessOnDiskSpelling(t *testing.T) {
+	t.Parallel() // its own server on its own exFAT mount
 	data := filepath.Join(t.TempDir(), "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		t.Fatal(err)

@@ -43,6 +43,7 @@ func (s *testServer) sameObjects(t *testing.T, bare, clone string) {
 // of the push (clone-splice), and the clone has the push and the same
 // objects; after a branch is rewound git answers (generated).
 func TestClonePackFileEveryTransport(t *testing.T) {
+	t.Parallel() // it counts its own server's gits (Pipeline.GitStarts)
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, func(c *Config) {
 		enableSSH(c)

@@ -479,6 +479,7 @@ func (s *testServer) waitStats(t *testing.T, what string, ok func(fetchcache.Sta
 // good clones, and its response is stored. When the only reader of a run
 // leaves, git is killed and nothing is stored.
 func TestFetchCacheClientsLeave(t *testing.T) {
+	t.Parallel() // it counts its own server's gits only (s.children)
 	s := startServer(t, nil)
 	s.slowRepo(t, "slow")
 	url := s.httpURL("slow")
@@ -534,9 +535,9 @@ func TestFetchCacheClientsLeave(t *testing.T) {
 	before := s.Pipeline.FetchCache.Stats()
 	seq = s.lastSeq(t)
 	lone, _ := s.startClone(t, url, "--depth", "1")
-	s.waitStats(t, "a run with its git", func(st fetchcache.Stats) bool { return st.Runs == 1 && len(childPIDs(t, "upload-pack")) == 1 })
+	s.waitStats(t, "a run with its git", func(st fetchcache.Stats) bool { return st.Runs == 1 && len(s.childPIDs("upload-pack")) == 1 })
 	hangUp(lone)
-	waitNoChildren(t, "upload-pack", 2*time.Second)
+	s.waitNoChildren(t, "upload-pack", 2*time.Second)
 	s.waitStats(t, "no run", func(st fetchcache.Stats) bool { return st.Runs == 0 })
 	if st := s.Pipeline.FetchCache.Stats(); st.Entries != before.Entries {
 		t.Fatalf("after its only reader left: %+v (before %+v)", st, before)
@@ -546,11 +547,10 @@ func TestFetchCacheClientsLeave(t *testing.T) {
 	}
 }
 
-// childPIDs lists the pids of children(match).
-func childPIDs(t *testing.T, match string) []int {
-	t.Helper()
+// childPIDs lists the pids of s.children(match).
+func (s *testServer) childPIDs(match string) []int {
 	var pids []int
-	for _, c := range children(match) {
+	for _, c := range s.children(match) {
 		pids = append(pids, c.pid)
 	}
 	return pids
@@ -560,7 +560,7 @@ func childPIDs(t *testing.T, match string) []int {
 // the followers, which have sent nothing yet (HoldBack), run git
 // themselves and get good clones.
 func TestFetchCacheLeaderFails(t *testing.T) {
-	// Not in parallel: it counts this process's upload-pack children.
+	t.Parallel() // it counts its own server's gits only (s.children)
 	s := startServer(t, nil)
 	s.slowRepo(t, "slow")
 	url := s.httpURL("slow")
@@ -580,7 +580,7 @@ func TestFetchCacheLeaderFails(t *testing.T) {
 		}
 		return st.Readers == 3
 	})
-	pids := childPIDs(t, "upload-pack")
+	pids := s.childPIDs("upload-pack")
 	if len(pids) != 1 {
 		t.Fatalf("upload-pack processes: %v", pids)
 	}

@@ -209,6 +209,7 @@ func TestGovernorKinds(t *testing.T) {
 // fetch cache is off: the three transports share its entries, so the
 // second and third clones would be replays, which run no git.
 func TestGovernorCountsCPU(t *testing.T) {
+	t.Parallel() // its records' CPU is their own git's (wait4), not the process's
 	enableSSH, sshEnvFor := withSSH(t)
 	s := startServer(t, func(c *Config) { enableSSH(c); c.FetchCache = false })
 	sshEnv := sshEnvFor(s)

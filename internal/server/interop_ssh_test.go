@@ -177,7 +177,9 @@ func rsaPEMKey(t *testing.T, s *testServer, user string) string {
 // window or so is used.
 func TestLibraryClientsOverSSH(t *testing.T) {
 	// Not in parallel: JGit's 20 s read timeout and the JVM's start (73 s
-	// at a load average of 70) failed it beside the parallel tests.
+	// at a load average of 70) failed it beside the parallel tests. Its two
+	// clients run one after the other: beside each other, libgit2's fetch
+	// missed its 30 s and a JGit clone its 2 min at a load average of 55.
 	s := startServer(t, func(c *Config) { c.SSHAddr = "127.0.0.1:0" })
 	key := rsaPEMKey(t, s, "alice")
 	for _, client := range interopClients(t, s, key) {

@@ -33,6 +33,7 @@ func startLFSS3Server(t *testing.T) (*accessServer, *s3test.Server, string) {
 // never pass through packwire) to a reader of the repository only; a
 // wrong upload leaves nothing in the bucket.
 func TestLFSS3(t *testing.T) {
+	t.Parallel()
 	a, weed, bucket := startLFSS3Server(t)
 	a.grant(t, "alice", "write", "**")
 	bob := a.addUser(t, "bob")

@@ -93,6 +93,7 @@ func (a *accessServer) lfsObjectFiles(t *testing.T) (objects, temps []string) {
 }
 
 func TestLFSOverHTTP(t *testing.T) {
+	t.Parallel()
 	a := startLFSServer(t)
 	a.grant(t, "alice", "write", "**")
 	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {
@@ -155,6 +156,7 @@ func TestLFSOverHTTP(t *testing.T) {
 // an object the server does not hold is refused, naming it (the pre-push
 // hook skipped: git push --no-verify).
 func TestLFSPushNeedsObjects(t *testing.T) {
+	t.Parallel()
 	a := startLFSServer(t)
 	a.grant(t, "alice", "write", "**")
 	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {
@@ -184,6 +186,7 @@ func TestLFSPushNeedsObjects(t *testing.T) {
 // transfers are SSH records; locks too), and git-lfs-authenticate, whose
 // href and header reach the object over HTTP.
 func TestLFSOverSSH(t *testing.T) {
+	t.Parallel()
 	a := startLFSServer(t)
 	a.grant(t, "alice", "write", "**")
 	name := "lfs/app"
@@ -298,6 +301,7 @@ func batchBody(op, oid string, size int) string {
 // or malformed oid, an object over the limit get LFS's errors and leave
 // nothing in the store; another repository's object is not readable.
 func TestLFSBadInput(t *testing.T) {
+	t.Parallel()
 	requireGitLFS(t)
 	a := startAccessServerWith(t, func(c *Config) { c.MaxLFSObjectBytes = 1 << 20 })
 	a.grant(t, "alice", "write", "**")
@@ -395,6 +399,7 @@ func TestLFSBadInput(t *testing.T) {
 // TestLFSLocks: git lfs lock, locks, unlock; another user's lock is
 // refused without force, and force needs the admin role.
 func TestLFSLocks(t *testing.T) {
+	t.Parallel()
 	a := startLFSServer(t)
 	a.grant(t, "alice", "write", "**")
 	bob := a.addUser(t, "bob")
@@ -452,6 +457,7 @@ func TestLFSLocks(t *testing.T) {
 // their kind with their bytes, user and repository, and on /metrics; a
 // repository's quota counts LFS bytes (507 past it).
 func TestLFSAccounting(t *testing.T) {
+	t.Parallel()
 	requireGitLFS(t)
 	a := startAccessServerWith(t, func(c *Config) { c.MetricsPublic = true })
 	a.grant(t, "alice", "write", "**")
@@ -530,6 +536,7 @@ func TestLFSAccounting(t *testing.T) {
 // does not hash to its oid is refused with 422 and leaves nothing; the
 // session goes on (verify-object then says 404) and ends with quit.
 func TestLFSTransferBadInput(t *testing.T) {
+	t.Parallel()
 	requireGitLFS(t)
 	a := startAccessServer(t)
 	a.grant(t, "alice", "write", "**")
@@ -590,6 +597,7 @@ func TestLFSTransferBadInput(t *testing.T) {
 // TestLFSQuotaCountsForPushes: LFS objects that fill a repository's quota
 // leave no room for a git push either.
 func TestLFSQuotaCountsForPushes(t *testing.T) {
+	t.Parallel()
 	requireGitLFS(t)
 	a := startAccessServer(t)
 	a.grant(t, "alice", "write", "**")
@@ -623,6 +631,7 @@ func TestLFSQuotaCountsForPushes(t *testing.T) {
 // refused to a writer with LFS's wording and removed by an admin's
 // `git lfs unlock --force`.
 func TestLFSForceUnlockOverSSH(t *testing.T) {
+	t.Parallel()
 	a := startLFSServer(t)
 	a.grant(t, "alice", "write", "**")
 	bob := a.addUser(t, "bob")
@@ -663,6 +672,7 @@ func TestLFSForceUnlockOverSSH(t *testing.T) {
 // LFS API (here another packwire) into a fresh store, verified, and held
 // by the imported repository; a second pass fetches nothing.
 func TestLFSFetchFromImportSource(t *testing.T) {
+	t.Parallel()
 	a := startLFSServer(t)
 	a.grant(t, "alice", "write", "**")
 	if _, err := a.Data.Repos.Create(context.Background(), "lfs/app"); err != nil {

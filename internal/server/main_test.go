@@ -21,10 +21,12 @@ import (
 const envServe = "PACKWIRE_TEST_SERVE"
 
 // Most tests here run in parallel (t.Parallel): each has its own server on
-// 127.0.0.1:0 and its own directories. Those that count process-wide
-// things (goroutines, descriptors, git children, the heap) or assert a wall
-// time or a short timeout stay sequential; Go runs them before the
-// parallel ones, never beside them (docs/testing.md).
+// 127.0.0.1:0 and its own directories. A test counts its own server's git
+// children only (s.children: those naming its data directory), so counting
+// them needs no test to itself. Those that count process-wide things
+// (goroutines, descriptors, the heap) or assert a tight wall time or a
+// short timeout stay sequential; Go runs them before the parallel ones,
+// never beside them (docs/testing.md).
 
 // TestMain removes the shared template repository after the tests, and
 // serves in a subprocess (envServe). (This binary serves as git's hooks

@@ -140,7 +140,7 @@ func TestTrickledPushIsCut(t *testing.T) {
 		t.Logf("SSH push cut after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr.String()))
 	})
 
-	waitNoChildren(t, "receive-pack", 5*time.Second)
+	s.waitNoChildren(t, "receive-pack", 5*time.Second)
 	if running, _ := s.Pipeline.Pushes.Stats(); running != 0 {
 		t.Fatalf("%d push slots still held", running)
 	}

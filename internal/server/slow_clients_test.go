@@ -188,7 +188,7 @@ func TestTrickledLsRefsSpawnNothing(t *testing.T) {
 		go func() { defer wg.Done(); trickle(conn, body[4:], true, 500*time.Millisecond, stop) }()
 	}
 	time.Sleep(500 * time.Millisecond)
-	if kids := gitChildren(t, "upload-pack"); len(kids) != 0 {
+	if kids := s.gitChildren("upload-pack"); len(kids) != 0 {
 		t.Fatalf("trickled ls-refs spawned git: %v", kids)
 	}
 	// From the same address, but as alice (credentials up front, as a CI
@@ -268,7 +268,7 @@ func TestEndlessBodies(t *testing.T) {
 			t.Fatalf("connection %d still open 20s later", i)
 		}
 	}
-	waitNoChildren(t, "team/app", 5*time.Second)
+	s.waitNoChildren(t, "team/app", 5*time.Second)
 }
 
 // waitActive waits until n requests are running (reading their bodies).
