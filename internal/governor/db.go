@@ -241,8 +241,18 @@ const retryWait = time.Second
 
 func (g *Governor) writer() {
 	defer g.wg.Done()
-	tick := time.NewTicker(g.opts.FlushInterval)
-	defer tick.Stop()
+	// The flush timer runs only while records wait: an idle server's
+	// writer sleeps until a record comes (or the minute's trim).
+	flushAt := time.NewTimer(g.opts.FlushInterval)
+	flushAt.Stop()
+	armed := false
+	arm := func(d time.Duration) {
+		if !armed {
+			flushAt.Reset(d)
+			armed = true
+		}
+	}
+	defer flushAt.Stop()
 	trim := time.NewTicker(time.Minute)
 	defer trim.Stop()
 	var batch []Record
@@ -285,8 +295,15 @@ func (g *Governor) writer() {
 			if len(batch) >= 512 {
 				flush(false)
 			}
-		case <-tick.C:
+			if len(batch) > 0 {
+				arm(max(g.opts.FlushInterval, time.Until(retryAt)))
+			}
+		case <-flushAt.C:
+			armed = false
 			flush(false)
+			if len(batch) > 0 { // a failed write: try again after retryWait
+				arm(max(g.opts.FlushInterval, time.Until(retryAt)))
+			}
 		case <-trim.C:
 			g.trim()
 		case <-g.stop:
