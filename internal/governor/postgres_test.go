@@ -80,8 +80,14 @@ func testSurvivesRestart(t *testing.T, pg *pgtest.Server) {
 			t.Fatalf("%d of %d records written 30 s after the restart (%v)\n%s", len(recs), n, err, logs.String())
 		}
 	}
-	if !strings.Contains(logs.String(), "written after failed tries") {
-		t.Fatalf("no write failed while PostgreSQL restarted: the test tested nothing\n%s", logs.String())
+	// The writer logs the retry's success after its commit, which the
+	// test may see first: wait for the line (a failed write is retried
+	// retryWait later, and a write that failed at its commit may have
+	// landed all the same, its records seen before the retry runs).
+	for deadline := time.Now().Add(10 * retryWait); !strings.Contains(logs.String(), "written after failed tries"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no write failed while PostgreSQL restarted: the test tested nothing\n%s", logs.String())
+		}
 	}
 	ids := map[string]bool{}
 	for _, r := range recs {
