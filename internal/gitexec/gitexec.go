@@ -47,11 +47,15 @@ func ParseService(s string) (Service, bool) {
 // repositories give clients what they need without editing each repo's
 // config (and so that it also applies to repositories imported as they are).
 var ServedConfig = []string{
-	"uploadpack.allowFilter=true",          // partial clone
-	"uploadpack.allowAnySHA1InWant=true",   // promisor fetches of single objects
-	"receive.advertisePushOptions=true",    // git push -o
-	"safe.directory=*",                     // repos are resolved and confined by packwire
-	"core.logAllRefUpdates=false",          // bare: no reflogs in the request path
+	"uploadpack.allowFilter=true",        // partial clone
+	"uploadpack.allowAnySHA1InWant=true", // promisor fetches of single objects
+	"receive.advertisePushOptions=true",  // git push -o
+	"safe.directory=*",                   // repos are resolved and confined by packwire
+	"core.logAllRefUpdates=false",        // bare: no reflogs in the request path
+	// Maintenance's pack-refs locks each loose ref it packs; at load a
+	// lock is held longer than git's 100 ms default, and a push to that
+	// ref failed "cannot lock ref ... File exists": wait for it instead.
+	"core.filesRefLockTimeout=5000",
 	"uploadarchive.allowUnreachable=false", // archive only what refs reach
 	// refs/packwire/ is reserved for packwire: neither listed to clients
 	// nor pushable.
