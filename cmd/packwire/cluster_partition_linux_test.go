@@ -2,17 +2,13 @@ package main
 
 import (
 	"database/sql"
-	"fmt"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"packwire/internal/gittest"
 	"packwire/internal/netowner"
-	"packwire/internal/pgtest"
 )
 
 // TestClusterPrimaryCutOffFromReplicasStepsDown: the primary's node is
@@ -29,21 +25,10 @@ func TestClusterPrimaryCutOffFromReplicasStepsDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	url := pgtest.Shared(t).NewDatabase(t)
-	base := t.TempDir()
+	c := startAppCluster(t, 30*time.Second)
 	names := []string{"a", "b", "c"}
-	nodes, proxies := proxiedNodes(t, base, url)
-	placement, settled := appPlacement(t, url, 30*time.Second)
-	admin := storeAdmin(t, url, filepath.Join(base, "none"))
-	admin("repo", "create", "team/app", "--replicas", "3")
-	token := aliceWrites(admin)
-	primary := settled(0)
-	env := gittest.New(t)
-	work := filepath.Join(base, "work")
-	env.Git("", "init", "-q", "-b", "main", work)
-	pushTo := func(node string) (string, error) {
-		return env.Run(work, nil, "push", "--porcelain", fmt.Sprintf("http://alice:%s@%s/team/app", token, nodes[node].httpAddr), "HEAD:refs/heads/main")
-	}
+	url, nodes, proxies, placement, settled, admin, env, work, pushTo := c.url, c.nodes, c.proxies, c.placement, c.settled, c.admin, c.env, c.work, c.pushTo
+	primary := c.first
 	env.Git(work, "commit", "-q", "--allow-empty", "-m", "one")
 	if out, err := pushTo(primary); err != nil {
 		t.Fatalf("first push: %v\n%s", err, out)

@@ -12,9 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"packwire/internal/gittest"
-	"packwire/internal/pgtest"
 )
 
 // waitStopped waits until process pid is stopped (state T in /proc).
@@ -48,20 +45,9 @@ func TestClusterPrimaryPausedMidPush(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	url := pgtest.Shared(t).NewDatabase(t)
-	base := t.TempDir()
-	nodes, proxies := proxiedNodes(t, base, url)
-	placement, settled := appPlacement(t, url, 20*time.Second)
-	admin := storeAdmin(t, url, filepath.Join(base, "none"))
-	admin("repo", "create", "team/app", "--replicas", "3")
-	token := aliceWrites(admin)
-	primary := settled(0)
-	env := gittest.New(t)
-	work := filepath.Join(base, "work")
-	env.Git("", "init", "-q", "-b", "main", work)
-	pushTo := func(node string) (string, error) {
-		return env.Run(work, nil, "push", "--porcelain", fmt.Sprintf("http://alice:%s@%s/team/app", token, nodes[node].httpAddr), "HEAD:refs/heads/main")
-	}
+	c := startAppCluster(t, 20*time.Second)
+	nodes, proxies, placement, settled, admin, env, work, pushTo := c.nodes, c.proxies, c.placement, c.settled, c.admin, c.env, c.work, c.pushTo
+	primary := c.first
 	env.Git(work, "commit", "-q", "--allow-empty", "-m", "one")
 	if out, err := pushTo(primary); err != nil {
 		t.Fatalf("first push: %v\n%s", err, out)
@@ -182,20 +168,9 @@ func TestClusterPushRelayedToPausedPrimary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	url := pgtest.Shared(t).NewDatabase(t)
-	base := t.TempDir()
-	nodes, proxies := proxiedNodes(t, base, url)
-	placement, settled := appPlacement(t, url, 20*time.Second)
-	admin := storeAdmin(t, url, filepath.Join(base, "none"))
-	admin("repo", "create", "team/app", "--replicas", "3")
-	token := aliceWrites(admin)
-	first := settled(0)
-	env := gittest.New(t)
-	work := filepath.Join(base, "work")
-	env.Git("", "init", "-q", "-b", "main", work)
-	pushTo := func(node string) (string, error) {
-		return env.Run(work, nil, "push", "--porcelain", fmt.Sprintf("http://alice:%s@%s/team/app", token, nodes[node].httpAddr), "HEAD:refs/heads/main")
-	}
+	c := startAppCluster(t, 20*time.Second)
+	nodes, proxies, placement, settled, env, work, pushTo := c.nodes, c.proxies, c.placement, c.settled, c.env, c.work, c.pushTo
+	first := c.first
 	replicaOf := func(primary string) string {
 		for name := range nodes {
 			if name != primary {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"database/sql"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"packwire/internal/gittest"
+	"packwire/internal/pgtest"
 )
 
 // testProxy forwards TCP connections to upstream (settable once the
@@ -197,4 +201,38 @@ func appPlacement(t *testing.T, url string, within time.Duration) (placement fun
 		}
 	}
 	return placement, settled
+}
+
+// appCluster is three proxied nodes on a fresh database holding team/app
+// with three replicas, alice allowed to push, and a work tree to push
+// from: the start the pause and partition tests share.
+type appCluster struct {
+	url, base string
+	nodes     map[string]*nodeProc
+	proxies   map[string]*testProxy
+	placement func() (string, int64, int)
+	settled   func(gen int64) string
+	admin     func(args ...string) string
+	first     string // team/app's primary once placed
+	env       *gittest.Env
+	work      string
+	pushTo    func(node string) (string, error) // HEAD to main through node, over HTTP
+}
+
+func startAppCluster(t *testing.T, within time.Duration) *appCluster {
+	t.Helper()
+	c := &appCluster{url: pgtest.Shared(t).NewDatabase(t), base: t.TempDir()}
+	c.nodes, c.proxies = proxiedNodes(t, c.base, c.url)
+	c.placement, c.settled = appPlacement(t, c.url, within)
+	c.admin = storeAdmin(t, c.url, filepath.Join(c.base, "none"))
+	c.admin("repo", "create", "team/app", "--replicas", "3")
+	token := aliceWrites(c.admin)
+	c.first = c.settled(0)
+	c.env = gittest.New(t)
+	c.work = filepath.Join(c.base, "work")
+	c.env.Git("", "init", "-q", "-b", "main", c.work)
+	c.pushTo = func(node string) (string, error) {
+		return c.env.Run(c.work, nil, "push", "--porcelain", fmt.Sprintf("http://alice:%s@%s/team/app", token, c.nodes[node].httpAddr), "HEAD:refs/heads/main")
+	}
+	return c
 }
