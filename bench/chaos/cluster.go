@@ -339,6 +339,59 @@ func (c *testCluster) records(ctx context.Context, repos []string) string {
 	return b.String()
 }
 
+// dump is what PostgreSQL records of each repo (its row of
+// cluster_repos, each copy's generation) next to the digest of each
+// node's copy on disk (cluster.CopyDigest): a failed phase's report
+// tells from it whether a copy's refs are the generation's (issue 29,
+// where PostgreSQL's data was gone with the cluster).
+func (c *testCluster) dump(ctx context.Context, repos []string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var out []string
+	for _, r := range repos {
+		var primary, digest, holder string
+		var epoch, gen, digestGen, turn int64
+		err := c.db.DB.QueryRowContext(ctx, `SELECT primary_node, epoch, generation, COALESCE(digest, ''), COALESCE(digest_generation, -1), push_turn, push_holder
+			FROM cluster_repos WHERE name = ?`, r).Scan(&primary, &epoch, &gen, &digest, &digestGen, &turn, &holder)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: reading cluster_repos: %v", r, err))
+			continue
+		}
+		recorded := map[string]int64{}
+		rows, err := c.db.DB.QueryContext(ctx, "SELECT node, generation FROM replicas WHERE repo = ?", r)
+		if err == nil {
+			for rows.Next() {
+				var n string
+				var g int64
+				if rows.Scan(&n, &g) == nil {
+					recorded[n] = g
+				}
+			}
+			rows.Close()
+		}
+		line := fmt.Sprintf("%s: primary %s, epoch %d, generation %d, digest %.12s (of generation %d), push turn %d held by %q; copies:",
+			r, primary, epoch, gen, digest, digestGen, turn, holder)
+		for _, n := range c.nodes {
+			got, derr := cluster.CopyDigest(filepath.Join(n.dir, "repos", r+".git"))
+			if derr != nil {
+				got = derr.Error()
+			}
+			g, ok := recorded[n.name]
+			at := "no record"
+			if ok {
+				at = fmt.Sprintf("recorded at %d", g)
+			}
+			same := ""
+			if digest != "" && got == digest {
+				same = " (the generation's)"
+			}
+			line += fmt.Sprintf(" %s %s, refs %.12s%s;", n.name, at, got, same)
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
 // waitSettled waits until every repo is settled, or within passes.
 func (c *testCluster) waitSettled(ctx context.Context, repos []string, within time.Duration) error {
 	deadline := time.Now().Add(within)

@@ -243,6 +243,9 @@ func runPhase(ctx context.Context, c *testCluster, nm nemesis, i int, o options)
 		}
 	}
 	summarize(&r, h)
+	if r.failed() {
+		r.records = c.dump(ctx, r.repos)
+	}
 	if o.pushLog != "" {
 		if err := appendPushLog(o.pushLog, nm.name, h); err != nil {
 			fmt.Fprintf(o.log, "chaos: -push-log: %v\n", err)

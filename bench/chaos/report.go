@@ -22,6 +22,7 @@ type phaseResult struct {
 	readsOK, readsFailed       int
 	readsByTransport           map[string]int
 	failReasons                map[string]int // a failed push's last words -> how many
+	records                    []string       // a failed phase's records and copies at the end (testCluster.dump)
 	v                          verdict
 	err                        error // the phase could not run to its end
 	nemesisTime, workloadSpell time.Duration
@@ -120,6 +121,7 @@ func reportTable(w io.Writer, results []phaseResult) {
 		list(w, fmt.Sprintf("Lost (acknowledged, missing from a copy at the end): %d", len(r.v.lost)), r.v.lost)
 		list(w, fmt.Sprintf("Stale reads (missed a push acknowledged before the read started): %d", len(r.v.stale)), r.v.stale)
 		list(w, fmt.Sprintf("Copies: %d", len(r.v.copies)), r.v.copies)
+		list(w, "Recorded in PostgreSQL at the end, and each copy's refs digest", r.records)
 		if len(r.failReasons) > 0 {
 			var reasons []string
 			for k, n := range r.failReasons {

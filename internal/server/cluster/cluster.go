@@ -282,8 +282,11 @@ func majorityOf(repo string) string {
 // make a majority for a node timeout (cut off from its replicas, it can
 // acknowledge no push: see peerReach), a healthy replica at the
 // repository's generation (the one on the node with the fewest primaries,
-// then by name); for a primary cut off, only one whose node reaches a
-// majority of the copies itself. Each promotion is one conditional UPDATE on the primary
+// then by name); for a primary whose node is alive (cut off, or its copy
+// behind), only one whose node reaches a majority of the copies itself:
+// one cut off too could take no push, and the repository would wait on
+// it rather than on the old primary (issue 29: a copy behind was failed
+// over to a node partitioned from the others). Each promotion is one conditional UPDATE on the primary
 // and epoch it saw, so nodes running the monitor at once promote each
 // repository once, and never make two primaries. A repository with no
 // up-to-date healthy replica keeps its primary (writes wait for it rather
@@ -295,10 +298,10 @@ func majorityOf(repo string) string {
 func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promotion, error) {
 	ms := timeout.Milliseconds()
 	cut := "(nd.unreached <> '' AND " + reachedCopies("nd", "r.name") + " < " + majorityOf("r.name") + ")"
-	rows, err := db.QueryContext(ctx, `SELECT r.name, r.primary_node, r.epoch, r.generation, `+healthySQL+` AND `+cut+` FROM cluster_repos r
+	rows, err := db.QueryContext(ctx, `SELECT r.name, r.primary_node, r.epoch, r.generation, `+healthySQL+` AND `+cut+`, `+healthySQL+` FROM cluster_repos r
 		JOIN nodes nd ON nd.name = r.primary_node
 		JOIN replicas own ON own.repo = r.name AND own.node = r.primary_node
-		WHERE NOT `+healthySQL+` OR (own.generation <> r.generation AND `+dbNowMS+` - r.committed_ms > ?) OR `+cut, ms, ms, behindFactor*ms)
+		WHERE NOT `+healthySQL+` OR (own.generation <> r.generation AND `+dbNowMS+` - r.committed_ms > ?) OR `+cut, ms, ms, ms, behindFactor*ms)
 	if err != nil {
 		return nil, err
 	}
@@ -306,11 +309,12 @@ func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promo
 		name, primary string
 		epoch, gen    int64
 		cut           bool // alive, and cut off from a majority
+		alive         bool // the primary's node heartbeats
 	}
 	var orphans []orphan
 	for rows.Next() {
 		var o orphan
-		if err := rows.Scan(&o.name, &o.primary, &o.epoch, &o.gen, &o.cut); err != nil {
+		if err := rows.Scan(&o.name, &o.primary, &o.epoch, &o.gen, &o.cut, &o.alive); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -327,7 +331,7 @@ func Failover(ctx context.Context, db *store.DB, timeout time.Duration) ([]Promo
 			WHERE rp.repo = ? AND rp.node <> ? AND rp.generation = ? AND `+healthySQL+`
 			AND (? = 0 OR `+reachedCopies("nd", "rp.repo")+` >= `+majorityOf("rp.repo")+`)
 			ORDER BY (SELECT count(*) FROM cluster_repos c WHERE c.primary_node = rp.node), rp.node LIMIT 1`,
-			o.name, o.primary, o.gen, ms, o.cut).Scan(&candidate)
+			o.name, o.primary, o.gen, ms, o.alive).Scan(&candidate)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // nothing up to date to promote
 		}

@@ -322,3 +322,43 @@ func TestFailoverMovesAPrimaryCutOffFromItsCopies(t *testing.T) {
 		t.Fatalf("failover with no side holding a majority: %+v %v", got, err)
 	}
 }
+
+// TestFailoverOfACopyBehindNeedsACandidateReachingAMajority: a primary
+// alive whose own copy stayed behind is failed over only to a copy whose
+// node reaches a majority of the copies; one partitioned from the others
+// could take no push (issue 29: the repository waited on it for good).
+func TestFailoverOfACopyBehindNeedsACandidateReachingAMajority(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t).DB
+	const timeout = 30 * time.Second // every node stays healthy throughout
+	join(t, db, "a", "b", "c")
+	p, err := Place(ctx, db, "team/app", "", 3, timeout)
+	if err != nil || p.Primary != "a" {
+		t.Fatalf("placement %+v %v: want primary a", p, err)
+	}
+	// Generation 3, committed long ago; a's own copy stayed at 2.
+	for _, q := range []string{
+		"UPDATE cluster_repos SET generation = 3, committed_ms = 0 WHERE name = 'team/app'",
+		"UPDATE replicas SET generation = 3 WHERE repo = 'team/app' AND node IN ('b', 'c')",
+		"UPDATE replicas SET generation = 2 WHERE repo = 'team/app' AND node = 'a'",
+		// b is partitioned from a and c, and the only copy at the
+		// generation (c is behind too, as in the issue).
+		"UPDATE nodes SET unreached = ',a,c,' WHERE name = 'b'",
+		"UPDATE replicas SET generation = 2 WHERE repo = 'team/app' AND node = 'c'",
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := Failover(ctx, db, timeout); err != nil || len(got) != 0 {
+		t.Fatalf("failed over to a node cut off from the copies: %+v %v", got, err)
+	}
+	// b reaches c again: it is promoted.
+	if _, err := db.Exec("UPDATE nodes SET unreached = ',a,' WHERE name = 'b'"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Failover(ctx, db, timeout)
+	if err != nil || len(got) != 1 || got[0].From != "a" || got[0].To != "b" || got[0].Cut {
+		t.Fatalf("failover of a copy behind: %+v %v; want a to b", got, err)
+	}
+}

@@ -324,7 +324,7 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		sends.Add(1)
 		go func() {
 			defer sends.Done()
-			digest, err := rt.sendTo(sendCtx, r.URL, name, updates, pk)
+			digest, err := rt.sendTo(sendCtx, r.URL, name, p.Digest, updates, pk)
 			results <- sendResult{r.Node, digest, err}
 		}()
 	}
@@ -390,7 +390,7 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		defer cancel()
 		var behind []string
 		for _, v := range voters {
-			if _, uerr := rt.sendTo(back, urlOf(p.Targets, v), name, reverse(updates), nil); uerr != nil {
+			if _, uerr := rt.sendTo(back, urlOf(p.Targets, v), name, want, reverse(updates), nil); uerr != nil {
 				rt.Node.Log.Warn("cluster: setting back a copy after a failed push", "repo", name, "node", v, "error", uerr.Error())
 				behind = append(behind, v)
 			}
@@ -724,8 +724,9 @@ type packing struct {
 // sendTo replicates one push to the node at nodeURL (ReplicatePath): the
 // updates at once, then the pack and its index when pk has them (nil: no
 // new objects). It returns the digest of the replica's refs once it took
-// the push.
-func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cluster.Update, pk *packing) (string, error) {
+// the push. before is the digest the replica's refs must have first (""
+// when not known): a copy elsewhere refuses (409).
+func (rt *Router) sendTo(ctx context.Context, nodeURL, name, before string, updates []cluster.Update, pk *packing) (string, error) {
 	head := updateLines(updates)
 	var body io.Reader = strings.NewReader(head)
 	length := int64(len(head))
@@ -746,6 +747,9 @@ func (rt *Router) sendTo(ctx context.Context, nodeURL, name string, updates []cl
 	}
 	req.ContentLength = length
 	req.Header.Set(hdrReplicaRepo, name)
+	if before != "" {
+		req.Header.Set(hdrReplicaBefore, before)
+	}
 	req.Header.Set("Content-Type", "application/x-packwire-replicate")
 	req.SetBasicAuth(access.ClusterUser, rt.Secret)
 	resp, err := replicateClient.Do(req)

@@ -36,6 +36,15 @@ const ReplicatePath = "/_packwire/replicate"
 
 const hdrReplicaRepo = "X-Packwire-Repo"
 
+// hdrReplicaBefore carries the digest the copy's refs must have before
+// the updates (the generation the primary pushes from; absent: not
+// known, not checked). Each update's old value alone does not fence a
+// primary deposed mid-push: its replication, held up by a partition,
+// can land after the new primary's pushes, and a ref it creates has the
+// old value it claims (issue 29: it left every copy off the generation's
+// refs, and no copy could be caught up from).
+const hdrReplicaBefore = "X-Packwire-Before"
+
 // ReplicateHandler serves ReplicatePath on a node: the lean write of a
 // push the primary replicates here. The pack is indexed into a quarantine
 // (like receive-pack's), checked for connectivity, and the refs are
@@ -86,7 +95,7 @@ func (h *Replicator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), cluster.ReplicateTimeout)
 	defer cancel()
 	http.NewResponseController(w).SetReadDeadline(time.Now().Add(cluster.ReplicateTimeout))
-	status, err := applyReplication(ctx, rp, bufio.NewReaderSize(r.Body, 64<<10), h.maxUpdates, h.kits)
+	status, err := applyReplication(ctx, rp, r.Header.Get(hdrReplicaBefore), bufio.NewReaderSize(r.Body, 64<<10), h.maxUpdates, h.kits)
 	if err != nil {
 		http.Error(w, oneLine(err.Error()), status)
 		return
@@ -105,8 +114,9 @@ func (h *Replicator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // applyReplication does ReplicateHandler's work on one repository; the
-// status is the HTTP answer for its error.
-func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader, maxUpdates int, kits *warmKits) (int, error) {
+// status is the HTTP answer for its error. before is the digest the
+// copy's refs must have first ("": not checked).
+func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bufio.Reader, maxUpdates int, kits *warmKits) (int, error) {
 	updates, err := readUpdates(body, maxUpdates)
 	if err != nil {
 		return http.StatusBadRequest, err
@@ -124,6 +134,17 @@ func applyReplication(ctx context.Context, rp repo.Repo, body *bufio.Reader, max
 		return http.StatusServiceUnavailable, fmt.Errorf("waiting for the copy's catch-up: %w", err)
 	}
 	defer writes.Release()
+	// Checked with the ref writes held: replications and catch-ups
+	// (the only writers of a replica's refs) wait meanwhile.
+	if before != "" {
+		got, err := cluster.CopyDigest(rp.Path)
+		if err != nil {
+			return http.StatusInternalServerError, fmt.Errorf("reading the refs before the push: %w", err)
+		}
+		if got != before {
+			return http.StatusConflict, errors.New("this copy's refs are not those the push was made from (its primary was replaced, or the copy is behind); nothing was written")
+		}
+	}
 
 	// update-ref and rev-list started ahead (warm.go), or now; update-ref
 	// reads the updates while the objects come.

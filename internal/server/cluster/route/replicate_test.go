@@ -90,7 +90,12 @@ func (r *replication) send(updates ...cluster.Update) error {
 	defer pack.Close()
 	pk := &packing{done: make(chan struct{}), pack: pack}
 	close(pk.done)
-	digest, err := r.rt.sendTo(context.Background(), r.url, "app", updates, pk)
+	// From the primary's refs: the replica must have them first.
+	before, err := cluster.CopyDigest(filepath.Join(r.work, ".git"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	digest, err := r.rt.sendTo(context.Background(), r.url, "app", before, updates, pk)
 	if err == nil {
 		for _, u := range updates {
 			if cluster.IsZero(u.New) {
@@ -225,6 +230,36 @@ func TestReplicateRefusesAnotherState(t *testing.T) {
 	r.noLeftovers()
 }
 
+// TestReplicateRefusesADeposedPrimary: a replication from the refs of an
+// older generation is refused, even when each update's old value holds
+// (a new branch): the replication of a primary deposed mid-push, held up
+// by a partition, landed after the new primary's pushes and left every
+// copy off the generation's refs (issue 29, bench/chaos partition).
+func TestReplicateRefusesADeposedPrimary(t *testing.T) {
+	r := newReplication(t)
+	c1 := r.commit("")
+	if err := r.send(cluster.Update{Old: zero, New: c1, Ref: "refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	// The new primary's push, which the old one never saw.
+	later := r.commit(c1)
+	if err := r.send(cluster.Update{Old: zero, New: later, Ref: "refs/heads/later"}); err != nil {
+		t.Fatal(err)
+	}
+	r.env.Git(r.work, "update-ref", "-d", "refs/heads/later")
+	before := r.refs(r.replica.Path)
+	stale := r.commit(c1)
+	err := r.send(cluster.Update{Old: zero, New: stale, Ref: "refs/heads/stale"})
+	if !errors.Is(err, errConflict) {
+		t.Fatalf("replication from an older generation's refs: %v, want a 409 refusal", err)
+	}
+	if after := r.refs(r.replica.Path); after != before {
+		t.Fatalf("the refused replication changed the replica's refs:\n%s\nwas:\n%s", after, before)
+	}
+	r.env.Fsck(r.replica.Path)
+	r.noLeftovers()
+}
+
 // TestReplicateTruncatedPack: a pack cut short (the primary died while
 // sending) is refused; no ref is written and nothing is left behind.
 func TestReplicateTruncatedPack(t *testing.T) {
@@ -351,7 +386,7 @@ func TestReplicateSendsTheKeptPack(t *testing.T) {
 	defer p.Close()
 	pk := &packing{done: make(chan struct{}), pack: p}
 	close(pk.done)
-	if _, err := r.rt.sendTo(context.Background(), r.url, "app", []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}}, pk); err != nil {
+	if _, err := r.rt.sendTo(context.Background(), r.url, "app", "", []cluster.Update{{Old: c1, New: c2, Ref: "refs/heads/main"}}, pk); err != nil {
 		t.Fatal(err)
 	}
 	r.env.Git(r.work, "update-ref", "refs/heads/main", c2)
@@ -444,7 +479,7 @@ func TestReplicateWithProcessesStartedAhead(t *testing.T) {
 	pk := &packing{done: make(chan struct{}), pack: p}
 	close(pk.done)
 	before := r.refs(r.replica.Path)
-	_, err = r.rt.sendTo(context.Background(), r.url, "app", []cluster.Update{{Old: c3, New: c4, Ref: "refs/heads/main"}}, pk)
+	_, err = r.rt.sendTo(context.Background(), r.url, "app", "", []cluster.Update{{Old: c3, New: c4, Ref: "refs/heads/main"}}, pk)
 	if err == nil || !strings.Contains(err.Error(), "missing objects") {
 		t.Fatalf("a pack without the new value's tree: %v, want a refusal for missing objects", err)
 	}
