@@ -123,15 +123,26 @@ func moveCopy(ctx context.Context, data *datadir.Data, name, from, to string, wa
 	if _, err := cluster.AddCopy(ctx, db, name, to, timeout); err != nil {
 		return err
 	}
-	current, err := cluster.AwaitCopy(ctx, db, name, to, wait)
-	if err != nil {
-		return err
-	}
-	if !current {
-		return fmt.Errorf("%s's new copy on %s has not caught up within %s; the copy on %s stays (run the move again to finish it)", name, to, wait, from)
-	}
-	if err := cluster.DropCopy(ctx, db, name, from, "", timeout); err != nil {
-		return err
+	// Pushes go on meanwhile: a push may land between the new copy's
+	// catching up and the drop, which then waits for it again.
+	deadline := time.Now().Add(wait)
+	for {
+		current, err := cluster.AwaitCopy(ctx, db, name, to, time.Until(deadline))
+		if err != nil {
+			return err
+		}
+		if current {
+			err = cluster.ReplaceCopy(ctx, db, name, from, to, timeout)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, cluster.ErrCopyBehind) {
+				return err
+			}
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("%s's new copy on %s has not caught up within %s; the copy on %s stays (run the move again to finish it)", name, to, wait, from)
+		}
 	}
 	data.Store.RecordAudit(ctx, "cluster.move", name, fmt.Sprintf("from %s to %s", from, to))
 	fmt.Fprintf(stdout, "%s: moved from %s to %s\n", name, from, to)

@@ -69,6 +69,23 @@ func AddCopy(ctx context.Context, db *store.DB, repo, to string, timeout time.Du
 // from's files are no longer served; its node moves them into its trash
 // when it next reconciles (Dropped, TrashDropped).
 func DropCopy(ctx context.Context, db *store.DB, repo, from, add string, timeout time.Duration) error {
+	return dropCopy(ctx, db, repo, from, add, "", timeout)
+}
+
+// ErrCopyBehind says a move's new copy was not at the repository's
+// generation when the old one was to be dropped; nothing was changed.
+var ErrCopyBehind = errors.New("the new copy is behind the repository's generation")
+
+// ReplaceCopy drops from's copy of repo as DropCopy does, but only while
+// node to's copy is at the repository's generation, checked under the row
+// lock that a push commits under: a push acknowledged between the new
+// copy's catching up and the drop (on the old copy's help) would
+// otherwise leave the moved copy behind (ErrCopyBehind: wait and retry).
+func ReplaceCopy(ctx context.Context, db *store.DB, repo, from, to string, timeout time.Duration) error {
+	return dropCopy(ctx, db, repo, from, "", to, timeout)
+}
+
+func dropCopy(ctx context.Context, db *store.DB, repo, from, add, mustHold string, timeout time.Duration) error {
 	if db.Engine != store.Postgres {
 		return ErrNotClustered
 	}
@@ -106,6 +123,9 @@ func DropCopy(ctx context.Context, db *store.DB, repo, from, add string, timeout
 	}
 	if add != "" && p.Has(add) {
 		return fmt.Errorf("%w: %s has a copy on %s already", ErrMoveRefused, repo, add)
+	}
+	if mustHold != "" && !p.UpToDate(mustHold) {
+		return fmt.Errorf("%w: %s's copy on %s", ErrCopyBehind, repo, mustHold)
 	}
 	var current, healthyCurrent []string
 	for _, r := range copies {
