@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"packwire/internal/packidx"
 	"path/filepath"
 	"strings"
 
@@ -31,11 +32,11 @@ import (
 type bundleObjects struct {
 	fi   os.FileInfo // the file read (same file, size and mtime: same content; it is replaced by rename)
 	tips map[string]bool
-	idx  *packIndex // nil: the pack's .idx is gone or not the bundle's pack
+	idx  *packidx.Index // nil: the pack's .idx is gone or not the bundle's pack
 }
 
 func (b *bundleObjects) has(id string) bool {
-	return b.tips[id] || b.idx != nil && b.idx.has(id)
+	return b.tips[id] || b.idx != nil && b.idx.Has(id)
 }
 
 // keptBundleBytes bounds the memory of kept bundle indexes (20 bytes an
@@ -78,14 +79,14 @@ func (c *Checker) servedBundle(repoPath string) *bundleObjects {
 		c.bundles = map[string]*bundleObjects{}
 	}
 	if old := c.bundles[repoPath]; old != nil && old.idx != nil {
-		c.bundleBytes -= old.idx.size()
+		c.bundleBytes -= old.idx.Size()
 	}
 	if b.idx != nil {
-		if c.bundleBytes+b.idx.size() > keptBundleBytes {
+		if c.bundleBytes+b.idx.Size() > keptBundleBytes {
 			clear(c.bundles)
 			c.bundleBytes = 0
 		}
-		c.bundleBytes += b.idx.size()
+		c.bundleBytes += b.idx.Size()
 	}
 	c.bundles[repoPath] = b
 	return b
@@ -121,8 +122,8 @@ func readBundle(repoPath string, f *os.File, fi os.FileInfo) (*bundleObjects, er
 	}
 	// Without a readable .idx recording the same pack (gone since, or
 	// corrupt): the tips alone.
-	idx, err := readPackIndex(filepath.Join(repoPath, "objects", "pack", "pack-"+hex.EncodeToString(sum[:])+".idx"))
-	if err == nil && idx.pack == sum {
+	idx, err := packidx.Read(filepath.Join(repoPath, "objects", "pack", "pack-"+hex.EncodeToString(sum[:])+".idx"))
+	if err == nil && idx.Pack == sum {
 		b.idx = idx
 	}
 	return b, nil

@@ -1,6 +1,7 @@
 package reach
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/binary"
@@ -9,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"packwire/internal/packidx"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -60,15 +62,17 @@ func TestPackIndexLookup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := parsePackIndex(raw)
+	idx, err := packidx.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := idx.fanout[255]; int(got) != len(all) {
+	if got := idx.Len(); got != len(all) {
 		t.Fatalf("%d objects in the index, %d packed", got, len(all))
 	}
+	// Has (loaded) and Lookup (read on demand) agree, both ways.
+	onDisk := bytes.NewReader(raw)
 	for _, id := range all {
-		if !idx.has(id) {
+		if !idx.Has(id) || !packidx.Lookup(onDisk, int64(len(raw)), id) {
 			t.Errorf("%s not found", id)
 		}
 	}
@@ -78,7 +82,7 @@ func TestPackIndexLookup(t *testing.T) {
 		first[:39] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", first[39])+1)%16]), // next to a present one
 		last[:38] + "00", "short", strings.Repeat("g", 40), strings.Repeat("a", 64),
 	} {
-		if idx.has(absent) && !slices.Contains(all, absent) {
+		if (idx.Has(absent) || packidx.Lookup(onDisk, int64(len(raw)), absent)) && !slices.Contains(all, absent) {
 			t.Errorf("%s found, not in the pack", absent)
 		}
 	}
@@ -90,29 +94,32 @@ func TestPackIndexLookup(t *testing.T) {
 		return b
 	}
 	outOfOrder := slices.Clone(raw) // the first two names swapped
-	a, b := slices.Clone(outOfOrder[idxHeader:idxHeader+20]), slices.Clone(outOfOrder[idxHeader+20:idxHeader+40])
-	copy(outOfOrder[idxHeader:], b)
-	copy(outOfOrder[idxHeader+20:], a)
+	a, b := slices.Clone(outOfOrder[packidxHeader:packidxHeader+20]), slices.Clone(outOfOrder[packidxHeader+20:packidxHeader+40])
+	copy(outOfOrder[packidxHeader:], b)
+	copy(outOfOrder[packidxHeader+20:], a)
 	decreasing := slices.Clone(raw)
 	binary.BigEndian.PutUint32(decreasing[8+4*0x10:], binary.BigEndian.Uint32(decreasing[8+4*0x0f:])+1)
 	binary.BigEndian.PutUint32(decreasing[8+4*0x11:], 0)
 	flipped := slices.Clone(raw)
-	flipped[idxHeader+5] ^= 1
+	flipped[packidxHeader+5] ^= 1
 	for what, bad := range map[string][]byte{
 		"empty":               nil,
-		"header only":         raw[:idxHeader],
+		"header only":         raw[:packidxHeader],
 		"truncated":           raw[:len(raw)-1],
 		"a name changed":      flipped,
 		"names out of order":  resum(outOfOrder),
 		"a decreasing fanout": resum(decreasing),
 		"version 3":           resum(append(append([]byte{}, raw[:4]...), append([]byte{0, 0, 0, 3}, raw[8:]...)...)),
-		"objects missing":     resum(append(slices.Clone(raw[:idxHeader+20]), raw[len(raw)-40:]...)),
+		"objects missing":     resum(append(slices.Clone(raw[:packidxHeader+20]), raw[len(raw)-40:]...)),
 	} {
-		if _, err := parsePackIndex(bad); !errors.Is(err, errBadIdx) {
+		if _, err := packidx.Parse(bad); !errors.Is(err, packidx.ErrBad) {
 			t.Errorf("%s: %v, want refused", what, err)
 		}
 	}
 }
+
+// packidxHeader is where a version 2 .idx's names begin.
+const packidxHeader = 8 + 256*4
 
 // writeCloneBundle writes a clone bundle into repo as maintenance does: a
 // pack of the closure of refs (name -> id), kept in objects/pack, under a

@@ -2,11 +2,9 @@ package route
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -17,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"packwire/internal/packidx"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -534,52 +533,13 @@ func keptPack(gitDir, receivePack string, updates []cluster.Update) (*packed, er
 			return nil, err
 		}
 		for _, u := range updates {
-			if !cluster.IsZero(u.New) && idxHas(p.idx, p.idxSize, u.New) {
+			if !cluster.IsZero(u.New) && packidx.Lookup(p.idx, p.idxSize, u.New) {
 				return p, nil
 			}
 		}
 		p.Close()
 	}
 	return nil, nil
-}
-
-// idxHas tells whether a pack index (version 2) lists the object id.
-func idxHas(idx *os.File, size int64, id string) bool {
-	want, err := hex.DecodeString(id)
-	if err != nil {
-		return false
-	}
-	hl := int64(len(want))
-	var head [8 + 256*4]byte
-	if _, err := idx.ReadAt(head[:], 0); err != nil || string(head[:4]) != "\377tOc" || binary.BigEndian.Uint32(head[4:8]) != 2 {
-		return false
-	}
-	fanout := func(i int) int64 {
-		if i < 0 {
-			return 0
-		}
-		return int64(binary.BigEndian.Uint32(head[8+4*i:]))
-	}
-	lo, hi := fanout(int(want[0])-1), fanout(int(want[0]))
-	if 8+256*4+hi*hl > size {
-		return false
-	}
-	name := make([]byte, hl)
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if _, err := idx.ReadAt(name, 8+256*4+mid*hl); err != nil {
-			return false
-		}
-		switch c := bytes.Compare(name, want); {
-		case c == 0:
-			return true
-		case c < 0:
-			lo = mid + 1
-		default:
-			hi = mid
-		}
-	}
-	return false
 }
 
 // packFor packs the push's new objects once, for every replica: what the
