@@ -382,3 +382,68 @@ func TestClusterCatchUpNeverPrunesAVotedPush(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterUndoesAPushItsDeadPrimaryNeverCommitted (issue 29, the
+// wedge): the primary takes a push to every other copy, then dies before
+// the push's commit. Both copies left hold a push that was never
+// acknowledged and are recorded at the generation before it, so neither
+// holds that generation's refs, and the only copy that does is down.
+// Before, no copy could be caught up from, so the repository took no
+// push until the old primary came back (forever, were it lost). Now each
+// copy undoes the push, with the repository's pushes held, and a push
+// through them is acknowledged within seconds; the push that was never
+// acknowledged is on no copy, the old primary included once it is back.
+func TestClusterUndoesAPushItsDeadPrimaryNeverCommitted(t *testing.T) {
+	t.Parallel()
+	c := newPromiseCluster(t)
+	c.commit("one")
+	c.env.Git(c.work, "push", "-q", c.pushURL("a"), "main")
+	primary := c.waitAll(1).Primary
+	var others []string
+	for _, n := range []string{"a", "b", "c"} {
+		if n != primary {
+			others = append(others, n)
+		}
+	}
+
+	c.nodes[primary].Router.SetDieBeforeCommit(func(string) bool { return true })
+	c.commit("never acknowledged")
+	if out, err := c.env.Run(c.work, nil, "push", c.pushURL(primary), "HEAD:refs/heads/lost"); err == nil {
+		t.Fatalf("the push the primary died in was acknowledged:\n%s", out)
+	}
+	for _, n := range others {
+		if c.refAt(n, "refs/heads/lost") == "" {
+			t.Fatalf("%s did not take the push before the primary's end: the test would test nothing", n)
+		}
+	}
+	c.stop(primary)
+
+	after := c.commit("after")
+	start := time.Now()
+	for {
+		out, err := c.env.Run(c.work, nil, "push", c.pushURL(others[0]), "HEAD:refs/heads/after")
+		if err == nil {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("no push acknowledged 30 s after the primary died (the copies left hold its unacknowledged push): %v\n%s", err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("a push acknowledged %.1f s after the primary's death", time.Since(start).Seconds())
+	c.start(primary)
+	c.waitAll(2)
+	want := c.env.Git(c.bare(others[0]), "for-each-ref")
+	for _, n := range []string{"a", "b", "c"} {
+		if got := c.refAt(n, "refs/heads/lost"); got != "" {
+			t.Errorf("%s has the unacknowledged push's branch at %s", n, got)
+		}
+		if got := c.refAt(n, "refs/heads/after"); got != after {
+			t.Errorf("%s has the acknowledged branch at %q, want %s", n, got, after)
+		}
+		if got := c.env.Git(c.bare(n), "for-each-ref"); got != want {
+			t.Errorf("%s's refs:\n%s\n%s's:\n%s", n, got, others[0], want)
+		}
+		c.env.Fsck(c.bare(n))
+	}
+}

@@ -282,3 +282,27 @@ func AwaitCopy(ctx context.Context, db *store.DB, repo, node string, wait time.D
 		}
 	}
 }
+
+// CurrentCopy is a copy recorded at its repository's generation, with
+// the generation's refs digest ("" when not known).
+type CurrentCopy struct{ Repo, Digest string }
+
+// CurrentCopies lists node's copies recorded at their repository's
+// generation.
+func CurrentCopies(ctx context.Context, db *store.DB, node string) ([]CurrentCopy, error) {
+	rows, err := db.QueryContext(ctx, `SELECT c.name, `+knownDigest("c.")+` FROM replicas rp JOIN cluster_repos c ON c.name = rp.repo
+		WHERE rp.node = ? AND rp.generation = c.generation ORDER BY c.name`, node)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []CurrentCopy
+	for rows.Next() {
+		var c CurrentCopy
+		if err := rows.Scan(&c.Repo, &c.Digest); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}

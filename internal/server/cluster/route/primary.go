@@ -409,6 +409,15 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		return fail(ctx.Err())
 	}
 	rt.mu.Lock()
+	die := rt.dieBeforeCommit
+	rt.mu.Unlock()
+	if die != nil && die(name) {
+		for ; pending > 0; pending-- {
+			take(<-results)
+		}
+		return errors.New("cluster: this node stopped before the push's commit (a test's)")
+	}
+	rt.mu.Lock()
 	if rt.pending == nil {
 		rt.pending = map[string]pendingPush{}
 	}

@@ -95,16 +95,11 @@ func (h *Replicator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), cluster.ReplicateTimeout)
 	defer cancel()
 	http.NewResponseController(w).SetReadDeadline(time.Now().Add(cluster.ReplicateTimeout))
-	status, err := applyReplication(ctx, rp, r.Header.Get(hdrReplicaBefore), bufio.NewReaderSize(r.Body, 64<<10), h.maxUpdates, h.kits)
+	// digest is the copy's refs read once written: what the primary
+	// compares with the generation's digest before it counts this copy.
+	status, digest, err := applyReplication(ctx, rp, r.Header.Get(hdrReplicaBefore), bufio.NewReaderSize(r.Body, 64<<10), h.maxUpdates, h.kits)
 	if err != nil {
 		http.Error(w, oneLine(err.Error()), status)
-		return
-	}
-	// Read once the refs are written: what the primary compares with the
-	// generation's digest before it counts this copy.
-	digest, err := cluster.CopyDigest(rp.Path)
-	if err != nil {
-		http.Error(w, oneLine("reading the refs after the push: "+err.Error()), http.StatusInternalServerError)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -113,25 +108,26 @@ func (h *Replicator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// applyReplication does ReplicateHandler's work on one repository; the
-// status is the HTTP answer for its error. before is the digest the
+// applyReplication does ReplicateHandler's work on one repository and
+// returns the digest of the copy's refs once written; the status is the
+// HTTP answer for its error. before is the digest the
 // copy's refs must have first ("": not checked).
-func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bufio.Reader, maxUpdates int, kits *warmKits) (int, error) {
+func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bufio.Reader, maxUpdates int, kits *warmKits) (int, string, error) {
 	updates, err := readUpdates(body, maxUpdates)
 	if err != nil {
-		return http.StatusBadRequest, err
+		return http.StatusBadRequest, "", err
 	}
 	// The repository stays where it is meanwhile, as for a push.
 	lock, err := repolock.Shared(ctx, rp.Path)
 	if err != nil {
-		return http.StatusNotFound, fmt.Errorf("repository moved or locked: %w", err)
+		return http.StatusNotFound, "", fmt.Errorf("repository moved or locked: %w", err)
 	}
 	defer lock.Release()
 	// Not while this node's catch-up of the copy writes its refs
 	// (refwrites.go).
 	writes, err := lockRefWrites(ctx, rp.Path)
 	if err != nil {
-		return http.StatusServiceUnavailable, fmt.Errorf("waiting for the copy's catch-up: %w", err)
+		return http.StatusServiceUnavailable, "", fmt.Errorf("waiting for the copy's catch-up: %w", err)
 	}
 	defer writes.Release()
 	// Checked with the ref writes held: replications and catch-ups
@@ -139,10 +135,10 @@ func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bu
 	if before != "" {
 		got, err := cluster.CopyDigest(rp.Path)
 		if err != nil {
-			return http.StatusInternalServerError, fmt.Errorf("reading the refs before the push: %w", err)
+			return http.StatusInternalServerError, "", fmt.Errorf("reading the refs before the push: %w", err)
 		}
 		if got != before {
-			return http.StatusConflict, errors.New("this copy's refs are not those the push was made from (its primary was replaced, or the copy is behind); nothing was written")
+			return http.StatusConflict, "", errors.New("this copy's refs are not those the push was made from (its primary was replaced, or the copy is behind); nothing was written")
 		}
 	}
 
@@ -151,7 +147,7 @@ func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bu
 	kit := kits.take(rp.Path)
 	if kit == nil {
 		if kit, err = startKit(rp.Path, ""); err != nil {
-			return http.StatusInternalServerError, err
+			return http.StatusInternalServerError, "", err
 		}
 	}
 	stop := context.AfterFunc(ctx, kit.cancel)
@@ -170,14 +166,14 @@ func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bu
 	// still there).
 	objects := filepath.Join(rp.Path, "objects")
 	if err := os.MkdirAll(filepath.Join(kit.quarantine, "pack"), 0o755); err != nil {
-		return http.StatusInternalServerError, err
+		return http.StatusInternalServerError, "", err
 	}
 	if _, err := body.Peek(1); err == nil {
 		if err := receivePack(body, kit.quarantine); err != nil {
-			return http.StatusBadRequest, err
+			return http.StatusBadRequest, "", err
 		}
 	} else if !errors.Is(err, io.EOF) {
-		return http.StatusBadRequest, err
+		return http.StatusBadRequest, "", err
 	}
 	// Every new value must be complete here (git's own check of a push),
 	// checked while the refs are being prepared.
@@ -186,16 +182,25 @@ func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bu
 	err = txn.prepare()
 	cerr := <-connected
 	if err != nil { // not at the old values: the first reason
-		return http.StatusConflict, err
+		return http.StatusConflict, "", err
 	}
 	if cerr != nil {
-		return StatusMissingObjects, fmt.Errorf("missing objects: %v", cerr)
+		return StatusMissingObjects, "", fmt.Errorf("missing objects: %v", cerr)
 	}
 	if err := migrate(kit.quarantine, objects); err != nil {
-		return http.StatusInternalServerError, err
+		return http.StatusInternalServerError, "", err
 	}
 	if err := txn.commit(); err != nil {
-		return http.StatusConflict, err
+		return http.StatusConflict, "", err
+	}
+	// Noted while the ref writes are held: a push its primary never
+	// commits is undone from it (unacked.go).
+	after, err := cluster.CopyDigest(rp.Path)
+	if err != nil {
+		return http.StatusInternalServerError, "", fmt.Errorf("reading the refs after the push: %w", err)
+	}
+	if err := noteUnacked(rp.Path, before, after, updates); err != nil {
+		return http.StatusInternalServerError, "", fmt.Errorf("noting the replication: %w", err)
 	}
 	// The refs are written: the answer need not wait for update-ref's
 	// exit; the emptied quarantine serves the next replication.
@@ -208,7 +213,7 @@ func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bu
 		}
 	}
 	repo.FollowFirstPush(ctx, rp, created)
-	return http.StatusOK, nil
+	return http.StatusOK, after, nil
 }
 
 // StatusMissingObjects answers a replication whose objects do not

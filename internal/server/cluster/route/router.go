@@ -45,6 +45,8 @@ type Router struct {
 	recording             map[string]chan struct{} // repo -> the record of the primary's copy in progress
 	spareDirs             []string                 // pushes' hooks directories made ahead (pushdir.go)
 	afterCommit           func(repo string)        // SetAfterCommit
+	dieBeforeCommit       func(repo string) bool   // SetDieBeforeCommit
+	unackedSeen           map[string]string        // git dir -> a replication note found not to concern its generation (unacked.go)
 	onCatchUp             func(repo, at string)    // SetCatchUpHook
 }
 
@@ -72,6 +74,17 @@ func (rt *Router) catchUpHook(repo, at string) {
 func (rt *Router) SetAfterCommit(f func(repo string)) {
 	rt.mu.Lock()
 	rt.afterCommit = f
+	rt.mu.Unlock()
+}
+
+// SetDieBeforeCommit sets a function asked once a push has its majority,
+// before its generation is committed: when it says so, the push ends
+// there as if this node had died (every replica's answer is waited for,
+// nothing is committed, no replica is set back). Tests make the copies a
+// dead primary leaves with it (nil: none).
+func (rt *Router) SetDieBeforeCommit(f func(repo string) bool) {
+	rt.mu.Lock()
+	rt.dieBeforeCommit = f
 	rt.mu.Unlock()
 }
 
@@ -354,7 +367,7 @@ func (rt *Router) Reconcile(ctx context.Context) error {
 		names = append(names, n)
 	}
 	rows.Close()
-	errs := []error{deletions}
+	errs := []error{deletions, rt.undoStranded(ctx)}
 	for _, n := range names {
 		if err := rt.catchUp(ctx, n); err != nil && ctx.Err() == nil && !errors.Is(err, errWaiting) {
 			errs = append(errs, fmt.Errorf("%s: %w", n, err))
@@ -429,6 +442,12 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 			r, err := rt.Repos.Resolve(name)
 			if err != nil {
 				return "", err
+			}
+			// A push this copy took that was never committed: undone,
+			// with pushes held (unacked.go); when every copy left took
+			// it, no other copy could be fetched from.
+			if digest, undone, err := rt.undoUnacked(ctx, r, pl); err != nil || undone {
+				return digest, err
 			}
 			return rt.bringTo(ctx, r, pl)
 		})
@@ -557,6 +576,9 @@ func (rt *Router) fetchFrom(ctx context.Context, r repo.Repo, pl cluster.Placeme
 	if err != nil {
 		return "", fmt.Errorf("fetching from %s: %v: %s", from.Node, err, cluster.LastLines(string(out), 3))
 	}
+	// The refs are another copy's now: the last replication noted here no
+	// longer describes them (unacked.go).
+	os.Remove(filepath.Join(r.Path, unackedFile))
 	return cluster.CopyDigest(r.Path)
 }
 
