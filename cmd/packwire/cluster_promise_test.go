@@ -390,8 +390,8 @@ func TestClusterCatchUpNeverPrunesAVotedPush(t *testing.T) {
 // holds that generation's refs, and the only copy that does is down.
 // Before, no copy could be caught up from, so the repository took no
 // push until the old primary came back (forever, were it lost). Now each
-// copy undoes the push, with the repository's pushes held, and a push
-// through them is acknowledged within seconds; the push that was never
+// copy undoes the push, with the repository's pushes held, before any
+// push comes, and a push through them is acknowledged; the push that was never
 // acknowledged is on no copy, the old primary included once it is back.
 func TestClusterUndoesAPushItsDeadPrimaryNeverCommitted(t *testing.T) {
 	t.Parallel()
@@ -417,9 +417,20 @@ func TestClusterUndoesAPushItsDeadPrimaryNeverCommitted(t *testing.T) {
 		}
 	}
 	c.stop(primary)
+	start := time.Now()
+	// With no push coming, each copy left undoes it on its own (a read
+	// from it would otherwise show a push never acknowledged).
+	for _, n := range others {
+		for c.refAt(n, "refs/heads/lost") != "" {
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("%s still holds the unacknowledged push 30 s after its primary died", n)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("the unacknowledged push undone on both copies left %.1f s after the primary's death", time.Since(start).Seconds())
 
 	after := c.commit("after")
-	start := time.Now()
 	for {
 		out, err := c.env.Run(c.work, nil, "push", c.pushURL(others[0]), "HEAD:refs/heads/after")
 		if err == nil {

@@ -46,7 +46,7 @@ type Router struct {
 	spareDirs             []string                 // pushes' hooks directories made ahead (pushdir.go)
 	afterCommit           func(repo string)        // SetAfterCommit
 	dieBeforeCommit       func(repo string) bool   // SetDieBeforeCommit
-	unackedSeen           map[string]string        // git dir -> a replication note found not to concern its generation (unacked.go)
+	unackedSeen           map[string]string        // git dir -> a kept replication found not to concern its generation (undo.go)
 	onCatchUp             func(repo, at string)    // SetCatchUpHook
 }
 
@@ -443,13 +443,7 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 			if err != nil {
 				return "", err
 			}
-			// A push this copy took that was never committed: undone,
-			// with pushes held (unacked.go); when every copy left took
-			// it, no other copy could be fetched from.
-			if digest, undone, err := rt.undoUnacked(ctx, r, pl); err != nil || undone {
-				return digest, err
-			}
-			return rt.bringTo(ctx, r, pl)
+			return rt.bringTo(ctx, r, pl, true)
 		})
 	if errors.Is(err, errLanding) {
 		return nil
@@ -499,7 +493,7 @@ func (rt *Router) catchUpRound(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	digest, err := rt.bringTo(ctx, r, pl)
+	digest, err := rt.bringTo(ctx, r, pl, false)
 	if err != nil {
 		return false, err
 	}
@@ -519,7 +513,7 @@ func (rt *Router) catchUpRound(ctx context.Context, name string) (bool, error) {
 // primary first). A copy recorded at the generation but whose refs are
 // not its, or a primary whose push is still landing, is never fetched
 // from: a pruning fetch from it would delete what it lacks here.
-func (rt *Router) bringTo(ctx context.Context, r repo.Repo, pl cluster.Placement) (string, error) {
+func (rt *Router) bringTo(ctx context.Context, r repo.Repo, pl cluster.Placement, held bool) (string, error) {
 	rt.catchUpHook(pl.Repo, "bring")
 	// No replication writes here meanwhile (refwrites.go); and a copy
 	// recorded at the generation since pl was read (a late record of a
@@ -546,7 +540,27 @@ func (rt *Router) bringTo(ctx context.Context, r repo.Repo, pl cluster.Placement
 		}
 		return cluster.CopyDigest(r.Path)
 	}
+	if pl.Digest != "" {
+		// Its refs are the generation's already (a set-back of a failed
+		// push, say): nothing to fetch.
+		if digest, err := cluster.CopyDigest(r.Path); err == nil && digest == pl.Digest {
+			return digest, nil
+		}
+	}
 	from, err := rt.catchUpSource(ctx, pl)
+	if errors.Is(err, errNoSource) && held {
+		// No copy holds the generation: this one may, but for a
+		// replication its primary never committed (undo.go); with the
+		// turn held, it never will be.
+		digest, uerr := undoLastReplication(ctx, r.Path, pl.Digest)
+		if uerr == nil {
+			rt.Node.Log.Info("cluster: undid a replication its primary never committed", "repo", pl.Repo, "generation", pl.Generation)
+			return digest, nil
+		}
+		if !errors.Is(uerr, errNothingToUndo) {
+			err = fmt.Errorf("%w; undoing this copy's last replication: %v", err, uerr)
+		}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -576,9 +590,9 @@ func (rt *Router) fetchFrom(ctx context.Context, r repo.Repo, pl cluster.Placeme
 	if err != nil {
 		return "", fmt.Errorf("fetching from %s: %v: %s", from.Node, err, cluster.LastLines(string(out), 3))
 	}
-	// The refs are another copy's now: the last replication noted here no
-	// longer describes them (unacked.go).
-	os.Remove(filepath.Join(r.Path, unackedFile))
+	// The refs are another copy's now: the last replication kept here no
+	// longer describes them (undo.go).
+	os.Remove(filepath.Join(r.Path, undoFile))
 	return cluster.CopyDigest(r.Path)
 }
 

@@ -2,148 +2,30 @@ package route
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"packwire/internal/gitexec"
-	"packwire/internal/repo"
 	"packwire/internal/server/cluster"
 )
 
-// A replica takes a push's updates before the push is committed: the
-// primary commits its generation once a majority holds them. A primary
-// that dies (or is deposed) between the two leaves every copy that took
-// the updates off the generation's refs, and those copies cannot prove
-// they hold the generation (their refs' digest is not its digest). When
-// they are all the copies left (the primary's own, the only one without
-// the push, is down), no copy can be caught up from, and the repository
-// takes no push until the old primary comes back: a wedge, forever if
-// it never does.
+// undoStranded finds this node's copies that are recorded at their
+// repository's generation and hold a replication made from it that was
+// never committed (undo.go), and undoes it with the repository's pushes
+// held. A copy being caught up, or a new primary's own copy, undoes such
+// a replication on its way (bringTo, replicate); this is for the copies
+// no push or catch-up comes to: until undone, a read from them shows a
+// push that was never acknowledged, and no other copy can be caught up
+// from them.
 //
-// So a replica notes its last replication (unackedFile): the digest it
-// was made from, the updates, and the digest they left. A copy whose refs
-// are still that after-digest while the repository's generation has the
-// before-digest holds a push that was never committed (or one being
-// committed right now): with the repository's push turn held
-// (cluster.HoldPushes), no push can commit, so it is the former, and
-// the copy undoes it. Its refs are then the generation's, proven by
-// digest, and it is recorded at the generation again. Undoing loses
-// nothing: a push is acknowledged only after its commit.
-
-// unackedFile, in a copy's git directory, is its last replication.
-const unackedFile = "packwire-replication.json"
-
-// unackedAge is how old a replication must be before a copy recorded at
-// the generation takes the repository's push turn to look at it: a live
-// primary commits its push within milliseconds of its majority, so only
-// a push given up on is still pending after it (holding the turn for a
-// live push would only wait for it).
-const unackedAge = 2 * time.Second
-
-type unacked struct {
-	Before  string           `json:"before"` // the refs' digest before the updates
-	After   string           `json:"after"`  // and once they were written
-	Updates []cluster.Update `json:"updates"`
-}
-
-// noteUnacked records the replication just applied to gitDir (with the
-// ref writes held). A replication made from an unknown digest is not
-// noted (and an older note is removed: it no longer describes the refs).
-func noteUnacked(gitDir, before, after string, updates []cluster.Update) error {
-	path := filepath.Join(gitDir, unackedFile)
-	if before == "" {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		return nil
-	}
-	b, err := json.Marshal(unacked{Before: before, After: after, Updates: updates})
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// readUnacked returns gitDir's last replication and when it was noted;
-// ok false when there is none (or it cannot be read: nothing to undo).
-func readUnacked(gitDir string) (u unacked, at time.Time, ok bool) {
-	path := filepath.Join(gitDir, unackedFile)
-	fi, err := os.Stat(path)
-	if err != nil {
-		return u, at, false
-	}
-	b, err := os.ReadFile(path)
-	if err != nil || json.Unmarshal(b, &u) != nil || u.Before == "" || u.After == "" || len(u.Updates) == 0 {
-		return u, at, false
-	}
-	return u, fi.ModTime(), true
-}
-
-// undoUnacked makes r's refs the generation's of pl by undoing its last
-// replication, if that replication was made from the generation's refs
-// and the copy's refs are still what it left. It must run with pl read
-// under the repository's push turn (cluster.HoldPushes). It reports the
-// copy's digest and whether it undid anything.
-func (rt *Router) undoUnacked(ctx context.Context, r repo.Repo, pl cluster.Placement) (string, bool, error) {
-	u, _, ok := readUnacked(r.Path)
-	if !ok || pl.Digest == "" || u.Before != pl.Digest {
-		return "", false, nil
-	}
-	writes, err := lockRefWrites(ctx, r.Path)
-	if err != nil {
-		return "", false, err
-	}
-	defer writes.Release()
-	refs, err := cluster.CopyRefs(r.Path)
-	if err != nil {
-		return "", false, err
-	}
-	if cluster.RefDigest(refs) != u.After || cluster.RefDigest(cluster.Apply(refs, reverse(u.Updates))) != pl.Digest {
-		return "", false, nil // the refs moved on since: not this replication's to undo
-	}
-	var in strings.Builder
-	in.WriteString("start\n")
-	for _, b := range reverse(u.Updates) {
-		switch {
-		case cluster.IsZero(b.New):
-			fmt.Fprintf(&in, "delete %s %s\n", b.Ref, b.Old)
-		case cluster.IsZero(b.Old):
-			fmt.Fprintf(&in, "create %s %s\n", b.Ref, b.New)
-		default:
-			fmt.Fprintf(&in, "update %s %s %s\n", b.Ref, b.New, b.Old)
-		}
-	}
-	in.WriteString("prepare\ncommit\n")
-	cmd := exec.CommandContext(ctx, "git", "--git-dir", r.Path, "update-ref", "--stdin")
-	gitexec.StopGently(cmd, 5*time.Second)
-	cmd.Stdin = strings.NewReader(in.String())
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", false, fmt.Errorf("undoing an unacknowledged replication: %v: %s", err, cluster.LastLines(string(out), 3))
-	}
-	os.Remove(filepath.Join(r.Path, unackedFile))
-	digest, err := cluster.CopyDigest(r.Path)
-	if err != nil {
-		return "", false, err
-	}
-	rt.Node.Log.Warn("cluster: undid a replication whose push was never committed", "repo", pl.Repo, "generation", pl.Generation, "updates", len(u.Updates))
-	return digest, true, nil
-}
-
-// undoStranded looks at this node's copies recorded at their
-// repository's generation for a replication noted at least unackedAge
-// ago that was made from the generation's refs and is still on the
-// copy, and undoes it with the repository's pushes held (undoUnacked).
-// Cheap when there is nothing to do: a small file read per copy, no git.
+// It runs on every tick (Reconcile) and costs a stat per copy when there
+// is nothing to do: a kept replication found not to concern the
+// generation is not read again while neither changes. The push turn is
+// taken only for one kept unackedAge ago or more: a live primary commits
+// within milliseconds of its majority (holding the turn for a push in
+// flight would only wait for it).
 func (rt *Router) undoStranded(ctx context.Context) error {
 	current, err := cluster.CurrentCopies(ctx, rt.Node.DB, rt.Node.Name)
 	if err != nil {
@@ -163,31 +45,29 @@ func (rt *Router) undoStranded(ctx context.Context) error {
 	var errs []error
 	for _, c := range current {
 		r, err := rt.Repos.Resolve(c.Repo)
+		if err != nil || c.Digest == "" {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(r.Path, undoFile))
 		if err != nil {
 			continue
 		}
-		// A note already found not to concern the generation is not read
-		// again while neither changes (a stat a copy a tick).
-		fi, err := os.Stat(filepath.Join(r.Path, unackedFile))
-		if err != nil {
-			continue
+		if time.Since(fi.ModTime()) < unackedAge {
+			continue // looked at again next tick
 		}
 		seen := fi.ModTime().String() + " " + c.Digest
 		if prev[r.Path] == seen {
 			next[r.Path] = seen
 			continue
 		}
-		u, at, ok := readUnacked(r.Path)
-		if time.Since(at) < unackedAge {
-			continue // looked at again next tick
-		}
-		if !ok || c.Digest == "" || u.Before != c.Digest {
+		last, err := readLastReplication(r.Path)
+		if err != nil || last.before != c.Digest {
 			next[r.Path] = seen
 			continue
 		}
-		if digest, err := cluster.CopyDigest(r.Path); err != nil || digest != u.After {
+		if digest, err := cluster.CopyDigest(r.Path); err != nil || digest != last.after {
 			// The refs moved on (this copy's own pushes as a primary): only
-			// a new replication, which writes a new note, brings it back.
+			// a new replication, which keeps a new one, brings it back.
 			if err == nil {
 				next[r.Path] = seen
 			}
@@ -195,9 +75,21 @@ func (rt *Router) undoStranded(ctx context.Context) error {
 		}
 		_, err = cluster.HoldPushes(ctx, rt.Node.DB, c.Repo, rt.Node.Name, cluster.MaxHold, rt.Node.NodeTimeout(),
 			func(ctx context.Context, pl cluster.Placement) (string, error) {
-				if digest, undone, err := rt.undoUnacked(ctx, r, pl); err != nil || undone {
-					return digest, err
+				writes, err := lockRefWrites(ctx, r.Path)
+				if err != nil {
+					return "", err
 				}
+				defer writes.Release()
+				digest, err := undoLastReplication(ctx, r.Path, pl.Digest)
+				if err == nil {
+					rt.Node.Log.Warn("cluster: undid a replication its primary never committed", "repo", c.Repo, "generation", pl.Generation)
+					return digest, nil
+				}
+				if !errors.Is(err, errNothingToUndo) {
+					return "", err
+				}
+				// Committed meanwhile (the hold waited for its turn): the
+				// copy is recorded at the generation its refs have.
 				return cluster.CopyDigest(r.Path)
 			})
 		if err != nil {
@@ -206,3 +98,7 @@ func (rt *Router) undoStranded(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// unackedAge is how old a kept replication must be before undoStranded
+// takes the repository's push turn to look at it.
+const unackedAge = 2 * time.Second
