@@ -1,6 +1,9 @@
 package ssh
 
-import "net"
+import (
+	"net"
+	"sync/atomic"
+)
 
 // smallReadBuffer is the room readBufferedConn reads into: more than an
 // SSH version line (at most 255 bytes, RFC 4253 4.2) and the start of the
@@ -16,9 +19,11 @@ const smallReadBuffer = 512
 // transport's read loop), so there is no lock.
 type readBufferedConn struct {
 	net.Conn
-	buf  [smallReadBuffer]byte
-	r, w int
-	err  error // the socket's error, returned once buf is drained
+	buf   [smallReadBuffer]byte
+	r, w  int
+	err   error        // the socket's error, returned once buf is drained
+	read  atomic.Int64 // bytes read off the socket, for adjustGate
+	reads atomic.Int64 // reads of the socket that returned bytes
 }
 
 func (c *readBufferedConn) Read(p []byte) (int, error) {
@@ -33,9 +38,12 @@ func (c *readBufferedConn) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	if len(p) >= len(c.buf) {
-		return c.Conn.Read(p)
+		n, err := c.Conn.Read(p)
+		c.count(n)
+		return n, err
 	}
 	n, err := c.Conn.Read(c.buf[:])
+	c.count(n)
 	m := copy(p, c.buf[:n])
 	c.r, c.w = m, n
 	if m < n {
@@ -43,4 +51,11 @@ func (c *readBufferedConn) Read(p []byte) (int, error) {
 		return m, nil
 	}
 	return m, err
+}
+
+func (c *readBufferedConn) count(n int) {
+	if n > 0 {
+		c.read.Add(int64(n))
+		c.reads.Add(1)
+	}
 }
