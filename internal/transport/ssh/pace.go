@@ -190,11 +190,6 @@ type channelWindow struct {
 	minReturn uint32      // the smallest window the client returned at once, as seen; 0: none yet
 	stalled   bool        // the writer waited stallWait with no return: not paced any more
 	stall     *time.Timer // sets stalled while the writer waits; nil until it first does
-
-	gate         *adjustGate // holds back adjusts' wake-ups while the writer waits; nil: none
-	gateWire     int64       // bytes read off the socket at the last wait
-	gateAcked    uint64      // acknowledged bytes then
-	wirePerAcked float64     // bytes on the wire per byte of window returned, as last measured; 0: not yet
 }
 
 // stallWait is how long a writer waits with no window returned before it
@@ -276,29 +271,8 @@ func (w *channelWindow) waitRoom(size, limit uint32) {
 			w.stall.Reset(stallWait)
 		}
 		waited = true
-		if w.gate == nil {
-			w.cond.Wait()
-			continue
-		}
-		w.gate.hold(w.lowat(unacked + size - w.allowance(limit, time.Now())))
 		w.cond.Wait()
-		w.gate.release()
 	}
-}
-
-// lowat is the socket's low mark for a wait until need more bytes of
-// window are returned: three quarters of the bytes that many returns
-// took on the wire lately (wake a little early rather than late: a
-// client's returns vary in size, and the gate's fallback costs a timer);
-// 1 until that is measured. Call with cond.L held.
-func (w *channelWindow) lowat(need uint32) int {
-	wire := w.gate.socket.read.Load()
-	acked := w.sent - min(uint64(w.unacked()), w.sent)
-	if w.gateAcked != 0 && acked > w.gateAcked && wire > w.gateWire {
-		w.wirePerAcked = float64(wire-w.gateWire) / float64(acked-w.gateAcked)
-	}
-	w.gateWire, w.gateAcked = wire, acked
-	return int(float64(need) * w.wirePerAcked * 3 / 4)
 }
 
 // sawReturns notes the window the client returned since the last look and

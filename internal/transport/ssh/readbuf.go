@@ -1,9 +1,6 @@
 package ssh
 
-import (
-	"net"
-	"sync/atomic"
-)
+import "net"
 
 // smallReadBuffer is the room readBufferedConn reads into: more than an
 // SSH version line (at most 255 bytes, RFC 4253 4.2) and the start of the
@@ -19,11 +16,9 @@ const smallReadBuffer = 512
 // transport's read loop), so there is no lock.
 type readBufferedConn struct {
 	net.Conn
-	buf   [smallReadBuffer]byte
-	r, w  int
-	err   error        // the socket's error, returned once buf is drained
-	read  atomic.Int64 // bytes read off the socket, for adjustGate
-	reads atomic.Int64 // reads of the socket that returned bytes
+	buf  [smallReadBuffer]byte
+	r, w int
+	err  error // the socket's error, returned once buf is drained
 }
 
 func (c *readBufferedConn) Read(p []byte) (int, error) {
@@ -38,12 +33,9 @@ func (c *readBufferedConn) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	if len(p) >= len(c.buf) {
-		n, err := c.Conn.Read(p)
-		c.count(n)
-		return n, err
+		return c.Conn.Read(p)
 	}
 	n, err := c.Conn.Read(c.buf[:])
-	c.count(n)
 	m := copy(p, c.buf[:n])
 	c.r, c.w = m, n
 	if m < n {
@@ -51,11 +43,4 @@ func (c *readBufferedConn) Read(p []byte) (int, error) {
 		return m, nil
 	}
 	return m, err
-}
-
-func (c *readBufferedConn) count(n int) {
-	if n > 0 {
-		c.read.Add(int64(n))
-		c.reads.Add(1)
-	}
 }

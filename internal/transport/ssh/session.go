@@ -164,9 +164,6 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	// c.ctx ends with the connection; a closed channel ends the relay
 	// through the failed write, and the client's EOF reaches git's stdin.
 	paced := newPacedWriter(ch, c.srv.maxUnacked())
-	if paced.window != nil {
-		paced.window.gate = c.gate
-	}
 	if paced.window == nil && c.srv.maxUnacked() > 0 {
 		c.srv.pacingOff.Do(func() {
 			c.log.Warn("output pacing is off", "reason", "x/crypto/ssh's channel window was not found (its layout changed)")
@@ -181,10 +178,6 @@ func (c *conn) exec(ch gossh.Channel, command, protocol string) uint32 {
 	defer out.SetWriteDeadline(time.Time{})
 	res, err := call.Run(c.ctx, ch, out, ch.Stderr())
 	stopRTT()
-	if c.gate != nil && paced.window != nil {
-		holds, expired, reads := c.gate.stats()
-		c.log.Debug("adjust gate", "holds", holds, "expired", expired, "socket_reads", reads)
-	}
 	if paced.stalled() {
 		c.log.Info("output pacing stopped", "service", service, "repo", path, "reason", "the client returned no window for "+stallWait.String()+" while output waited")
 	}

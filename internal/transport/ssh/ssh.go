@@ -145,9 +145,7 @@ func (s *Server) Serve(l net.Listener) error {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetKeepAliveConfig(tcpKeepAlive)
 		}
-		rb := &readBufferedConn{Conn: accept.QuickAck(nc)}
-		gate := newAdjustGate(nc, rb)
-		nc = rb
+		nc = &readBufferedConn{Conn: accept.QuickAck(nc)}
 		// Add under the lock that Close takes, so that Wait after Close
 		// never races a handler being added.
 		s.mu.Lock()
@@ -161,7 +159,7 @@ func (s *Server) Serve(l net.Listener) error {
 		go func() {
 			defer s.wg.Done()
 			defer s.handling.Done()
-			s.handleConn(nc, config, near, gate)
+			s.handleConn(nc, config, near)
 		}()
 	})
 	if err == nil {
@@ -334,8 +332,8 @@ func (s *Server) timeoutsNow() Timeouts {
 
 // handleConn runs one connection from accept to close. near: the round
 // trip is short enough to wait for the client's cipher list (see
-// preferCiphers); gate: the socket's adjustGate, nil for none.
-func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool, gate *adjustGate) {
+// preferCiphers).
+func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool) {
 	start := time.Now()
 	s.accepted.Add(1)
 	defer nc.Close()
@@ -387,7 +385,7 @@ func (s *Server) handleConn(nc net.Conn, config *gossh.ServerConfig, near bool, 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log, started: started, timeouts: t, gate: gate}
+	c := &conn{srv: s, ssh: sconn, ctx: ctx, remote: remote, principal: principal, log: log, started: started, timeouts: t}
 	if perms := sconn.Permissions; perms != nil {
 		c.keyFingerprint = perms.Extensions[extKey]
 		c.unavailable = perms.Extensions[extUnavailable]
@@ -464,8 +462,7 @@ type conn struct {
 	// answer); "": known. Every command is refused, to retry later.
 	unavailable string
 	log         *slog.Logger
-	timeouts    Timeouts    // the server's when the connection was accepted
-	gate        *adjustGate // for its paced writers; nil: none
+	timeouts    Timeouts // the server's when the connection was accepted
 	initTimer   *time.Timer
 	started     func()         // the first command is here: no longer among its address's startups
 	wg          sync.WaitGroup // everything started for this connection
