@@ -251,8 +251,11 @@ func TestRateLimit(t *testing.T) {
 	if string(answer) != fmt.Sprint(size) {
 		t.Fatalf("server got %q bytes, want %d", answer, size)
 	}
+	// Never faster than the rate: that is what the limit promises. The
+	// upper bound only catches a pacing gone wrong by an order of
+	// magnitude (CI under -race at a load of 40 took 1.12 s, 4.5x).
 	want := time.Second * size / rate
-	if took < want*9/10 || took > want*4 {
+	if took < want*9/10 || took > want*20 {
 		t.Errorf("1 MiB at 4 MiB/s took %v, want about %v", took, want)
 	}
 }
