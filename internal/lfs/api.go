@@ -1,12 +1,14 @@
 package lfs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,11 +117,18 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	}{e.Message})
 }
 
+// writeJSON answers v with a Content-Length: a batch answer over net/http's
+// 4 KiB buffer would otherwise go chunked, and git-lfs (Go's client) stops
+// decoding before the last chunk and so closes the connection instead of
+// reusing it for the downloads (TestLFSPullReusesConnection).
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	var body bytes.Buffer
+	json.NewEncoder(&body).Encode(v)
 	w.Header().Set("Content-Type", ContentType)
 	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("Content-Length", strconv.Itoa(body.Len()))
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	w.Write(body.Bytes())
 }
 
 // readJSON decodes a bounded request body into v.
