@@ -14,6 +14,7 @@ import (
 
 	"packwire/internal/access"
 	"packwire/internal/governor"
+	"packwire/internal/transport/accept"
 	"packwire/internal/transport/forwarded"
 )
 
@@ -324,7 +325,11 @@ func (s *Service) download(w http.ResponseWriter, r *http.Request, p access.Prin
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("ETag", `"`+oid+`"`)
 	// ServeContent: Range and If-None-Match; the *os.File reaches
-	// sendfile(2) through the ResponseWriter's ReadFrom.
+	// sendfile(2) through the ResponseWriter's ReadFrom, in as large a
+	// socket buffer as the system allows (fewer EAGAINs and wake-ups).
+	if r.Method == http.MethodGet {
+		accept.GrowSendBuffer(r.Context())
+	}
 	http.ServeContent(cw, r, "", fi.ModTime(), f)
 	result, errText := governor.ResultOK, ""
 	if r.Context().Err() != nil {
