@@ -17,6 +17,7 @@ type SlowProxy struct {
 	Addr string // 127.0.0.1:port to connect to instead of the target
 
 	bytesPerSecond int
+	accepted       atomic.Int64
 	released       atomic.Bool
 	wake           chan struct{}
 	once           sync.Once
@@ -42,6 +43,7 @@ func NewSlowProxy(t testing.TB, target string, bytesPerSecond int) *SlowProxy {
 			if err != nil {
 				return
 			}
+			p.accepted.Add(1)
 			conns.Add(1)
 			go func() {
 				defer conns.Done()
@@ -51,6 +53,9 @@ func NewSlowProxy(t testing.TB, target string, bytesPerSecond int) *SlowProxy {
 	}()
 	return p
 }
+
+// Accepted is how many connections clients have opened through the proxy.
+func (p *SlowProxy) Accepted() int64 { return p.accepted.Load() }
 
 // Release lets everything through at full speed from now on.
 func (p *SlowProxy) Release() {

@@ -152,6 +152,57 @@ func TestLFSOverHTTP(t *testing.T) {
 	}
 }
 
+// TestLFSPullReusesConnection: git lfs pull, one transfer at a time, asks
+// the batch and downloads every object over one kept-alive connection.
+// The batch answer for 100 objects (git-lfs's batch size) is ~30 KiB:
+// sent chunked, git-lfs's decoder stopped before the last chunk and the
+// client closed the connection, a new one for the downloads (issue 31's
+// extra connection per pull).
+func TestLFSPullReusesConnection(t *testing.T) {
+	t.Parallel()
+	a := startLFSServer(t)
+	a.grant(t, "alice", "write", "**")
+	if _, err := a.Data.Repos.Create(context.Background(), "lfs/keep"); err != nil {
+		t.Fatal(err)
+	}
+	// The objects go into the store directly (100 uploads by git-lfs would
+	// take seconds), the pointers by a push without git-lfs's pre-push.
+	w := a.lfsWork(t, randomBytes(1, 100))
+	for i := range 99 {
+		os.WriteFile(filepath.Join(w, fmt.Sprintf("b%02d.bin", i)), randomBytes(uint64(i+2), 100), 0o644)
+	}
+	a.env.Git(w, "add", ".")
+	a.env.Git(w, "commit", "-qm", "more objects")
+	for i := range 100 {
+		content := randomBytes(uint64(i+1), 100)
+		oid := sha256Hex(content)
+		if _, err := a.LFS.Objects.Put(oid, 100, bytes.NewReader(content)); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.LFS.Index.Add(context.Background(), "lfs/keep", oid, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := a.git(t, w, "http", a.alice, "lfs/keep", "push", "--no-verify", "URL", "HEAD:refs/heads/main"); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	c := filepath.Join(t.TempDir(), "c")
+	url, _ := a.remote("http", a.alice, "lfs/keep")
+	if out, err := a.env.Run("", []string{"GIT_LFS_SKIP_SMUDGE=1"}, "clone", "-q", url, c); err != nil {
+		t.Fatalf("clone: %v\n%s", err, out)
+	}
+	proxy := gittest.NewSlowProxy(t, a.HTTPAddr.String(), 1)
+	proxy.Release()
+	lfsURL := fmt.Sprintf("http://alice:%s@%s/lfs/keep.git/info/lfs", a.alice.token, proxy.Addr)
+	a.env.Git(c, "-c", "lfs.url="+lfsURL, "-c", "lfs.concurrenttransfers=1", "lfs", "pull")
+	if got, _ := os.ReadFile(filepath.Join(c, "b98.bin")); !bytes.Equal(got, randomBytes(100, 100)) {
+		t.Fatal("git lfs pull did not bring b98.bin's content")
+	}
+	if n := proxy.Accepted(); n != 1 {
+		t.Fatalf("git lfs pull of 100 objects opened %d connections, want 1 (the batch's kept alive for the downloads)", n)
+	}
+}
+
 // TestLFSPushNeedsObjects: a push whose new commits add an LFS pointer to
 // an object the server does not hold is refused, naming it (the pre-push
 // hook skipped: git push --no-verify).
