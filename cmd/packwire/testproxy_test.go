@@ -20,11 +20,13 @@ import (
 // new ones are accepted and held), as a network that drops every packet
 // does, until mend; cutWhere does the same to the connections it picks
 // only (a partition of some clients); onUp, if set, sees each chunk the
-// client sends before it is forwarded.
+// client sends before it is forwarded, onDown each chunk the upstream
+// answers.
 type testProxy struct {
 	ln       net.Listener
 	upstream atomic.Value // string
 	onUp     atomic.Value // func([]byte)
+	onDown   atomic.Value // func([]byte)
 	mu       sync.Mutex
 	open     chan struct{} // closed while bytes move
 	where    func(client net.Conn) bool
@@ -124,14 +126,14 @@ func (p *testProxy) forward(c net.Conn) {
 		return
 	}
 	p.track(up)
-	pipe := func(dst, src net.Conn, watch bool) {
+	pipe := func(dst, src net.Conn, watch *atomic.Value) {
 		defer dst.Close()
 		defer src.Close()
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
-				if f, _ := p.onUp.Load().(func([]byte)); watch && f != nil {
+				if f, _ := watch.Load().(func([]byte)); f != nil {
 					f(buf[:n])
 				}
 				p.gate(c)
@@ -144,8 +146,8 @@ func (p *testProxy) forward(c net.Conn) {
 			}
 		}
 	}
-	go pipe(up, c, true)
-	pipe(c, up, false)
+	go pipe(up, c, &p.onUp)
+	pipe(c, up, &p.onDown)
 }
 
 // proxiedNodes starts nodes a, b and c on the cluster database url, each

@@ -295,6 +295,14 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		return fmt.Errorf("cluster: reading this copy's refs: %w", err)
 	}
 	if p.Digest != "" && cluster.RefDigest(before) != p.Digest {
+		// A replication this copy took as a replica, from a primary
+		// failed over before it committed it, is undone: this push holds
+		// the turn, so it never will be (undo.go).
+		if before, err = rt.undoOwn(ctx, rp, p.Digest); err != nil {
+			return err
+		}
+	}
+	if p.Digest != "" && cluster.RefDigest(before) != p.Digest {
 		// Recorded at the generation without its refs (changed behind
 		// packwire's back): marked behind, it is caught up from a copy
 		// that holds them before it takes a push again.
@@ -435,6 +443,27 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 		go rt.recordLate(name, p.Generation+1, want, results, pending)
 	}
 	return nil
+}
+
+// undoOwn is this primary's copy's refs (rp) after undoing its last
+// replication if that takes them back to digest want (undoLastReplication;
+// the caller holds the push turn); as they are otherwise.
+func (rt *Router) undoOwn(ctx context.Context, rp repo.Repo, want string) (map[string]string, error) {
+	writes, err := lockRefWrites(ctx, rp.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer writes.Release()
+	if _, err := undoLastReplication(ctx, rp.Path, want); err == nil {
+		rt.Node.Log.Info("cluster: undid a replication its primary never committed", "repo", rp.Name)
+	} else if !errors.Is(err, errNothingToUndo) {
+		rt.Node.Log.Warn("cluster: undoing a replication its primary never committed", "repo", rp.Name, "error", err.Error())
+	}
+	refs, err := cluster.CopyRefs(rp.Path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: reading this copy's refs: %w", err)
+	}
+	return refs, nil
 }
 
 // reverse undoes updates: each ref back from its new value to its old.

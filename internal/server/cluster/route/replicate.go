@@ -136,12 +136,12 @@ func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bu
 	defer writes.Release()
 	// Checked with the ref writes held: replications and catch-ups
 	// (the only writers of a replica's refs) wait meanwhile.
+	var refs map[string]string
 	if before != "" {
-		got, err := cluster.CopyDigest(rp.Path)
-		if err != nil {
+		if refs, err = cluster.CopyRefs(rp.Path); err != nil {
 			return http.StatusInternalServerError, fmt.Errorf("reading the refs before the push: %w", err)
 		}
-		if got != before {
+		if cluster.RefDigest(refs) != before {
 			return http.StatusConflict, errors.New("this copy's refs are not those the push was made from (its primary was replaced, or the copy is behind); nothing was written")
 		}
 	}
@@ -193,6 +193,12 @@ func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bu
 	}
 	if err := migrate(kit.quarantine, objects); err != nil {
 		return http.StatusInternalServerError, err
+	}
+	// Kept to be undone if its push is never committed (undo.go).
+	if before != "" {
+		if err := keepForUndo(rp.Path, refs, before, updates); err != nil {
+			return http.StatusInternalServerError, fmt.Errorf("keeping the replication: %w", err)
+		}
 	}
 	if err := txn.commit(); err != nil {
 		return http.StatusConflict, err

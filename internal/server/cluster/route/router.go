@@ -430,7 +430,7 @@ func (rt *Router) catchUp(ctx context.Context, name string) error {
 			if err != nil {
 				return "", err
 			}
-			return rt.bringTo(ctx, r, pl)
+			return rt.bringTo(ctx, r, pl, true)
 		})
 	if errors.Is(err, errLanding) {
 		return nil
@@ -480,7 +480,7 @@ func (rt *Router) catchUpRound(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	digest, err := rt.bringTo(ctx, r, pl)
+	digest, err := rt.bringTo(ctx, r, pl, false)
 	if err != nil {
 		return false, err
 	}
@@ -500,7 +500,7 @@ func (rt *Router) catchUpRound(ctx context.Context, name string) (bool, error) {
 // primary first). A copy recorded at the generation but whose refs are
 // not its, or a primary whose push is still landing, is never fetched
 // from: a pruning fetch from it would delete what it lacks here.
-func (rt *Router) bringTo(ctx context.Context, r repo.Repo, pl cluster.Placement) (string, error) {
+func (rt *Router) bringTo(ctx context.Context, r repo.Repo, pl cluster.Placement, held bool) (string, error) {
 	rt.catchUpHook(pl.Repo, "bring")
 	// No replication writes here meanwhile (refwrites.go); and a copy
 	// recorded at the generation since pl was read (a late record of a
@@ -527,7 +527,27 @@ func (rt *Router) bringTo(ctx context.Context, r repo.Repo, pl cluster.Placement
 		}
 		return cluster.CopyDigest(r.Path)
 	}
+	if pl.Digest != "" {
+		// Its refs are the generation's already (a set-back of a failed
+		// push, say): nothing to fetch.
+		if digest, err := cluster.CopyDigest(r.Path); err == nil && digest == pl.Digest {
+			return digest, nil
+		}
+	}
 	from, err := rt.catchUpSource(ctx, pl)
+	if errors.Is(err, errNoSource) && held {
+		// No copy holds the generation: this one may, but for a
+		// replication its primary never committed (undo.go); with the
+		// turn held, it never will be.
+		digest, uerr := undoLastReplication(ctx, r.Path, pl.Digest)
+		if uerr == nil {
+			rt.Node.Log.Info("cluster: undid a replication its primary never committed", "repo", pl.Repo, "generation", pl.Generation)
+			return digest, nil
+		}
+		if !errors.Is(uerr, errNothingToUndo) {
+			err = fmt.Errorf("%w; undoing this copy's last replication: %v", err, uerr)
+		}
+	}
 	if err != nil {
 		return "", err
 	}
