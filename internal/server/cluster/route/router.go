@@ -46,6 +46,8 @@ type Router struct {
 	spareDirs             []string                 // pushes' hooks directories made ahead (pushdir.go)
 	afterCommit           func(repo string)        // SetAfterCommit
 	onCatchUp             func(repo, at string)    // SetCatchUpHook
+	// sourceCheck replaces sourceAnswers in tests (nil: sourceAnswers).
+	sourceCheck func(ctx context.Context, repo, node string, health bool) error
 }
 
 // SetCatchUpHook sets a function run at points of this node's catch-ups
@@ -560,7 +562,9 @@ func (rt *Router) fetchFrom(ctx context.Context, r repo.Repo, pl cluster.Placeme
 	// transaction (--atomic).
 	// No automatic gc after the fetch: maintenance owns the object
 	// layout (a detached gc would repack under other readers).
-	cmd := exec.CommandContext(ctx, "git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
+	fctx, stop := rt.watchSource(ctx, pl.Repo, from.Node)
+	defer stop()
+	cmd := exec.CommandContext(fctx, "git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
 		cluster.RepoURL(from.URL, pl.Repo), "+refs/*:refs/*", "^"+cluster.LocalRefs+"*")
 	cmd.Env = append(os.Environ(), cluster.AuthEnv(rt.Secret)...)
 	gitexec.StopGently(cmd, 5*time.Second) // stopped, it leaves no ref locks
@@ -575,7 +579,7 @@ func (rt *Router) fetchFrom(ctx context.Context, r repo.Repo, pl cluster.Placeme
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("fetching from %s: %v: %s", from.Node, err, cluster.LastLines(string(out), 3))
+		return "", fmt.Errorf("fetching from %s: %w: %s", from.Node, sourceErr(fctx, err), cluster.LastLines(string(out), 3))
 	}
 	return cluster.CopyDigest(r.Path)
 }
@@ -601,7 +605,10 @@ func (rt *Router) catchUpSource(ctx context.Context, pl cluster.Placement) (clus
 		if pl.Digest == "" {
 			return c, nil
 		}
-		digest, _, err := cluster.RemoteDigest(ctx, cluster.RepoURL(c.URL, pl.Repo), rt.Secret)
+		rctx, stop := rt.watchSource(ctx, pl.Repo, c.Node)
+		digest, _, err := cluster.RemoteDigest(rctx, cluster.RepoURL(c.URL, pl.Repo), rt.Secret)
+		err = sourceErr(rctx, err)
+		stop()
 		switch {
 		case err != nil:
 			why = append(why, c.Node+": "+err.Error())
