@@ -15,21 +15,27 @@ import (
 
 // verdict is what the checker found in one phase.
 type verdict struct {
-	lost     []string // acknowledged pushes missing from a copy at the end
-	stale    []string // reads that missed a push acknowledged before they started
-	copies   []string // fsck errors, copies not equal, copies not settled
-	window   time.Duration
-	failover []time.Duration // per event hitting the primary: to the first push a new primary acknowledged (-1: none)
-	promoted []time.Duration // per event hitting the primary: to PostgreSQL recording another primary (-1: none)
-	recovery []time.Duration // per event: to the first acknowledged push after it (-1: none)
+	lost   []string      // acknowledged pushes missing from a copy at the end
+	stale  []string      // reads that missed a push acknowledged before they started
+	copies []string      // fsck errors, copies not equal, copies not settled
+	window time.Duration // the longest with no push acknowledged to any repository
+	// repoWindow is the longest one repository took no push (a wedged
+	// repository hides behind the other's pushes in window).
+	repoWindow time.Duration
+	stuck      []string        // repositories that took no push for longer than the phase allows
+	failover   []time.Duration // per event hitting the primary: to the first push a new primary acknowledged (-1: none)
+	promoted   []time.Duration // per event hitting the primary: to PostgreSQL recording another primary (-1: none)
+	recovery   []time.Duration // per event: to the first acknowledged push after it (-1: none)
 }
 
-func (v verdict) failed() bool { return len(v.lost)+len(v.stale)+len(v.copies) > 0 }
+func (v verdict) failed() bool { return len(v.lost)+len(v.stale)+len(v.copies)+len(v.stuck) > 0 }
 
 // check reads every node's copy of each repository directly (git
 // for-each-ref and git fsck in its bare repository) and the history:
-// no acknowledged push missing, no stale read, copies clean and equal.
-func check(ctx context.Context, c *testCluster, h *history, repos []string, settleErr error, from, to time.Time, primaryNemesis bool) verdict {
+// no acknowledged push missing, no stale read, copies clean and equal,
+// and (maxWindow > 0) no repository without an acknowledged push for
+// longer than maxWindow.
+func check(ctx context.Context, c *testCluster, h *history, repos []string, settleErr error, from, to time.Time, primaryNemesis bool, maxWindow time.Duration) verdict {
 	var v verdict
 	if settleErr != nil {
 		v.copies = append(v.copies, settleErr.Error())
@@ -93,7 +99,21 @@ func check(ctx context.Context, c *testCluster, h *history, repos []string, sett
 			}
 		}
 	}
-	v.window = longestGap(h.pushes, from, to)
+	v.window, _ = longestGap(h.pushes, from, to)
+	for _, repo := range repos {
+		var mine []pushRecord
+		for _, p := range h.pushes {
+			if p.repo == repo {
+				mine = append(mine, p)
+			}
+		}
+		gap, at := longestGap(mine, from, to)
+		v.repoWindow = max(v.repoWindow, gap)
+		if maxWindow > 0 && gap > maxWindow {
+			v.stuck = append(v.stuck, fmt.Sprintf("%s took no push for %s from %s (longer than -max-window %s)",
+				repo, gap.Round(100*time.Millisecond), at.Format("15:04:05.000"), maxWindow))
+		}
+	}
 	for i, e := range h.events {
 		until := to
 		if i+1 < len(h.events) {
@@ -177,8 +197,9 @@ func diff(a, b map[string]string, chain map[string]int) string {
 	return strings.Join(d, ", ")
 }
 
-// longestGap is the longest time in [from, to] with no push acknowledged.
-func longestGap(pushes []pushRecord, from, to time.Time) time.Duration {
+// longestGap is the longest time in [from, to] with no push acknowledged,
+// and when it began.
+func longestGap(pushes []pushRecord, from, to time.Time) (time.Duration, time.Time) {
 	var acks []time.Time
 	for _, p := range pushes {
 		if p.acked && !p.end.Before(from) && !p.end.After(to) {
@@ -186,14 +207,14 @@ func longestGap(pushes []pushRecord, from, to time.Time) time.Duration {
 		}
 	}
 	sort.Slice(acks, func(i, j int) bool { return acks[i].Before(acks[j]) })
-	longest, prev := time.Duration(0), from
+	longest, at, prev := time.Duration(0), from, from
 	for _, t := range append(acks, to) {
 		if d := t.Sub(prev); d > longest {
-			longest = d
+			longest, at = d, prev
 		}
 		prev = t
 	}
-	return longest
+	return longest, at
 }
 
 // firstMove is the time from at to the first time (before until) the

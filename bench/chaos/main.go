@@ -63,8 +63,9 @@ type options struct {
 	readers     int
 	stall       time.Duration // a push with no progress for this long is cut (0: never)
 	keep        bool
-	pushLog     string    // a file each phase's pushes and faults are appended to ("": none)
-	log         io.Writer // progress
+	maxWindow   time.Duration // a repository taking no push for longer fails the phase (0: not checked)
+	pushLog     string        // a file each phase's pushes and faults are appended to ("": none)
+	log         io.Writer     // progress
 }
 
 func main() {
@@ -78,6 +79,7 @@ func main() {
 	flag.DurationVar(&o.nodeTimeout, "node-timeout", cluster.DefaultNodeTimeout, "the nodes' --node-timeout")
 	flag.IntVar(&o.readers, "readers", 3, "concurrent readers (HTTP, SSH and git:// in turn)")
 	flag.DurationVar(&o.stall, "push-stall", defaultStall, "a push showing no progress for this long is cut and the pusher tries the next node, as a client behind a load balancer; 0: pushes wait for their node")
+	flag.DurationVar(&o.maxWindow, "max-window", 0, "fail a phase in which a repository took no push for longer than this, from the first fault to the end (a wedge); 0: not checked, as the time depends on the machine")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data directories and node logs after a failed run")
 	flag.StringVar(&o.pushLog, "push-log", "", "also append every push and fault, one a line in time order, to FILE (where a failover's seconds went)")
 	flag.Parse()
@@ -155,8 +157,8 @@ func run(ctx context.Context, o options) (string, bool, error) {
 		}
 		fmt.Fprintf(o.log, "chaos: %s\n", nm.name)
 		r := runPhase(ctx, c, nm, i, o)
-		fmt.Fprintf(o.log, "chaos: %s: %d pushes acknowledged, %d lost, %d stale reads, %d copy problems%s\n",
-			nm.name, r.pushesAcked, len(r.v.lost), len(r.v.stale), len(r.v.copies), errSuffix(r.err))
+		fmt.Fprintf(o.log, "chaos: %s: %d pushes acknowledged, %d lost, %d stale reads, %d copy problems, %d repositories stuck%s\n",
+			nm.name, r.pushesAcked, len(r.v.lost), len(r.v.stale), len(r.v.copies), len(r.v.stuck), errSuffix(r.err))
 		failed = failed || r.failed()
 		results = append(results, r)
 	}
@@ -237,7 +239,7 @@ func runPhase(ctx context.Context, c *testCluster, nm nemesis, i int, o options)
 			}
 		}
 		before := c.records(ctx, r.repos)
-		r.v = check(ctx, c, h, r.repos, settleErr, from, to, nm.primary)
+		r.v = check(ctx, c, h, r.repos, settleErr, from, to, nm.primary, o.maxWindow)
 		if settleErr != nil || c.records(ctx, r.repos) == before {
 			break
 		}

@@ -2,7 +2,10 @@
 
 package main
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestParseRefsRefusesASplitLine: the long run's one "stale read" was an
 // ls-remote line split by ssh's stderr (combined output), its object name
@@ -22,5 +25,26 @@ func TestParseRefsRefusesASplitLine(t *testing.T) {
 	}
 	if refs, err := parseRefs(""); err != nil || len(refs) != 0 {
 		t.Fatalf("parseRefs(empty) = %v, %v", refs, err)
+	}
+}
+
+// TestLongestGap: the longest time without an acknowledged push, and
+// when it began, counting from the first fault and up to the end (a
+// repository that never takes a push again is stuck until the end).
+func TestLongestGap(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	pushes := []pushRecord{
+		{end: at(1), acked: true},
+		{end: at(3), acked: true},
+		{end: at(30), acked: false}, // a refusal ends no window
+		{end: at(40), acked: true},
+		{end: at(41), acked: true},
+	}
+	if gap, from := longestGap(pushes, at(0), at(45)); gap != 37*time.Second || !from.Equal(at(3)) {
+		t.Fatalf("longestGap = %v from %v, want 37s from +3s", gap, from.Sub(t0))
+	}
+	if gap, from := longestGap(pushes[:2], at(0), at(45)); gap != 42*time.Second || !from.Equal(at(3)) {
+		t.Fatalf("longestGap, no push after +3s = %v from %v, want 42s from +3s (to the end)", gap, from.Sub(t0))
 	}
 }

@@ -81,8 +81,8 @@ func reportHeader(w io.Writer, root string, o options) {
 
 // reportTable is one line per nemesis, then the details of each.
 func reportTable(w io.Writer, results []phaseResult) {
-	fmt.Fprintf(w, "| nemesis | faults | pushes acked / failed | reads ok / failed | lost | stale reads | copies | longest window without an ack | failover: another primary recorded | failover: a push acked by a new primary | first ack after a fault | verdict |\n")
-	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---|---:|---|---|---|---|\n")
+	fmt.Fprintf(w, "| nemesis | faults | pushes acked / failed | reads ok / failed | lost | stale reads | copies | longest window without an ack | longest a repository took no push | failover: another primary recorded | failover: a push acked by a new primary | first ack after a fault | verdict |\n")
+	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---|---|\n")
 	for _, r := range results {
 		copies := "fsck clean, equal"
 		if len(r.v.copies) > 0 {
@@ -99,8 +99,12 @@ func reportTable(w io.Writer, results []phaseResult) {
 		case r.v.failed():
 			verdict = "**FAIL**"
 		}
-		fmt.Fprintf(w, "| %s | %d | %d / %d | %d / %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.nm.name, len(r.events), r.pushesAcked, r.pushesFailed, r.readsOK, r.readsFailed,
-			count(len(r.v.lost)), count(len(r.v.stale)), copies, secs(r.v.window), promoted, failover, spread(r.v.recovery), verdict)
+		repoWindow := secs(r.v.repoWindow)
+		if len(r.v.stuck) > 0 {
+			repoWindow = "**" + repoWindow + "**"
+		}
+		fmt.Fprintf(w, "| %s | %d | %d / %d | %d / %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.nm.name, len(r.events), r.pushesAcked, r.pushesFailed, r.readsOK, r.readsFailed,
+			count(len(r.v.lost)), count(len(r.v.stale)), copies, secs(r.v.window), repoWindow, promoted, failover, spread(r.v.recovery), verdict)
 	}
 	fmt.Fprintln(w)
 	for _, r := range results {
@@ -121,6 +125,7 @@ func reportTable(w io.Writer, results []phaseResult) {
 		list(w, fmt.Sprintf("Lost (acknowledged, missing from a copy at the end): %d", len(r.v.lost)), r.v.lost)
 		list(w, fmt.Sprintf("Stale reads (missed a push acknowledged before the read started): %d", len(r.v.stale)), r.v.stale)
 		list(w, fmt.Sprintf("Copies: %d", len(r.v.copies)), r.v.copies)
+		list(w, fmt.Sprintf("Stuck (no push acknowledged for longer than -max-window): %d", len(r.v.stuck)), r.v.stuck)
 		list(w, "Recorded in PostgreSQL at the end, and each copy's refs digest", r.records)
 		if len(r.failReasons) > 0 {
 			var reasons []string

@@ -154,6 +154,9 @@ func lsRemote(ctx context.Context, url, secret string) (map[string]string, error
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "git", "ls-remote", url, "refs/*")
 	cmd.Env = append(os.Environ(), AuthEnv(secret)...)
+	// Killed, git leaves its remote helper reading from a node that says
+	// nothing (paused, cut off) with our pipe open: not waited for.
+	cmd.WaitDelay = 2 * time.Second
 	b, err := cmd.Output()
 	if err != nil {
 		msg := err.Error()

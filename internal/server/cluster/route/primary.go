@@ -274,10 +274,6 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 			p.Rollback()
 		}
 	}()
-	if len(p.Targets)+1 < p.Need() {
-		return fmt.Errorf("cluster: only %d of %d replicas of %s can take the push (%d needed); nothing was written: %s",
-			len(p.Targets)+1, p.Total, name, p.Need(), strings.Join(p.Skipped, "; "))
-	}
 	// One pack of the new objects, the same bytes for every replica,
 	// made while the replicas read the updates (and start their
 	// transaction).
@@ -296,18 +292,25 @@ func (rt *Router) replicate(ctx context.Context, name, key, receivePack string, 
 	if p.Digest != "" && cluster.RefDigest(before) != p.Digest {
 		// A replication this copy took as a replica, from a primary
 		// failed over before it committed it, is undone: this push holds
-		// the turn, so it never will be (undo.go).
+		// the turn, so it never will be (undo.go). If it cannot be (the
+		// push holds one of its refs locked), the copy is marked behind:
+		// its catch-up undoes it. Both before the count of the replicas:
+		// a copy behind can catch up from this one only once it is undone.
 		if before, err = rt.undoOwn(ctx, rp, p.Digest); err != nil {
 			return err
 		}
 	}
 	if p.Digest != "" && cluster.RefDigest(before) != p.Digest {
-		// Recorded at the generation without its refs (changed behind
-		// packwire's back): marked behind, it is caught up from a copy
-		// that holds them before it takes a push again.
+		// Recorded at the generation without its refs (a replication not
+		// undone yet, or changed behind packwire's back): marked behind,
+		// it is caught up (or undone) before it takes a push again.
 		p.MarkStale(ctx, []string{rt.Node.Name}) // written at once while the push holds its turn
 		p.Rollback()
 		return fmt.Errorf("cluster: this node's copy of %s does not hold generation %d's refs and is being caught up; nothing was written, push again shortly", name, p.Generation)
+	}
+	if len(p.Targets)+1 < p.Need() {
+		return fmt.Errorf("cluster: only %d of %d replicas of %s can take the push (%d needed); nothing was written: %s",
+			len(p.Targets)+1, p.Total, name, p.Need(), strings.Join(p.Skipped, "; "))
 	}
 	want := cluster.RefDigest(cluster.Apply(before, updates))
 	pk := &packing{done: make(chan struct{})}

@@ -196,6 +196,13 @@ func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bu
 			return http.StatusInternalServerError, "", fmt.Errorf("keeping the replication: %w", err)
 		}
 	}
+	// Kept to be undone if its push is never committed (undo.go); not
+	// kept (a full disk), the copy is only not repairable that way.
+	if before != "" {
+		if err := keepForUndo(rp.Path, refs, before, updates); err != nil {
+			os.Remove(filepath.Join(rp.Path, undoFile))
+		}
+	}
 	if err := txn.commit(); err != nil {
 		return http.StatusConflict, "", err
 	}

@@ -48,6 +48,8 @@ type Router struct {
 	dieBeforeCommit       func(repo string) bool   // SetDieBeforeCommit
 	unackedSeen           map[string]string        // git dir -> a kept replication found not to concern its generation (undo.go)
 	onCatchUp             func(repo, at string)    // SetCatchUpHook
+	// sourceCheck replaces sourceAnswers in tests (nil: sourceAnswers).
+	sourceCheck func(ctx context.Context, repo, node string, health bool) error
 }
 
 // SetCatchUpHook sets a function run at points of this node's catch-ups
@@ -573,7 +575,9 @@ func (rt *Router) fetchFrom(ctx context.Context, r repo.Repo, pl cluster.Placeme
 	// transaction (--atomic).
 	// No automatic gc after the fetch: maintenance owns the object
 	// layout (a detached gc would repack under other readers).
-	cmd := exec.CommandContext(ctx, "git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
+	fctx, stop := rt.watchSource(ctx, pl.Repo, from.Node)
+	defer stop()
+	cmd := exec.CommandContext(fctx, "git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "--git-dir", r.Path, "fetch", "--quiet", "--prune", "--atomic", "--no-write-fetch-head",
 		cluster.RepoURL(from.URL, pl.Repo), "+refs/*:refs/*", "^"+cluster.LocalRefs+"*")
 	cmd.Env = append(os.Environ(), cluster.AuthEnv(rt.Secret)...)
 	gitexec.StopGently(cmd, 5*time.Second) // stopped, it leaves no ref locks
@@ -588,7 +592,7 @@ func (rt *Router) fetchFrom(ctx context.Context, r repo.Repo, pl cluster.Placeme
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("fetching from %s: %v: %s", from.Node, err, cluster.LastLines(string(out), 3))
+		return "", fmt.Errorf("fetching from %s: %w: %s", from.Node, sourceErr(fctx, err), cluster.LastLines(string(out), 3))
 	}
 	// The refs are another copy's now: the last replication kept here no
 	// longer describes them (undo.go).
@@ -617,7 +621,10 @@ func (rt *Router) catchUpSource(ctx context.Context, pl cluster.Placement) (clus
 		if pl.Digest == "" {
 			return c, nil
 		}
-		digest, _, err := cluster.RemoteDigest(ctx, cluster.RepoURL(c.URL, pl.Repo), rt.Secret)
+		rctx, stop := rt.watchSource(ctx, pl.Repo, c.Node)
+		digest, _, err := cluster.RemoteDigest(rctx, cluster.RepoURL(c.URL, pl.Repo), rt.Secret)
+		err = sourceErr(rctx, err)
+		stop()
 		switch {
 		case err != nil:
 			why = append(why, c.Node+": "+err.Error())
