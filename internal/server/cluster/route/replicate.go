@@ -190,12 +190,6 @@ func applyReplication(ctx context.Context, rp repo.Repo, before string, body *bu
 	if err := migrate(kit.quarantine, objects); err != nil {
 		return http.StatusInternalServerError, "", err
 	}
-	// Kept to be undone if its push is never committed (undo.go).
-	if before != "" {
-		if err := keepForUndo(rp.Path, refs, before, updates); err != nil {
-			return http.StatusInternalServerError, "", fmt.Errorf("keeping the replication: %w", err)
-		}
-	}
 	// Kept to be undone if its push is never committed (undo.go); not
 	// kept (a full disk), the copy is only not repairable that way.
 	if before != "" {
