@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"packwire/internal/gittest"
+	"packwire/internal/hostkeytest"
 	"packwire/internal/store"
 )
 
@@ -37,6 +38,9 @@ func startServer(t testing.TB, mutate func(*Config)) *testServer {
 	cfg.RecordsFlush = 20 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
+	}
+	if cfg.SSHAddr != "" {
+		hostkeytest.Copy(t, cfg.DataDir) // generated once, not per server
 	}
 	ctx := context.Background()
 	srv, err := New(ctx, cfg)

@@ -337,7 +337,7 @@ func TestFetchCacheSessionReplayEdges(t *testing.T) {
 	for _, v2 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) {
 			name := fmt.Sprintf("edges%v", v2)
-			bare := s.slowRepo(t, name)
+			bare := s.answerOnlyRepo(t, name)
 			tip := s.env.RevParse(bare, "main")
 			// The first git:// clone record after seq (pushCommit clones
 			// over HTTP).

@@ -293,7 +293,7 @@ func TestV0SessionReplayEdges(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
 	name := "recorded-edges"
-	bare := s.slowRepo(t, name)
+	bare := s.answerOnlyRepo(t, name)
 	tip := s.env.RevParse(bare, "main")
 	settle(t, bare)
 

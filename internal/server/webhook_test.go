@@ -407,7 +407,12 @@ func TestWebhookPendingSurvivesRestart(t *testing.T) {
 	b := startAt(t, data, logs, retryIn2s)
 	defer shutdown(t, b)
 	waitFor(t, 10*time.Second, "both deliveries after the restart", func() bool { return len(recv.requests()) == 2 })
-	ds, _ = b.Data.Store.Deliveries(ctx, store.DeliveryFilter{})
+	// The receiver has a request before the server has stored its answer:
+	// wait for the store to say both are settled, then check how.
+	waitFor(t, 10*time.Second, "both deliveries settled in the store", func() bool {
+		ds, _ = b.Data.Store.Deliveries(ctx, store.DeliveryFilter{})
+		return len(ds) == 2 && ds[0].State != store.DeliveryPending && ds[1].State != store.DeliveryPending
+	})
 	if ds[0].State != store.DeliveryDelivered || ds[0].Attempts != 1 || ds[1].State != store.DeliveryDelivered || ds[1].Attempts != 2 {
 		t.Fatalf("after the restart: %+v", ds)
 	}

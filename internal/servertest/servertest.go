@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"packwire/internal/gittest"
+	"packwire/internal/hostkeytest"
 	"packwire/internal/server"
 	"packwire/internal/store"
 )
@@ -40,6 +41,9 @@ func Start(t testing.TB, mutate func(*server.Config)) *Server {
 	cfg.RecordsFlush = 50 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)
+	}
+	if cfg.SSHAddr != "" {
+		hostkeytest.Copy(t, cfg.DataDir) // generated once, not per server
 	}
 	srv, err := server.New(context.Background(), cfg)
 	if err != nil {
