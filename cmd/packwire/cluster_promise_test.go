@@ -144,6 +144,21 @@ func (c *promiseCluster) pushURL(node string) string {
 	return fmt.Sprintf("http://alice:%s@%s/team/app", c.token, c.nodes[node].HTTPAddr)
 }
 
+// firstPush pushes a first commit to main through a, waits for every
+// copy at generation 1, and returns the primary and the other nodes.
+func (c *promiseCluster) firstPush() (primary string, others []string) {
+	c.t.Helper()
+	c.commit("one")
+	c.env.Git(c.work, "push", "-q", c.pushURL("a"), "main")
+	primary = c.waitAll(1).Primary
+	for _, n := range []string{"a", "b", "c"} {
+		if n != primary {
+			others = append(others, n)
+		}
+	}
+	return primary, others
+}
+
 // pushHeldAfterCommit pushes HEAD to ref through primary in the
 // background, and returns once the push's generation is committed, with
 // the primary's git held before it writes its refs until release is
@@ -193,15 +208,7 @@ func (c *promiseCluster) pushHeldAfterCommit(primary, ref string) (pushed <-chan
 func TestClusterNeverRecordsAStaleCopy(t *testing.T) {
 	t.Parallel()
 	c := newPromiseCluster(t)
-	c.commit("one")
-	c.env.Git(c.work, "push", "-q", c.pushURL("a"), "main")
-	primary := c.waitAll(1).Primary
-	var others []string
-	for _, n := range []string{"a", "b", "c"} {
-		if n != primary {
-			others = append(others, n)
-		}
-	}
+	primary, others := c.firstPush()
 	lagging := others[0]
 
 	c.stop(lagging)
@@ -396,15 +403,7 @@ func TestClusterCatchUpNeverPrunesAVotedPush(t *testing.T) {
 func TestClusterUndoesAPushItsDeadPrimaryNeverCommitted(t *testing.T) {
 	t.Parallel()
 	c := newPromiseCluster(t)
-	c.commit("one")
-	c.env.Git(c.work, "push", "-q", c.pushURL("a"), "main")
-	primary := c.waitAll(1).Primary
-	var others []string
-	for _, n := range []string{"a", "b", "c"} {
-		if n != primary {
-			others = append(others, n)
-		}
-	}
+	primary, others := c.firstPush()
 
 	c.nodes[primary].Router.SetDieBeforeCommit(func(string) bool { return true })
 	c.commit("never acknowledged")
